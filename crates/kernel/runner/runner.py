@@ -1,0 +1,925 @@
+"""toolcell kernel runner (SPEC section 2 and 3).
+
+The Rust host writes this file into the kernel's private 0700 directory and
+starts it as ``<python> -u <kdir>/runner.py`` in its own process group, with
+stdin on /dev/null, stdout and stderr on pipes and the read end of the request
+pipe on fd 3. Requests are JSON lines on fd 3; replies are frames
+
+    b"\\n" + SENTINEL + b" " + <decimal body length> + b"\\n" + <JSON body>
+
+written on the private duplicates of fds 1 (``ready``, ``result``) and 2
+(``end``). Everything else on those pipes is the cells' raw output.
+
+Standard library only; Python 3.8 to 3.13. See README.md beside this file.
+"""
+
+import ast
+import builtins
+import fcntl
+import json
+import linecache
+import os
+import re
+import resource
+import signal
+import sys
+import threading
+import time
+import types
+
+try:
+    from queue import SimpleQueue as _SimpleQueue
+except ImportError:  # pragma: no cover - SimpleQueue exists from 3.7 on
+    from queue import Queue as _SimpleQueue
+
+PROTOCOL = 1
+
+# Flags and constants resolved once.
+_TLA = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0x2000)
+_AST_FLAGS = ast.PyCF_ONLY_AST | _TLA
+_CO_COROUTINE = 0x0080
+_SIGINT = signal.SIGINT
+_SIG_IGN = signal.SIG_IGN
+_default_int_handler = signal.default_int_handler
+_signal = signal.signal
+_getrusage = resource.getrusage
+_RUSAGE_SELF = resource.RUSAGE_SELF
+_RUSAGE_CHILDREN = resource.RUSAGE_CHILDREN
+_perf_counter = time.perf_counter
+_os_write = os.write
+_Expr = ast.Expr
+_Interactive = ast.Interactive
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_loads = json.loads
+_RSS_DIVISOR = 1024 if sys.platform == "darwin" else 1  # ru_maxrss unit: bytes on macOS
+
+# A line whose first non-blank character is `!` or `%` may be a shell/magic
+# line; only then is the (slower) line scanner run.
+_MAGIC_HINT = re.compile(r"^[ \t\f]*[!%]", re.M)
+
+# The file the runner's own code objects carry; frames from it are cut from
+# every traceback a user sees.
+_RUNNER_FILE = (lambda: None).__code__.co_filename
+_KDIR = os.path.dirname(os.path.abspath(__file__))
+_ARTIFACTS = os.path.join(_KDIR, "artifacts")
+
+# Cell sources kept in linecache (for tracebacks of functions defined in old
+# cells) are bounded: the oldest are dropped past this many characters.
+_LINECACHE_BUDGET = 64 * 1024 * 1024
+# Compiled code of recent small cells, reused when the same source comes again.
+_compile_cache = {}
+_CACHE_ENTRIES = 64
+_CACHE_SRC_MAX = 4096
+_CodeType = types.CodeType
+# A request line longer than this is discarded (the host never sends one).
+_MAX_REQUEST = 512 * 1024 * 1024
+
+# Protocol state, set up by _init_fds() and the hello request. The sentinel
+# lives only here, in memory.
+_REQ_FD = -1
+_OUT_FD = -1
+_ERR_FD = -1
+_MARK = b""
+_frame_lock = threading.Lock()
+_requests = _SimpleQueue()
+_shutdown_requested = False
+
+_ns = {}  # the cells' namespace (the __main__ module's dict)
+_exec_count = 0
+_cell_sources = []  # [(filename, size)] in registration order
+_cell_sources_total = 0
+_loop = None  # the one asyncio event loop, created on the first await cell
+_asyncio = None
+_subprocess = None
+_shlex = None
+_traceback = None
+_artifacts_ready = False
+
+
+class StdinNotImplementedError(NotImplementedError):
+    """Raised by any read of ``sys.stdin`` inside a cell."""
+
+
+_STDIN_MESSAGE = (
+    "interactive input is not supported: a toolcell cell cannot read stdin "
+    "(input(), sys.stdin). Pass the data in the code itself, or write it to a "
+    "file and read the file."
+)
+
+
+# --------------------------------------------------------------------------
+# Low-level output
+# --------------------------------------------------------------------------
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        try:
+            n = _os_write(fd, view)
+        except BlockingIOError:
+            # A cell made the (shared) pipe description non-blocking.
+            import select
+
+            select.select([], [fd], [], 1.0)
+            continue
+        view = view[n:]
+
+
+def _flush_std():
+    """Flush Python-level buffers so a frame follows the cell's output."""
+    out = sys.stdout
+    err = sys.stderr
+    for stream in (out, err):
+        try:
+            stream.flush()
+        except BaseException:  # a cell may have closed, replaced or removed it
+            pass
+    # The originals too, when a cell swapped sys.stdout/sys.stderr.
+    for stream in (sys.__stdout__, sys.__stderr__):
+        if stream is not out and stream is not err and stream is not None:
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+
+
+def _send(fd, obj, flush=True):
+    if flush:
+        _flush_std()
+    text = _dumps(obj)
+    try:
+        body = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: keep the frame valid UTF-8
+        body = text.encode("utf-8", "replace")
+    data = b"%s%d\n%s" % (_MARK, len(body), body)
+    with _frame_lock:
+        _write_all(fd, data)
+
+
+def _raw_stderr(message):
+    """A raw (non-frame) diagnostic line on stderr, for the host's logs."""
+    try:
+        data = ("toolcell runner: %s\n" % message).encode("utf-8", "replace")
+        with _frame_lock:
+            _write_all(_ERR_FD if _ERR_FD >= 0 else 2, data)
+    except BaseException:
+        pass
+
+
+def _die():
+    """The host is gone: kill our whole process group (cells' children too)."""
+    try:
+        if os.getpgrp() == os.getpid():
+            os.killpg(0, signal.SIGKILL)
+        else:  # not a session/group leader: never kill a group we do not own
+            os.kill(os.getpid(), signal.SIGKILL)
+    finally:
+        os._exit(137)
+
+
+# --------------------------------------------------------------------------
+# File descriptors and the request reader
+# --------------------------------------------------------------------------
+
+
+def _private_dup(fd):
+    """Duplicate fd to a non-inheritable descriptor numbered 100 or more."""
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
+    except (OSError, AttributeError):
+        return os.dup(fd)  # non-inheritable by default (PEP 446)
+
+
+def _init_fds():
+    global _REQ_FD, _OUT_FD, _ERR_FD
+    _REQ_FD = _private_dup(3)
+    os.close(3)
+    _OUT_FD = _private_dup(1)
+    _ERR_FD = _private_dup(2)
+
+
+def _reader():
+    """Read request lines from the private request fd and queue them.
+
+    EOF (or a read error) means the host is gone: kill the process group at
+    once, even in the middle of a cell.
+    """
+    global _shutdown_requested
+    buf = bytearray()
+    scan = 0
+    discarding = False
+    while True:
+        try:
+            chunk = os.read(_REQ_FD, 1 << 16)
+        except InterruptedError:
+            continue
+        except BaseException:
+            chunk = b""
+        if not chunk:
+            if _shutdown_requested:
+                # The main thread is about to exit 0; give it a moment.
+                time.sleep(1.0)
+            _die()
+        buf += chunk
+        while True:
+            nl = buf.find(b"\n", scan)
+            if nl < 0:
+                scan = len(buf)
+                if scan > _MAX_REQUEST:
+                    del buf[:]
+                    scan = 0
+                    discarding = True
+                break
+            line = bytes(buf[:nl])
+            del buf[: nl + 1]
+            scan = 0
+            if discarding:
+                discarding = False
+                _requests.put(("bad", "request line longer than %d bytes dropped" % _MAX_REQUEST))
+                continue
+            if not line.strip():
+                continue
+            try:
+                req = _loads(line)
+            except BaseException as e:
+                _requests.put(("bad", "request line is not JSON (%s)" % e))
+                continue
+            if not isinstance(req, dict):
+                _requests.put(("bad", "request is not a JSON object"))
+                continue
+            if req.get("type") == "shutdown":
+                _shutdown_requested = True
+            _requests.put(("req", req))
+
+
+# --------------------------------------------------------------------------
+# The cells' world: namespace, stdin, shell lines
+# --------------------------------------------------------------------------
+
+
+class _NoStdinBuffer:
+    """``sys.stdin.buffer`` stand-in: every read raises."""
+
+    def __init__(self, owner):
+        self._owner = owner
+
+    def _refuse(self, *args, **kwargs):
+        return self._owner._refuse()
+
+    read = read1 = readline = readlines = readinto = readinto1 = peek = _refuse
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._owner._refuse()
+
+    def fileno(self):
+        return 0
+
+    def isatty(self):
+        return False
+
+    def readable(self):
+        return True
+
+    def close(self):
+        pass
+
+    closed = False
+
+
+class _NoStdin:
+    """``sys.stdin`` for cells: any read raises at once and is recorded."""
+
+    encoding = "utf-8"
+    errors = "strict"
+    newlines = None
+    closed = False
+    name = "<stdin>"
+    mode = "r"
+
+    def __init__(self):
+        self.requested = False
+        self.buffer = _NoStdinBuffer(self)
+
+    def _refuse(self, *args, **kwargs):
+        self.requested = True
+        raise StdinNotImplementedError(_STDIN_MESSAGE)
+
+    read = readline = readlines = _refuse
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._refuse()
+
+    def fileno(self):
+        return 0
+
+    def isatty(self):
+        return False
+
+    def readable(self):
+        return True
+
+    def writable(self):
+        return False
+
+    def seekable(self):
+        return False
+
+    def close(self):
+        pass
+
+    def flush(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_stdin = _NoStdin()
+
+
+def _shell(cmd):
+    """Run a `!cmd` line: /bin/sh -c cmd, output straight to fds 1 and 2."""
+    global _subprocess
+    if _subprocess is None:
+        import subprocess as _subprocess
+    _flush_std()
+    proc = _subprocess.Popen(["/bin/sh", "-c", cmd], stdin=_subprocess.DEVNULL)
+    try:
+        proc.wait()
+    except BaseException:
+        try:
+            proc.kill()
+        except OSError:
+            pass
+        proc.wait()
+        raise
+
+
+def _pip(args):
+    """Run a `%pip ...` line with this interpreter's own pip."""
+    global _subprocess
+    if _subprocess is None:
+        import subprocess as _subprocess
+    _flush_std()
+    proc = _subprocess.Popen([sys.executable, "-m", "pip"] + list(args), stdin=_subprocess.DEVNULL)
+    try:
+        proc.wait()
+    except BaseException:
+        try:
+            proc.kill()
+        except OSError:
+            pass
+        proc.wait()
+        raise
+    import importlib
+
+    importlib.invalidate_caches()  # newly installed packages become importable
+
+
+_MAGIC_HINTS = {
+    "matplotlib": "figures are saved as PNG automatically at the end of a cell; remove this line",
+    "cd": "use os.chdir(path) instead",
+    "time": "time the code with time.perf_counter() instead",
+    "timeit": "use the timeit module instead",
+    "env": "read or set os.environ instead",
+    "load_ext": "import the module instead",
+    "autoreload": "use importlib.reload(module) instead",
+    "run": "use exec(open(path).read()) or runpy.run_path(path) instead",
+    "conda": "run it as a shell line: !conda ...",
+}
+
+
+def _split_lines(src):
+    parts = src.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def _transform(src, filename):
+    """Rewrite `!cmd` and `%pip ...` lines into calls; reject other magics.
+
+    The rule: a physical line is a shell/magic line when it *starts a new
+    logical line* -- it is not inside a string literal (single, triple, any
+    prefix), not inside brackets, and does not follow a backslash
+    continuation -- and its first non-blank character is `!` or `%`. Such a
+    line can never be valid Python, so valid code is never changed. Its
+    indentation is kept, so `!cmd` works inside blocks. Line numbers are
+    unchanged.
+    """
+    global _shlex
+    lines = _split_lines(src)
+    out = []
+    quote = None  # the open string's quote ('"', "'", '\"\"\"', "'''") or None
+    depth = 0
+    cont = False
+    for lineno, line in enumerate(lines, 1):
+        if quote is None and depth == 0 and not cont:
+            stripped = line.lstrip(" \t\f")
+            first = stripped[:1]
+            if first == "!" or first == "%":
+                indent = line[: len(line) - len(stripped)]
+                end = "\n" if line.endswith("\n") else ""
+                body = stripped.rstrip("\r\n")
+                if first == "!":
+                    out.append("%s__toolcell_shell__(%r)%s" % (indent, body[1:], end))
+                    continue
+                m = re.match(r"%+([A-Za-z_][A-Za-z0-9_]*)?", body)
+                name = (m.group(1) or "") if m else ""
+                if body.startswith("%pip") and body[4:5] in ("", " ", "\t"):
+                    if _shlex is None:
+                        import shlex as _shlex
+                    try:
+                        args = _shlex.split(body[4:])
+                    except ValueError as e:
+                        raise SyntaxError(
+                            "cannot parse %%pip arguments: %s" % e,
+                            (filename, lineno, len(indent) + 1, line),
+                        )
+                    out.append("%s__toolcell_pip__(%r)%s" % (indent, args, end))
+                    continue
+                shown = body.split()[0] if body.split() else body
+                msg = "unsupported magic %s: toolcell supports only `!cmd` shell lines and `%%pip ...`" % shown
+                hint = _MAGIC_HINTS.get(name)
+                if hint:
+                    msg += " (%s)" % hint
+                raise SyntaxError(msg, (filename, lineno, len(indent) + 1, line))
+        # Scan the line to track strings, brackets and continuations.
+        cont = False
+        i = 0
+        n = len(line)
+        escaped_newline = False
+        while i < n:
+            c = line[i]
+            if quote is not None:
+                if c == "\\":
+                    if i + 1 < n and line[i + 1] in "\r\n":
+                        escaped_newline = True
+                    i += 2
+                    continue
+                if c == quote[0] and line.startswith(quote, i):
+                    i += len(quote)
+                    quote = None
+                    continue
+                i += 1
+                continue
+            if c == "#":
+                break
+            if c == '"' or c == "'":
+                if line.startswith(c * 3, i):
+                    quote = c * 3
+                    i += 3
+                else:
+                    quote = c
+                    i += 1
+                continue
+            if c in "([{":
+                depth += 1
+            elif c in ")]}":
+                if depth:
+                    depth -= 1
+            elif c == "\\" and not line[i + 1 :].strip("\r\n"):
+                cont = True
+            i += 1
+        if quote is not None and len(quote) == 1 and not escaped_newline:
+            quote = None  # unterminated single-quoted string: a syntax error anyway
+        out.append(line)
+    return "".join(out)
+
+
+def _register_source(filename, src):
+    """Put the cell's source in linecache so tracebacks can show its lines."""
+    global _cell_sources_total
+    linecache.cache[filename] = (len(src), None, _split_lines(src), filename)
+    _cell_sources.append((filename, len(src)))
+    _cell_sources_total += len(src)
+    while _cell_sources_total > _LINECACHE_BUDGET and len(_cell_sources) > 1:
+        old, size = _cell_sources.pop(0)
+        _cell_sources_total -= size
+        linecache.cache.pop(old, None)
+
+
+def _make_namespace():
+    global _ns
+    main = types.ModuleType("__main__")
+    ns = main.__dict__
+    ns["__builtins__"] = builtins
+    sys.modules["__main__"] = main
+    _ns = ns
+    try:
+        import toolcell_tools
+    except ImportError as e:
+        if getattr(e, "name", None) != "toolcell_tools":
+            _raw_stderr("toolcell_tools failed to import: %s: %s" % (type(e).__name__, e))
+        return
+    except BaseException as e:
+        _raw_stderr("toolcell_tools failed to import: %s: %s" % (type(e).__name__, e))
+        return
+    for name in ("json_parse", "shell_quote", "retry"):
+        if hasattr(toolcell_tools, name):
+            ns[name] = getattr(toolcell_tools, name)
+
+
+def _setup_interpreter():
+    # The kernel dir holds the stub module; make it importable even when the
+    # host starts us with -I (which drops PYTHONPATH and the script's dir).
+    if _KDIR not in sys.path:
+        sys.path.insert(0, _KDIR)
+    # Like the interactive interpreter: the current directory is importable,
+    # unless the host asked for isolation.
+    if not (sys.flags.isolated or getattr(sys.flags, "safe_path", False)) and "" not in sys.path:
+        sys.path.insert(1, "")
+    sys.argv = [""]
+    sys.stdin = _stdin
+    builtins.__toolcell_shell__ = _shell
+    builtins.__toolcell_pip__ = _pip
+
+
+# --------------------------------------------------------------------------
+# Running a cell
+# --------------------------------------------------------------------------
+
+
+def _get_loop():
+    global _loop, _asyncio
+    if _asyncio is None:
+        import asyncio as _asyncio
+    if _loop is None or _loop.is_closed():
+        _loop = _asyncio.new_event_loop()
+    _asyncio.set_event_loop(_loop)
+    return _loop
+
+
+def _run_async(coro):
+    loop = _get_loop()
+    task = loop.create_task(coro)
+    try:
+        loop.run_until_complete(task)
+    except BaseException:
+        # Interrupted while the loop waited: do not leave the cell running.
+        if not task.done():
+            task.cancel()
+        raise
+
+
+def _retarget(code, filename):
+    """The same code object (and nested ones) under another file name."""
+    consts = code.co_consts
+    for c in consts:
+        if type(c) is _CodeType:
+            consts = tuple(_retarget(k, filename) if type(k) is _CodeType else k for k in consts)
+            return code.replace(co_filename=filename, co_consts=consts)
+    return code.replace(co_filename=filename)
+
+
+def _compile_cell(src, filename):
+    """Code objects to run for a cell, in order.
+
+    The cell is parsed once (after `!`/`%` line rewriting, only when such a
+    line may exist); a trailing expression statement is compiled on its own
+    in "single" mode so sys.displayhook echoes it, as the interactive
+    interpreter does. Small cells seen recently are not re-parsed: their
+    code objects are reused under the new cell's file name.
+    """
+    cached = _compile_cache.get(src)
+    if cached is not None:
+        return [_retarget(c, filename) for c in cached]
+    text = _transform(src, filename) if _MAGIC_HINT.search(src) is not None else src
+    tree = compile(text, filename, "exec", _AST_FLAGS)
+    body = tree.body
+    codes = []
+    if body and type(body[-1]) is _Expr:
+        last = body.pop()
+        if body:
+            codes.append(compile(tree, filename, "exec", _TLA))
+        codes.append(compile(_Interactive([last]), filename, "single", _TLA))
+    else:
+        codes.append(compile(tree, filename, "exec", _TLA))
+    if len(src) <= _CACHE_SRC_MAX:
+        if len(_compile_cache) >= _CACHE_ENTRIES:
+            del _compile_cache[next(iter(_compile_cache))]
+        _compile_cache[src] = codes
+    return codes
+
+
+def _execute(src, filename):
+    """Compile and run one cell in the namespace (exceptions propagate)."""
+    ns = _ns
+    for code in _compile_cell(src, filename):
+        if code.co_flags & _CO_COROUTINE:
+            _run_async(eval(code, ns))
+        else:
+            exec(code, ns)
+
+
+def _ignore_sigint():
+    while True:
+        try:
+            _signal(_SIGINT, _SIG_IGN)
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+def _run_user(src, filename):
+    """Run the cell with SIGINT live; return the exception it ended with."""
+    _signal(_SIGINT, _default_int_handler)
+    try:
+        _execute(src, filename)
+    except BaseException as e:
+        _ignore_sigint()
+        return e
+    _ignore_sigint()
+    return None
+
+
+def _filter_te(te, cell_file):
+    """Cut runner frames (and what precedes the cell) from a TracebackException chain."""
+    tb = _traceback
+    todo = [te]
+    seen = set()
+    while todo:
+        cur = todo.pop()
+        if cur is None or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        frames = list(cur.stack)
+        start = 0
+        for i, fs in enumerate(frames):
+            if fs.filename == cell_file:
+                start = i
+                break
+        kept = [fs for fs in frames[start:] if fs.filename != _RUNNER_FILE]
+        if len(kept) != len(frames):
+            cur.stack = tb.StackSummary.from_list(kept)
+            if not kept:
+                cur.exc_traceback = None
+        todo.append(getattr(cur, "__cause__", None))
+        todo.append(getattr(cur, "__context__", None))
+        todo.extend(getattr(cur, "exceptions", None) or ())
+
+
+def _format_exc(exc, cell_file):
+    global _traceback
+    if _traceback is None:
+        import traceback as _traceback
+    try:
+        te = _traceback.TracebackException(type(exc), exc, exc.__traceback__)
+        _filter_te(te, cell_file)
+        return "".join(te.format())
+    except BaseException as e:  # e.g. RecursionError on a very long chain (3.8-3.10)
+        try:
+            only = "".join(_traceback.format_exception_only(type(exc), exc))
+        except BaseException:
+            only = "%s\n" % type(exc).__name__
+        return "%s(full traceback unavailable: %s)\n" % (only, type(e).__name__)
+
+
+def _exit_code(exc):
+    """Exit code of a SystemExit as the interpreter would use it."""
+    code = exc.code
+    if code is None:
+        return 0, None
+    if isinstance(code, int):
+        if -(2**63) <= code < 2**63:
+            return int(code), None
+        return 1, str(code)
+    return 1, str(code)
+
+
+def _ensure_artifacts():
+    global _artifacts_ready
+    if not _artifacts_ready:
+        os.makedirs(_ARTIFACTS, mode=0o700, exist_ok=True)
+        os.chmod(_ARTIFACTS, 0o700)
+        _artifacts_ready = True
+    return _ARTIFACTS
+
+
+def _save_figures(count):
+    """Save and close every open pyplot figure (only if pyplot is loaded)."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return []
+    display = []
+    try:
+        nums = list(plt.get_fignums())
+    except Exception as e:
+        _raw_stderr("could not list matplotlib figures: %s: %s" % (type(e).__name__, e))
+        return display
+    for k, num in enumerate(nums, 1):
+        try:
+            fig = plt.figure(num)
+            path = os.path.join(_ensure_artifacts(), "cell-%d-fig-%d.png" % (count, k))
+            fig.savefig(path, format="png")
+            display.append({"mime": "image/png", "path": path})
+        except Exception as e:
+            _raw_stderr("could not save figure %s: %s: %s" % (num, type(e).__name__, e))
+        finally:
+            try:
+                plt.close(num)
+            except Exception:
+                pass
+    return display
+
+
+def _usage(ru0, rc0, t0):
+    ru1 = _getrusage(_RUSAGE_SELF)
+    rc1 = _getrusage(_RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    cpu += (rc1.ru_utime - rc0.ru_utime) + (rc1.ru_stime - rc0.ru_stime)
+    return {
+        "cpu_seconds": round(cpu, 6),
+        "peak_rss_kb": max(ru1.ru_maxrss, rc1.ru_maxrss) // _RSS_DIVISOR,
+        "wall_seconds": round(_perf_counter() - t0, 6),
+    }
+
+
+def _set_last(exc):
+    sys.last_type = type(exc)
+    sys.last_value = exc
+    sys.last_traceback = exc.__traceback__
+    if sys.version_info >= (3, 12):
+        sys.last_exc = exc
+
+
+def _finish_cell(rid, count, filename, exc, ru0, rc0, t0):
+    """Build the result of a cell from how it ended (may raise: runner bug)."""
+    status = "ok"
+    traceback_text = ""
+    exit_code = None
+    if exc is not None:
+        if isinstance(exc, SystemExit):
+            status = "exit"
+            exit_code, message = _exit_code(exc)
+            if message is not None:
+                try:
+                    sys.stderr.write(message + "\n")
+                except BaseException:
+                    _raw_stderr(message)
+        elif isinstance(exc, KeyboardInterrupt):
+            status = "interrupted"
+            traceback_text = _format_exc(exc, filename)
+        else:
+            status = "error"
+            _set_last(exc)
+            traceback_text = _format_exc(exc, filename)
+    display = _save_figures(count)
+    result = {"type": "result", "id": rid, "status": status}
+    if exit_code is not None:
+        result["exit_code"] = exit_code
+    result["traceback"] = traceback_text
+    result["execution_count"] = count
+    result["stdin_requested"] = _stdin.requested
+    result["usage"] = _usage(ru0, rc0, t0)
+    result["display"] = display
+    return result
+
+
+def _internal_error_result(rid, count, err):
+    try:
+        import traceback
+
+        detail = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    except BaseException:
+        detail = repr(err)
+    return {
+        "type": "result",
+        "id": rid,
+        "status": "error",
+        "traceback": "toolcell runner: internal error while handling this cell "
+        "(the kernel is still usable): %s: %s\n%s" % (type(err).__name__, err, detail),
+        "execution_count": count,
+        "stdin_requested": bool(_stdin.requested),
+        "usage": {"cpu_seconds": 0.0, "peak_rss_kb": 0, "wall_seconds": 0.0},
+        "display": [],
+    }
+
+
+def _handle_execute(req):
+    global _exec_count
+    rid = req.get("id")
+    code = req.get("code")
+    if not isinstance(rid, str):
+        _raw_stderr("execute request without a string id ignored")
+        return
+    _exec_count += 1
+    count = _exec_count
+    t0 = _perf_counter()
+    ru0 = _getrusage(_RUSAGE_SELF)
+    rc0 = _getrusage(_RUSAGE_CHILDREN)
+    exit_code = None
+    try:
+        if not isinstance(code, str):
+            raise TypeError("execute request: code must be a string")
+        filename = "<cell-%d>" % count
+        _stdin.requested = False
+        _register_source(filename, code)
+        try:
+            exc = _run_user(code, filename)
+        except KeyboardInterrupt as late:  # landed in runner code around the cell
+            exc = late
+        _ignore_sigint()
+        result = _finish_cell(rid, count, filename, exc, ru0, rc0, t0)
+        exit_code = result.get("exit_code")
+    except BaseException as err:
+        _ignore_sigint()
+        result = _internal_error_result(rid, count, err)
+    _send(_ERR_FD, {"type": "end", "id": rid})
+    _send(_OUT_FD, result, False)  # flushed just above
+    if exit_code is not None:
+        _exit(exit_code)
+
+
+def _exit(code):
+    """Leave like the interpreter would (atexit handlers run), then exit."""
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    _flush_std()
+    os._exit(code & 0xFF)
+
+
+# --------------------------------------------------------------------------
+# Main loop
+# --------------------------------------------------------------------------
+
+
+def _valid_sentinel(s):
+    return isinstance(s, str) and s != "" and all("!" <= ch <= "~" for ch in s)
+
+
+def main():
+    global _MARK
+    _ignore_sigint()
+    try:
+        _init_fds()
+    except OSError as e:
+        sys.stderr.write("toolcell runner: fd 3 must be the request pipe (%s)\n" % e)
+        sys.exit(2)
+    threading.Thread(target=_reader, name="toolcell-requests", daemon=True).start()
+
+    kind, hello = _requests.get()
+    if kind != "req" or hello.get("type") != "hello":
+        _raw_stderr("the first request must be hello")
+        os._exit(2)
+    if hello.get("protocol") != PROTOCOL:
+        _raw_stderr("unsupported protocol %r (this runner speaks %d)" % (hello.get("protocol"), PROTOCOL))
+        os._exit(2)
+    sentinel = hello.get("sentinel")
+    if not _valid_sentinel(sentinel):
+        _raw_stderr("the sentinel must be non-empty printable ASCII without whitespace")
+        os._exit(2)
+    _MARK = b"\n" + sentinel.encode("ascii") + b" "
+    del sentinel, hello
+
+    _setup_interpreter()
+    _make_namespace()
+    _send(
+        _OUT_FD,
+        {
+            "type": "ready",
+            "protocol": PROTOCOL,
+            "pid": os.getpid(),
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "executable": sys.executable or "",
+        },
+    )
+
+    get = _requests.get
+    while True:
+        try:
+            kind, req = get()
+            if kind == "bad":
+                _raw_stderr(req)
+                continue
+            rtype = req.get("type")
+            if rtype == "execute":
+                _handle_execute(req)
+            elif rtype == "shutdown":
+                _exit(0)
+            else:
+                _raw_stderr("unknown request type %r ignored" % (rtype,))
+        except (BrokenPipeError, ConnectionResetError):
+            _die()  # the host closed our output pipes: it is gone
+        except BaseException as e:  # never let the main loop die
+            _ignore_sigint()
+            _raw_stderr("internal error in the main loop: %s: %s" % (type(e).__name__, e))
+
+
+if __name__ == "__main__":
+    main()
