@@ -1,0 +1,838 @@
+//! Secret redaction: [`Redactor`] (compiled once, shared) and [`RedactStream`]
+//! (per output stream, split-invariant).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, Input, MatchKind};
+
+use crate::rules::{
+    self, COMPILED, EXACT_KIND, How, IDX_APIHDR, IDX_AUTH, IDX_ENV, IDX_JWT, IDX_PEM, IDX_URL, LITERALS,
+    RULES, URL_TOKEN_KIND, Verify, is_token_byte,
+};
+
+/// Longest line segment judged as one unit. A line longer than this is cut
+/// (preferably after a space or punctuation in its last 4 KiB) into segments
+/// of at most this size; the cut depends only on the text.
+pub const LINE_MAX: usize = 16 * 1024;
+
+/// Most text a [`RedactStream`] holds back: the current incomplete line
+/// (up to [`LINE_MAX`]) plus, after a `-----BEGIN … PRIVATE KEY-----` line,
+/// that line until the next one shows whether a key body follows.
+pub const MAX_HELD: usize = 2 * LINE_MAX;
+
+/// Exact secrets shorter than this are ignored (too likely to occur by chance).
+pub const MIN_EXACT_SECRET_LEN: usize = 8;
+
+/// Error building a [`Redactor`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedactError {
+    /// The literal prefilter could not be built (e.g. the registered exact
+    /// secrets are too large in total).
+    #[error("cannot build the redaction prefilter: {0}")]
+    Prefilter(#[from] aho_corasick::BuildError),
+}
+
+const EXACT_BIT: u64 = 1 << 63;
+
+struct Inner {
+    /// Case-insensitive prefilter over the built-in literals and the exact secrets.
+    scan: AhoCorasick,
+    /// Per scan pattern: rule mask it enables and how to verify it.
+    pat: Vec<(u64, Verify)>,
+    /// Number of builtin literal patterns (exact secrets come after).
+    n_builtin: usize,
+    /// Exact secrets (case-sensitive, longest first at a position), scanned separately.
+    exact: Option<AhoCorasick>,
+    exact_values: Vec<String>,
+}
+
+/// A compiled set of redaction rules plus the host's exact secret values.
+///
+/// Cheap to clone and share across threads (`Send + Sync`); build it once.
+#[derive(Clone)]
+pub struct Redactor {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redactor")
+            .field("builtin_literals", &self.inner.n_builtin)
+            .field("exact_secrets", &self.inner.exact_values.len())
+            .finish()
+    }
+}
+
+impl Default for Redactor {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
+
+static BUILTIN: once_cell::sync::Lazy<Option<Redactor>> =
+    once_cell::sync::Lazy::new(|| Redactor::new(Vec::<String>::new()).ok());
+
+impl Redactor {
+    /// Built-in rules plus exact `secrets` (each value of at least
+    /// [`MIN_EXACT_SECRET_LEN`] bytes; shorter ones are ignored). A value with
+    /// line breaks is registered line by line (each line of 8+ bytes), since
+    /// redaction works on lines.
+    pub fn new<I, S>(secrets: I) -> Result<Self, RedactError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut exact_values: Vec<String> = Vec::new();
+        for s in secrets {
+            let s: String = s.into();
+            for part in s.split(['\n', '\r']) {
+                let part = part.trim();
+                if part.len() >= MIN_EXACT_SECRET_LEN && !exact_values.iter().any(|v| v == part) {
+                    exact_values.push(part.to_string());
+                }
+            }
+        }
+        let mut patterns: Vec<&str> = Vec::new();
+        let mut pat = Vec::new();
+        for (lit, kinds, verify) in LITERALS {
+            patterns.push(lit);
+            pat.push((rules::mask_of(kinds), *verify));
+        }
+        let n_builtin = patterns.len();
+        let scan = AhoCorasickBuilder::new()
+            .ascii_case_insensitive(true)
+            .match_kind(MatchKind::LeftmostFirst)
+            .build(&patterns)?;
+        let exact = if exact_values.is_empty() {
+            None
+        } else {
+            Some(AhoCorasickBuilder::new().match_kind(MatchKind::LeftmostLongest).build(&exact_values)?)
+        };
+        once_cell::sync::Lazy::force(&COMPILED);
+        Ok(Self { inner: Arc::new(Inner { scan, pat, n_builtin, exact, exact_values }) })
+    }
+
+    /// The built-in rules only (no exact secrets). Compiled once per process.
+    pub fn builtin() -> Self {
+        match &*BUILTIN {
+            Some(r) => r.clone(),
+            // Unreachable in practice: the builtin literal set is small and fixed.
+            None => Self::fallback(),
+        }
+    }
+
+    #[cold]
+    fn fallback() -> Self {
+        #[allow(clippy::expect_used)]
+        Self::new(Vec::<String>::new()).expect("built-in prefilter builds")
+    }
+
+    /// Number of exact secret values registered.
+    pub fn exact_secret_count(&self) -> usize {
+        self.inner.exact_values.len()
+    }
+
+    /// Redact a whole text. Returns the input unchanged (borrowed) when
+    /// nothing in it needs masking. Same result as one [`RedactStream::push`]
+    /// of the text followed by [`RedactStream::finish`].
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let first = match self.first_candidate(text, 0) {
+            Some(p) => p,
+            None => return Cow::Borrowed(text),
+        };
+        let ls = memchr::memrchr(b'\n', &text.as_bytes()[..first]).map_or(0, |i| i + 1);
+        let mut out = String::with_capacity(text.len() + 64);
+        out.push_str(&text[..ls]);
+        let mut st = self.stream();
+        st.push(&text[ls..], &mut out);
+        st.finish(&mut out);
+        if out == text { Cow::Borrowed(text) } else { Cow::Owned(out) }
+    }
+
+    /// A streaming redactor sharing this compiled rule set.
+    pub fn stream(&self) -> RedactStream {
+        RedactStream { red: self.clone(), pending: String::new(), pem: Pem::None }
+    }
+
+    /// Position of the first literal hit that passes its cheap check, from `at`.
+    fn first_candidate(&self, hay: &str, at: usize) -> Option<usize> {
+        let mut cache = ExactCache::default();
+        self.first_candidate_cached(hay, at, &mut cache)
+    }
+
+    /// [`first_candidate`](Self::first_candidate) remembering the next exact
+    /// secret hit across calls on the same haystack.
+    fn first_candidate_cached(&self, hay: &str, at: usize, cache: &mut ExactCache) -> Option<usize> {
+        let inner = &*self.inner;
+        let exact = match &inner.exact {
+            None => None,
+            Some(ac) => {
+                if cache.searched_from.is_none_or(|from| from > at || cache.hit.is_some_and(|h| h < at)) {
+                    cache.hit = ac.find(Input::new(hay).range(at..)).map(|m| m.start());
+                    cache.searched_from = Some(at);
+                }
+                cache.hit
+            }
+        };
+        let limit = exact.unwrap_or(hay.len());
+        let mut pos = at;
+        while pos < limit {
+            let Some(m) = inner.scan.find(Input::new(hay).range(pos..limit)) else { break };
+            if self.verify(hay, m.start(), m.end(), m.pattern().as_usize()) != 0 {
+                return Some(m.start());
+            }
+            pos = m.start() + 1;
+        }
+        exact
+    }
+
+    /// Rule mask a literal hit enables after its cheap check (0 = not a candidate).
+    fn verify(&self, hay: &str, start: usize, end: usize, pattern: usize) -> u64 {
+        let inner = &*self.inner;
+        let Some(&(mask, how)) = inner.pat.get(pattern) else { return 0 };
+        let b = hay.as_bytes();
+        let ok = match how {
+            Verify::Always => true,
+            Verify::TokenStart => start == 0 || !is_token_byte(b[start - 1]),
+            Verify::UrlAt => {
+                let tail = &b[end..b.len().min(end + 512)];
+                let stop = tail.iter().position(|c| c.is_ascii_whitespace()).unwrap_or(tail.len());
+                memchr::memchr(b'@', &tail[..stop]).is_some()
+            }
+            Verify::HeaderSep => {
+                let mut i = end;
+                if i < b.len() && matches!(b[i], b'"' | b'\'' | b'`') {
+                    i += 1;
+                }
+                while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
+                    i += 1;
+                }
+                i < b.len() && (b[i] == b':' || b[i] == b'=')
+            }
+            Verify::NameSep => name_sep_follows(b, end),
+        };
+        if ok { mask } else { 0 }
+    }
+
+    /// Rule mask of every verified hit in `line`.
+    fn line_mask(&self, line: &str) -> u64 {
+        let mut mask = 0;
+        let mut at = 0;
+        while at < line.len() {
+            let Some(m) = self.inner.scan.find(Input::new(line).range(at..)) else { break };
+            mask |= self.verify(line, m.start(), m.end(), m.pattern().as_usize());
+            at = m.start() + 1;
+        }
+        if let Some(ac) = &self.inner.exact {
+            if ac.is_match(line) {
+                mask |= EXACT_BIT;
+            }
+        }
+        mask
+    }
+}
+
+/// After a secret word: the rest of the name, an optional closing quote or
+/// `]`, blanks, then `=` or `:`.
+fn name_sep_follows(b: &[u8], mut i: usize) -> bool {
+    let limit = b.len().min(i + 128);
+    while i < limit && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'-' | b'.')) {
+        i += 1;
+    }
+    if i < b.len() && matches!(b[i], b'"' | b'\'' | b'`') {
+        i += 1;
+    }
+    if i < b.len() && b[i] == b']' {
+        i += 1;
+    }
+    while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
+        i += 1;
+    }
+    i < b.len() && (b[i] == b'=' || b[i] == b':')
+}
+
+/// Next exact-secret hit found by an earlier search of the same haystack.
+#[derive(Default)]
+struct ExactCache {
+    searched_from: Option<usize>,
+    hit: Option<usize>,
+}
+
+#[derive(Clone, Debug)]
+enum Pem {
+    None,
+    /// A line ending in a BEGIN … PRIVATE KEY marker (held), marker offset.
+    Pending(String, usize),
+    /// Inside a key block whose mask was already written; `headers` once a
+    /// `Proc-Type:`-style header was seen (a blank line may follow it).
+    In { headers: bool },
+}
+
+/// Streaming redaction of one output stream.
+///
+/// Feed text with [`push`](Self::push), end with [`finish`](Self::finish).
+/// The output equals [`Redactor::redact`] of the concatenated input for every
+/// way of splitting it. Complete lines are judged as they arrive; the current
+/// incomplete line is held back (at most [`MAX_HELD`] bytes in all).
+pub struct RedactStream {
+    red: Redactor,
+    pending: String,
+    pem: Pem,
+}
+
+impl fmt::Debug for RedactStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedactStream")
+            .field("held", &self.held_len())
+            .field("in_private_key", &!matches!(self.pem, Pem::None))
+            .finish()
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Span {
+    start: usize,
+    end: usize,
+    prio: usize,
+    kind: &'static str,
+}
+
+/// Where to cut a line of more than [`LINE_MAX`] bytes (depends only on its
+/// first `LINE_MAX` bytes): after the last blank or punctuation byte in the
+/// last 4 KiB of the window, else at the last char boundary.
+fn cut_point(s: &str) -> usize {
+    let mut w = LINE_MAX.min(s.len());
+    while !s.is_char_boundary(w) {
+        w -= 1;
+    }
+    let lo = w.saturating_sub(4096);
+    let b = s.as_bytes();
+    for i in (lo..w).rev() {
+        if matches!(b[i], b' ' | b'\t' | b',' | b';' | b'(' | b')' | b'[' | b']' | b'{' | b'}' | b'<' | b'>' | b'"' | b'\'' | b'|') {
+            return i + 1;
+        }
+    }
+    w.max(1)
+}
+
+pub(crate) fn push_mask(out: &mut String, kind: &str) {
+    out.push_str("«redacted:");
+    out.push_str(kind);
+    out.push('»');
+}
+
+impl RedactStream {
+    /// Bytes currently held back.
+    pub fn held_len(&self) -> usize {
+        self.pending.len() + if let Pem::Pending(l, _) = &self.pem { l.len() } else { 0 }
+    }
+
+    /// Process one chunk, appending finished text to `out`.
+    pub fn push(&mut self, chunk: &str, out: &mut String) {
+        let mut rest = chunk;
+        // Complete (or bound) the held partial line first.
+        while !self.pending.is_empty() && !rest.is_empty() {
+            let room = LINE_MAX + 1 - self.pending.len().min(LINE_MAX + 1);
+            let nl = memchr::memchr(b'\n', &rest.as_bytes()[..room.min(rest.len())]);
+            match nl {
+                Some(i) => {
+                    self.pending.push_str(&rest[..=i]);
+                    rest = &rest[i + 1..];
+                    let line = std::mem::take(&mut self.pending);
+                    self.line(&line, out);
+                }
+                None => {
+                    let mut take = room.min(rest.len());
+                    while !rest.is_char_boundary(take) {
+                        take += 1;
+                    }
+                    self.pending.push_str(&rest[..take]);
+                    rest = &rest[take..];
+                    self.cut_pending(out);
+                }
+            }
+        }
+        if rest.is_empty() {
+            return;
+        }
+        let (region, tail) = match memchr::memrchr(b'\n', rest.as_bytes()) {
+            Some(i) => rest.split_at(i + 1),
+            None => ("", rest),
+        };
+        self.region(region, out);
+        // Hold the unterminated tail, cutting it while it is over the bound.
+        let mut tail = tail;
+        while !tail.is_empty() {
+            let room = LINE_MAX + 1 - self.pending.len().min(LINE_MAX + 1);
+            let mut take = room.min(tail.len());
+            while !tail.is_char_boundary(take) {
+                take += 1;
+            }
+            self.pending.push_str(&tail[..take]);
+            tail = &tail[take..];
+            self.cut_pending(out);
+        }
+    }
+
+    /// End of stream: judge the held partial line and flush everything.
+    /// The stream is reset and can be reused.
+    pub fn finish(&mut self, out: &mut String) {
+        let line = std::mem::take(&mut self.pending);
+        if !line.is_empty() {
+            self.line(&line, out);
+        }
+        if let Pem::Pending(held, _) = std::mem::replace(&mut self.pem, Pem::None) {
+            self.plain(&held, out, None, false);
+        }
+        self.pem = Pem::None;
+    }
+
+    /// While the held partial line is over [`LINE_MAX`], cut and judge its head.
+    fn cut_pending(&mut self, out: &mut String) {
+        while self.pending.len() > LINE_MAX {
+            let cut = cut_point(&self.pending);
+            let head: String = self.pending.drain(..cut).collect();
+            self.segment(&head, out);
+        }
+    }
+
+    /// A region made of complete lines: copy lines without candidates in bulk.
+    fn region(&mut self, region: &str, out: &mut String) {
+        let mut pos = 0;
+        let mut cache = ExactCache::default();
+        while pos < region.len() {
+            if !matches!(self.pem, Pem::None) {
+                let le = memchr::memchr(b'\n', &region.as_bytes()[pos..]).map_or(region.len(), |i| pos + i + 1);
+                self.line(&region[pos..le], out);
+                pos = le;
+                continue;
+            }
+            let Some(hit) = self.red.first_candidate_cached(region, pos, &mut cache) else { break };
+            let b = region.as_bytes();
+            let ls = memchr::memrchr(b'\n', &b[pos..hit]).map_or(pos, |i| pos + i + 1);
+            let le = memchr::memchr(b'\n', &b[hit..]).map_or(region.len(), |i| hit + i + 1);
+            out.push_str(&region[pos..ls]);
+            self.line(&region[ls..le], out);
+            pos = le;
+        }
+        out.push_str(&region[pos..]);
+    }
+
+    /// One complete line (or the final partial line), cut into segments if long.
+    fn line(&mut self, mut line: &str, out: &mut String) {
+        while line.len() > LINE_MAX {
+            let cut = cut_point(line);
+            self.segment(&line[..cut], out);
+            line = &line[cut..];
+        }
+        if !line.is_empty() {
+            self.segment(line, out);
+        }
+    }
+
+    /// One segment, in order, with the multi-line private key state.
+    fn segment(&mut self, seg: &str, out: &mut String) {
+        let c = &*COMPILED;
+        match std::mem::replace(&mut self.pem, Pem::None) {
+            Pem::None => {}
+            Pem::In { headers } => {
+                if let Some(m) = c.pem_end.find(seg) {
+                    // Swallow through the END marker; judge what follows it.
+                    self.plain(&seg[m.end()..], out, None, false);
+                    return;
+                }
+                let t = seg.trim();
+                if is_pem_header(t) {
+                    self.pem = Pem::In { headers: true };
+                    return;
+                }
+                if (t.is_empty() && headers) || (!t.is_empty() && is_base64_line(t)) {
+                    self.pem = Pem::In { headers };
+                    return;
+                }
+                // Not key material: the block ended without its END line.
+            }
+            Pem::Pending(held, ms) => {
+                let t = seg.trim();
+                if is_pem_header(t) || (is_base64_line(t) && t.len() >= 16) {
+                    self.plain(&held, out, Some((ms, held.len())), false);
+                    self.pem = Pem::In { headers: is_pem_header(t) };
+                    return;
+                }
+                self.plain(&held, out, None, false);
+            }
+        }
+        self.plain(seg, out, None, true);
+    }
+
+    /// Apply the single-line rules to `seg` (plus an extra private-key span),
+    /// or hold it if it opens a multi-line private key block.
+    fn plain(&mut self, seg: &str, out: &mut String, extra: Option<(usize, usize)>, allow_pem_hold: bool) {
+        if seg.is_empty() {
+            return;
+        }
+        let red = &self.red;
+        let mask = red.line_mask(seg);
+        if mask == 0 && extra.is_none() {
+            out.push_str(seg);
+            return;
+        }
+        let mut spans: Vec<Span> = Vec::new();
+        if let Some((s, e)) = extra {
+            spans.push(Span { start: s, end: e, prio: *IDX_PEM, kind: RULES[*IDX_PEM].kind });
+        }
+        if mask & (1 << *IDX_PEM) != 0 && extra.is_none() {
+            if let Some(ms) = pem_spans(seg, &mut spans) {
+                if allow_pem_hold {
+                    self.pem = Pem::Pending(seg.to_string(), ms);
+                    return;
+                }
+            }
+        }
+        collect_spans(red, seg, mask, &mut spans);
+        write_spans(seg, spans, out);
+    }
+}
+
+/// Single-line private keys (`-----BEGIN … PRIVATE KEY-----\nMII…` with
+/// escaped newlines, as in JSON). Returns the marker offset when the marker
+/// ends the line (a multi-line block may follow).
+fn pem_spans(seg: &str, spans: &mut Vec<Span>) -> Option<usize> {
+    let c = &*COMPILED;
+    let mut hold = None;
+    for m in c.pem_begin.find_iter(seg) {
+        let b = seg.as_bytes();
+        let mut i = m.end();
+        let mut b64 = 0usize;
+        let mut end = None;
+        while i < b.len() {
+            if b[i] == b'-' {
+                if let Some(e) = c.pem_end.find_at(seg, i).filter(|e| e.start() == i) {
+                    end = Some(e.end());
+                }
+                break;
+            }
+            if b[i] == b'\\' && matches!(b.get(i + 1), Some(b'n' | b'r')) {
+                i += 2;
+                continue;
+            }
+            if b[i].is_ascii_alphanumeric() || matches!(b[i], b'+' | b'/' | b'=') {
+                b64 += 1;
+            } else if !matches!(b[i], b' ' | b'\t' | b':' | b',' | b'.') {
+                break;
+            }
+            i += 1;
+        }
+        if b64 >= 32 {
+            spans.push(Span { start: m.start(), end: end.unwrap_or(i), prio: *IDX_PEM, kind: RULES[*IDX_PEM].kind });
+        } else if seg[m.end()..].trim().is_empty() {
+            hold = Some(m.start());
+        }
+    }
+    hold
+}
+
+fn is_pem_header(t: &str) -> bool {
+    ["Proc-Type:", "DEK-Info:", "Comment:"].iter().any(|h| t.starts_with(h))
+}
+
+fn is_base64_line(t: &str) -> bool {
+    !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+}
+
+fn before_ok(b: &[u8], start: usize) -> bool {
+    start == 0 || !(is_token_byte(b[start - 1]) || b[start - 1] == b'.')
+}
+
+fn after_ok(b: &[u8], end: usize) -> bool {
+    end >= b.len() || !(is_token_byte(b[end]) || matches!(b[end], b'+' | b'/'))
+}
+
+fn collect_spans(red: &Redactor, seg: &str, mask: u64, spans: &mut Vec<Span>) {
+    let c = &*COMPILED;
+    let b = seg.as_bytes();
+    for (idx, rule) in RULES.iter().enumerate() {
+        if mask & (1 << idx) == 0 {
+            continue;
+        }
+        match rule.how {
+            How::Vendor(_) => {
+                let Some(Some(re)) = c.vendor.get(idx) else { continue };
+                for caps in re.captures_iter(seg) {
+                    let Some(whole) = caps.get(0) else { continue };
+                    if !before_ok(b, whole.start()) || !after_ok(b, whole.end()) {
+                        continue;
+                    }
+                    let part = caps.get(1).unwrap_or(whole);
+                    let body = whole.as_str().get(3..).unwrap_or("");
+                    if !rules::random_looking(body) {
+                        continue;
+                    }
+                    spans.push(Span { start: part.start(), end: part.end(), prio: idx, kind: rule.kind });
+                }
+            }
+            How::Jwt => {
+                for m in c.jwt.find_iter(seg) {
+                    if before_ok(b, m.start()) && after_ok(b, m.end()) {
+                        spans.push(Span { start: m.start(), end: m.end(), prio: *IDX_JWT, kind: rule.kind });
+                    }
+                }
+            }
+            How::Pem => {}
+            How::Url => url_spans(seg, spans),
+            How::Authorization => header_spans(seg, &c.authorization, true, spans),
+            How::ApiKeyHeader => header_spans(seg, &c.api_header, false, spans),
+            How::Assignment => assignment_spans(seg, spans),
+        }
+    }
+    if mask & EXACT_BIT != 0 {
+        if let Some(ac) = &red.inner.exact {
+            for m in ac.find_iter(seg) {
+                spans.push(Span { start: m.start(), end: m.end(), prio: RULES.len(), kind: EXACT_KIND });
+            }
+        }
+    }
+}
+
+fn url_spans(seg: &str, spans: &mut Vec<Span>) {
+    let c = &*COMPILED;
+    for caps in c.url.captures_iter(seg) {
+        let user = caps.get(1);
+        match caps.get(2) {
+            Some(pw) => {
+                if !rules::is_template(pw.as_str()) {
+                    spans.push(Span { start: pw.start(), end: pw.end(), prio: *IDX_URL, kind: "url_password" });
+                }
+            }
+            None => {
+                let Some(u) = user else { continue };
+                let v = u.as_str();
+                let cl = rules::classes(v);
+                if v.len() >= 20
+                    && cl.letter()
+                    && cl.digit
+                    && !rules::is_template(v)
+                    && v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'~' | b'+'))
+                {
+                    spans.push(Span { start: u.start(), end: u.end(), prio: *IDX_URL, kind: URL_TOKEN_KIND });
+                }
+            }
+        }
+    }
+}
+
+/// Extract the value after a header name + separator at `i`.
+/// Returns (value start, value end) or None when the value is code.
+fn header_value(seg: &str, i: usize, key_quoted: bool) -> Option<(usize, usize)> {
+    let b = seg.as_bytes();
+    // String prefixes (only when a quote follows): an f-string is a template.
+    let mut j = i;
+    while j < b.len() && j < i + 2 && matches!(b[j], b'r' | b'R' | b'b' | b'B' | b'u' | b'U' | b'f' | b'F') {
+        j += 1;
+    }
+    if !matches!(b.get(j), Some(b'"' | b'\'' | b'`')) {
+        j = i;
+    }
+    let fprefix = b[i..j].iter().any(|c| matches!(c, b'f' | b'F'));
+    let quote = b.get(j).copied().filter(|q| matches!(q, b'"' | b'\'' | b'`'));
+    match quote {
+        Some(q) => {
+            if fprefix || q == b'`' {
+                return None;
+            }
+            let start = j + 1;
+            let len = memchr::memchr(q, &b[start..])?;
+            Some((start, start + len))
+        }
+        None => {
+            if key_quoted || j != i {
+                // `"Authorization": token` — a variable, i.e. code.
+                return None;
+            }
+            let end = b[i..]
+                .iter()
+                .position(|&c| matches!(c, b'"' | b'\'' | b'\n' | b'\r'))
+                .map_or(b.len(), |p| i + p);
+            let mut e = end;
+            while e > i && b[e - 1].is_ascii_whitespace() {
+                e -= 1;
+            }
+            Some((i, e))
+        }
+    }
+}
+
+const PARAM_SCHEMES: &[&str] = &["digest", "aws4-hmac-sha256", "oauth", "signature", "hoba", "mutual", "vapid"];
+
+fn header_spans(seg: &str, re: &regex::Regex, authorization: bool, spans: &mut Vec<Span>) {
+    let b = seg.as_bytes();
+    for caps in re.captures_iter(seg) {
+        let Some(whole) = caps.get(0) else { continue };
+        if whole.start() > 0 && (b[whole.start() - 1].is_ascii_alphanumeric() || b[whole.start() - 1] == b'_') {
+            continue;
+        }
+        let key_quoted = caps.get(1).is_some_and(|q| !q.as_str().is_empty());
+        let Some((vs, ve)) = header_value(seg, whole.end(), key_quoted) else { continue };
+        let v = &seg[vs..ve];
+        if v.is_empty() || rules::is_template(v) || v.contains(['{', '}', '$', '<', '>']) {
+            continue;
+        }
+        let (prio, kind) = if authorization {
+            (*IDX_AUTH, "authorization")
+        } else {
+            (*IDX_APIHDR, "api_key_header")
+        };
+        if authorization {
+            if let Some(sp) = v.find(' ') {
+                let scheme = &v[..sp];
+                let cred = v[sp..].trim_start();
+                let cs = ve - cred.len();
+                if scheme.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-') && !scheme.is_empty() {
+                    let lower = scheme.to_ascii_lowercase();
+                    if PARAM_SCHEMES.contains(&lower.as_str()) {
+                        if cred.contains('=') && cred.len() >= 16 {
+                            spans.push(Span { start: cs, end: ve, prio, kind });
+                        }
+                    } else if !cred.contains(char::is_whitespace) && single_token_cred(cred) {
+                        spans.push(Span { start: cs, end: ve, prio, kind });
+                    }
+                }
+                continue;
+            }
+        }
+        if rules::credential_shaped(v) || (!authorization && header_key_shaped(v)) {
+            spans.push(Span { start: vs, end: ve, prio, kind });
+        }
+    }
+}
+
+fn single_token_cred(cred: &str) -> bool {
+    if cred.len() < 8 || rules::is_template(cred) || !cred.bytes().all(|b| b.is_ascii_graphic()) {
+        return false;
+    }
+    let c = rules::classes(cred);
+    (c.letter() && c.digit) || (c.lower && c.upper) || cred.len() >= 24
+}
+
+fn header_key_shaped(v: &str) -> bool {
+    let c = rules::classes(v);
+    v.len() >= 12
+        && v.bytes().all(|b| b.is_ascii_graphic())
+        && ((c.letter() && c.digit) || (c.lower && c.upper))
+        && !v.contains(['(', ')', '[', ']'])
+}
+
+fn assignment_spans(seg: &str, spans: &mut Vec<Span>) {
+    let c = &*COMPILED;
+    let b = seg.as_bytes();
+    let mut at = 0;
+    while at < seg.len() {
+        let Some(caps) = c.assignment.captures_at(seg, at) else { break };
+        let (Some(name), Some(nq), Some(sp1), Some(sep), Some(sp2), Some(vq), Some(val)) = (
+            caps.get(1),
+            caps.get(2),
+            caps.get(3),
+            caps.get(4),
+            caps.get(5),
+            caps.get(6),
+            caps.get(7),
+        ) else {
+            break;
+        };
+        // A rejected match resumes at its value, which may hold `name=value` itself.
+        at = val.start();
+        let sep = sep.as_str();
+        if sep != "=" && sep != ":" {
+            continue;
+        }
+        if name.start() > 0 && (matches!(b[name.start() - 1], b'$' | b'%' | b'{') || is_token_byte(b[name.start() - 1])) {
+            continue;
+        }
+        if !rules::secret_name(name.as_str()) {
+            continue;
+        }
+        let vqs = vq.as_str();
+        if vqs.contains(['f', 'F']) {
+            continue;
+        }
+        let quote = vqs.bytes().last().filter(|q| matches!(q, b'"' | b'\'' | b'`'));
+        let v = val.as_str();
+        match quote {
+            Some(q) => {
+                if q == b'`' || b.get(val.end()) != Some(&q) {
+                    continue;
+                }
+            }
+            None => {
+                if !vqs.is_empty() {
+                    // `password=b...` without a quote: the letters were part of the value.
+                    continue;
+                }
+                // Unquoted: `NAME = value` with blanks is code (an expression),
+                // and so is a keyword argument `f(token=value)`.
+                // An INI file (`name = value`) looks the same, so a value
+                // with blanks around `=` is only taken when it cannot be a
+                // Python name: it has operator-free non-identifier bytes
+                // (`+`, `/`, `-`…) or reads as random, not as words.
+                if sep == "="
+                    && (!sp1.as_str().is_empty() || !sp2.as_str().is_empty())
+                    && rules::is_identifier(v)
+                    && !rules::random_identifier(v)
+                {
+                    continue;
+                }
+                let before = seg[..name.start()].trim_end();
+                if before.ends_with('(') || before.ends_with(',') {
+                    continue;
+                }
+                let _ = nq;
+            }
+        }
+        if !rules::credential_shaped(v) {
+            continue;
+        }
+        spans.push(Span { start: val.start(), end: val.end(), prio: *IDX_ENV, kind: "env_secret" });
+        at = val.end();
+    }
+}
+
+/// Merge overlapping spans (union, kind of the highest priority) and write.
+fn write_spans(seg: &str, mut spans: Vec<Span>, out: &mut String) {
+    if spans.is_empty() {
+        out.push_str(seg);
+        return;
+    }
+    spans.sort_by_key(|s| (s.start, std::cmp::Reverse(s.end)));
+    let mut merged: Vec<Span> = Vec::with_capacity(spans.len());
+    for s in spans {
+        if s.start >= s.end || s.end > seg.len() {
+            continue;
+        }
+        if let Some(last) = merged.last_mut() {
+            if s.start < last.end {
+                if s.end > last.end {
+                    last.end = s.end;
+                }
+                if s.prio < last.prio {
+                    last.prio = s.prio;
+                    last.kind = s.kind;
+                }
+                continue;
+            }
+        }
+        merged.push(s);
+    }
+    let mut pos = 0;
+    for s in merged {
+        // Spans come from regex/AC matches on `seg`, so they are on char boundaries.
+        if let (Some(pre), true) = (seg.get(pos..s.start), seg.is_char_boundary(s.end)) {
+            out.push_str(pre);
+            push_mask(out, s.kind);
+            pos = s.end;
+        }
+    }
+    out.push_str(&seg[pos..]);
+}

@@ -1,0 +1,537 @@
+//! Built-in redaction rules: the literal prefilter table, the per-kind regexes
+//! and the code-safety checks. Everything here is compiled once per process.
+
+use once_cell::sync::Lazy;
+use regex::Regex;
+
+/// One rule of the built-in set. Its index in [`RULES`] is its bit in a class mask.
+pub(crate) struct Rule {
+    /// Mask kind written as `«redacted:<kind>»`.
+    pub kind: &'static str,
+    /// What the rule does once its literal was seen on a line.
+    pub how: How,
+}
+
+pub(crate) enum How {
+    /// A vendor token: the regex matches the whole token (optionally with a
+    /// capture group 1 holding the part to mask); boundaries and the
+    /// placeholder check are applied in code.
+    Vendor(&'static str),
+    Jwt,
+    Pem,
+    Url,
+    Authorization,
+    ApiKeyHeader,
+    Assignment,
+}
+
+/// The built-in rules, in priority order (earlier wins when masks overlap).
+pub(crate) static RULES: &[Rule] = &[
+    Rule { kind: "private_key", how: How::Pem },
+    Rule { kind: "anthropic_key", how: How::Vendor(r"sk-ant-[A-Za-z0-9_-]{20,200}") },
+    Rule {
+        kind: "openai_key",
+        how: How::Vendor(r"sk-(?:proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_-]{20,200}"),
+    },
+    Rule { kind: "github_token", how: How::Vendor(r"gh[pousr]_[A-Za-z0-9]{36,251}") },
+    Rule { kind: "github_token", how: How::Vendor(r"github_pat_[A-Za-z0-9_]{22,251}") },
+    Rule {
+        kind: "gitlab_token",
+        how: How::Vendor(
+            r"gl(?:pat|dt|ptt|rt|oas|soat|cbt|imt|ft|agent|ffct)-[A-Za-z0-9_-]{20,64}",
+        ),
+    },
+    Rule { kind: "slack_token", how: How::Vendor(r"(?:xox[abposr]|xapp)-[A-Za-z0-9-]{10,250}") },
+    Rule {
+        kind: "aws_access_key",
+        how: How::Vendor(
+            r"(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA|ASCA)[A-Z0-9]{16}",
+        ),
+    },
+    Rule { kind: "google_api_key", how: How::Vendor(r"AIza[0-9A-Za-z_-]{35}") },
+    Rule { kind: "google_oauth_token", how: How::Vendor(r"ya29\.[0-9A-Za-z_-]{20,2048}") },
+    Rule {
+        kind: "stripe_key",
+        how: How::Vendor(r"(?:(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,247}|whsec_[A-Za-z0-9]{24,64})"),
+    },
+    Rule { kind: "sendgrid_key", how: How::Vendor(r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}") },
+    Rule { kind: "huggingface_token", how: How::Vendor(r"hf_[A-Za-z0-9]{30,40}") },
+    Rule { kind: "npm_token", how: How::Vendor(r"npm_[A-Za-z0-9]{36}") },
+    Rule { kind: "pypi_token", how: How::Vendor(r"pypi-AgE[A-Za-z0-9_-]{50,400}") },
+    Rule { kind: "digitalocean_token", how: How::Vendor(r"do[opr]_v1_[a-f0-9]{64}") },
+    Rule { kind: "replicate_token", how: How::Vendor(r"r8_[A-Za-z0-9]{37}") },
+    Rule { kind: "groq_key", how: How::Vendor(r"gsk_[A-Za-z0-9]{52}") },
+    Rule { kind: "xai_key", how: How::Vendor(r"xai-[A-Za-z0-9]{70,90}") },
+    Rule { kind: "perplexity_key", how: How::Vendor(r"pplx-[A-Za-z0-9]{48}") },
+    Rule { kind: "shopify_token", how: How::Vendor(r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}") },
+    Rule { kind: "linear_key", how: How::Vendor(r"lin_api_[A-Za-z0-9]{40}") },
+    Rule { kind: "doppler_token", how: How::Vendor(r"dp\.(?:pt|st|ct|sa)\.[A-Za-z0-9]{40,44}") },
+    Rule { kind: "atlassian_token", how: How::Vendor(r"ATATT3[A-Za-z0-9_=-]{150,300}") },
+    Rule {
+        kind: "grafana_token",
+        how: How::Vendor(r"(?:glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|glc_[A-Za-z0-9+/]{32,400}={0,2})"),
+    },
+    Rule { kind: "sentry_token", how: How::Vendor(r"sntry[su]_[A-Za-z0-9+/=_-]{60,300}") },
+    Rule { kind: "vault_token", how: How::Vendor(r"hv[sb]\.[A-Za-z0-9_-]{24,200}") },
+    Rule { kind: "docker_token", how: How::Vendor(r"dckr_pat_[A-Za-z0-9_-]{27,64}") },
+    Rule { kind: "netlify_token", how: How::Vendor(r"nfp_[A-Za-z0-9]{36}") },
+    Rule { kind: "notion_token", how: How::Vendor(r"ntn_[A-Za-z0-9]{40,50}") },
+    Rule { kind: "figma_token", how: How::Vendor(r"figd_[A-Za-z0-9_-]{40,44}") },
+    Rule { kind: "azure_storage_key", how: How::Vendor(r"AccountKey=([A-Za-z0-9+/]{86}==)") },
+    Rule {
+        kind: "age_secret_key",
+        how: How::Vendor(r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"),
+    },
+    Rule { kind: "databricks_token", how: How::Vendor(r"dapi[a-f0-9]{32}(?:-[0-9])?") },
+    Rule {
+        kind: "tailscale_key",
+        how: How::Vendor(r"tskey-(?:auth|api|client|scim|webhook)-[A-Za-z0-9-]{20,100}"),
+    },
+    Rule { kind: "square_token", how: How::Vendor(r"sq0(?:atp|csp)-[0-9A-Za-z_-]{22,43}") },
+    Rule { kind: "postman_key", how: How::Vendor(r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}") },
+    Rule { kind: "supabase_token", how: How::Vendor(r"sbp_[a-f0-9]{40}") },
+    Rule { kind: "langsmith_key", how: How::Vendor(r"lsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}") },
+    Rule { kind: "pinecone_key", how: How::Vendor(r"pcsk_[A-Za-z0-9_]{30,120}") },
+    Rule { kind: "jwt", how: How::Jwt },
+    Rule { kind: "url_password", how: How::Url },
+    Rule { kind: "authorization", how: How::Authorization },
+    Rule { kind: "api_key_header", how: How::ApiKeyHeader },
+    Rule { kind: "env_secret", how: How::Assignment },
+];
+
+/// Kind used for exact values registered with [`crate::Redactor::new`].
+pub(crate) const EXACT_KIND: &str = "secret";
+/// Kind for a long opaque token used as the user part of a URL.
+pub(crate) const URL_TOKEN_KIND: &str = "url_token";
+
+pub(crate) fn rule_index(kind_how: fn(&How) -> bool) -> usize {
+    RULES.iter().position(|r| kind_how(&r.how)).unwrap_or(0)
+}
+
+pub(crate) static IDX_PEM: Lazy<usize> = Lazy::new(|| rule_index(|h| matches!(h, How::Pem)));
+pub(crate) static IDX_JWT: Lazy<usize> = Lazy::new(|| rule_index(|h| matches!(h, How::Jwt)));
+pub(crate) static IDX_URL: Lazy<usize> = Lazy::new(|| rule_index(|h| matches!(h, How::Url)));
+pub(crate) static IDX_AUTH: Lazy<usize> =
+    Lazy::new(|| rule_index(|h| matches!(h, How::Authorization)));
+pub(crate) static IDX_APIHDR: Lazy<usize> =
+    Lazy::new(|| rule_index(|h| matches!(h, How::ApiKeyHeader)));
+pub(crate) static IDX_ENV: Lazy<usize> = Lazy::new(|| rule_index(|h| matches!(h, How::Assignment)));
+
+/// What a literal hit must be checked for before its line is worth a regex.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verify {
+    /// The literal starts a token: the byte before it is not a token byte.
+    TokenStart,
+    /// Always a candidate.
+    Always,
+    /// `://` followed by a `@` before any whitespace.
+    UrlAt,
+    /// A header name: followed (after an optional quote) by `:` or `=`.
+    HeaderSep,
+    /// A secret word inside a name followed by an assignment separator.
+    NameSep,
+}
+
+/// The literal prefilter table: (lowercase literal, rule kinds it enables, check).
+/// Rules are named by kind; a literal enables every rule of that kind.
+pub(crate) static LITERALS: &[(&str, &[&str], Verify)] = &[
+    ("-----begin", &["private_key"], Verify::Always),
+    ("authorization", &["authorization", "env_secret"], Verify::HeaderSep),
+    ("auth-token", &["api_key_header", "env_secret"], Verify::HeaderSep),
+    ("access-token", &["api_key_header", "env_secret"], Verify::HeaderSep),
+    ("api-key", &["api_key_header", "env_secret"], Verify::HeaderSep),
+    ("apikey", &["api_key_header", "env_secret"], Verify::HeaderSep),
+    ("api-token", &["api_key_header", "env_secret"], Verify::HeaderSep),
+    ("private-token", &["api_key_header", "env_secret"], Verify::HeaderSep),
+    ("vault-token", &["api_key_header", "env_secret"], Verify::HeaderSep),
+    ("subscription-key", &["api_key_header", "env_secret"], Verify::HeaderSep),
+    ("subscription-token", &["api_key_header", "env_secret"], Verify::HeaderSep),
+    ("figma-token", &["api_key_header", "env_secret"], Verify::HeaderSep),
+    ("functions-key", &["api_key_header", "env_secret"], Verify::HeaderSep),
+    ("rapidapi-key", &["api_key_header", "env_secret"], Verify::HeaderSep),
+    ("sk-", &["openai_key", "anthropic_key"], Verify::TokenStart),
+    ("ghp_", &["github_token"], Verify::TokenStart),
+    ("gho_", &["github_token"], Verify::TokenStart),
+    ("ghu_", &["github_token"], Verify::TokenStart),
+    ("ghs_", &["github_token"], Verify::TokenStart),
+    ("ghr_", &["github_token"], Verify::TokenStart),
+    ("github_pat_", &["github_token"], Verify::TokenStart),
+    ("glpat-", &["gitlab_token"], Verify::TokenStart),
+    ("gldt-", &["gitlab_token"], Verify::TokenStart),
+    ("glptt-", &["gitlab_token"], Verify::TokenStart),
+    ("glrt-", &["gitlab_token"], Verify::TokenStart),
+    ("gloas-", &["gitlab_token"], Verify::TokenStart),
+    ("glsoat-", &["gitlab_token"], Verify::TokenStart),
+    ("glcbt-", &["gitlab_token"], Verify::TokenStart),
+    ("glimt-", &["gitlab_token"], Verify::TokenStart),
+    ("glft-", &["gitlab_token"], Verify::TokenStart),
+    ("glagent-", &["gitlab_token"], Verify::TokenStart),
+    ("glffct-", &["gitlab_token"], Verify::TokenStart),
+    ("xoxa-", &["slack_token"], Verify::TokenStart),
+    ("xoxb-", &["slack_token"], Verify::TokenStart),
+    ("xoxp-", &["slack_token"], Verify::TokenStart),
+    ("xoxo-", &["slack_token"], Verify::TokenStart),
+    ("xoxr-", &["slack_token"], Verify::TokenStart),
+    ("xoxs-", &["slack_token"], Verify::TokenStart),
+    ("xapp-", &["slack_token"], Verify::TokenStart),
+    ("akia", &["aws_access_key"], Verify::TokenStart),
+    ("asia", &["aws_access_key"], Verify::TokenStart),
+    ("abia", &["aws_access_key"], Verify::TokenStart),
+    ("acca", &["aws_access_key"], Verify::TokenStart),
+    ("agpa", &["aws_access_key"], Verify::TokenStart),
+    ("aida", &["aws_access_key"], Verify::TokenStart),
+    ("aipa", &["aws_access_key"], Verify::TokenStart),
+    ("anpa", &["aws_access_key"], Verify::TokenStart),
+    ("anva", &["aws_access_key"], Verify::TokenStart),
+    ("aroa", &["aws_access_key"], Verify::TokenStart),
+    ("apka", &["aws_access_key"], Verify::TokenStart),
+    ("asca", &["aws_access_key"], Verify::TokenStart),
+    ("aiza", &["google_api_key"], Verify::TokenStart),
+    ("ya29.", &["google_oauth_token"], Verify::TokenStart),
+    ("sk_live_", &["stripe_key"], Verify::TokenStart),
+    ("sk_test_", &["stripe_key"], Verify::TokenStart),
+    ("rk_live_", &["stripe_key"], Verify::TokenStart),
+    ("rk_test_", &["stripe_key"], Verify::TokenStart),
+    ("whsec_", &["stripe_key"], Verify::TokenStart),
+    ("sg.", &["sendgrid_key"], Verify::TokenStart),
+    ("hf_", &["huggingface_token"], Verify::TokenStart),
+    ("npm_", &["npm_token"], Verify::TokenStart),
+    ("pypi-", &["pypi_token"], Verify::TokenStart),
+    ("dop_v1_", &["digitalocean_token"], Verify::TokenStart),
+    ("doo_v1_", &["digitalocean_token"], Verify::TokenStart),
+    ("dor_v1_", &["digitalocean_token"], Verify::TokenStart),
+    ("r8_", &["replicate_token"], Verify::TokenStart),
+    ("gsk_", &["groq_key"], Verify::TokenStart),
+    ("xai-", &["xai_key"], Verify::TokenStart),
+    ("pplx-", &["perplexity_key"], Verify::TokenStart),
+    ("shpat_", &["shopify_token"], Verify::TokenStart),
+    ("shpss_", &["shopify_token"], Verify::TokenStart),
+    ("shpca_", &["shopify_token"], Verify::TokenStart),
+    ("shppa_", &["shopify_token"], Verify::TokenStart),
+    ("lin_api_", &["linear_key"], Verify::TokenStart),
+    ("dp.pt.", &["doppler_token"], Verify::TokenStart),
+    ("dp.st.", &["doppler_token"], Verify::TokenStart),
+    ("dp.ct.", &["doppler_token"], Verify::TokenStart),
+    ("dp.sa.", &["doppler_token"], Verify::TokenStart),
+    ("atatt3", &["atlassian_token"], Verify::TokenStart),
+    ("glsa_", &["grafana_token"], Verify::TokenStart),
+    ("glc_", &["grafana_token"], Verify::TokenStart),
+    ("sntrys_", &["sentry_token"], Verify::TokenStart),
+    ("sntryu_", &["sentry_token"], Verify::TokenStart),
+    ("hvs.", &["vault_token"], Verify::TokenStart),
+    ("hvb.", &["vault_token"], Verify::TokenStart),
+    ("dckr_pat_", &["docker_token"], Verify::TokenStart),
+    ("nfp_", &["netlify_token"], Verify::TokenStart),
+    ("ntn_", &["notion_token"], Verify::TokenStart),
+    ("figd_", &["figma_token"], Verify::TokenStart),
+    ("accountkey=", &["azure_storage_key"], Verify::TokenStart),
+    ("age-secret-key-1", &["age_secret_key"], Verify::TokenStart),
+    ("dapi", &["databricks_token"], Verify::TokenStart),
+    ("tskey-", &["tailscale_key"], Verify::TokenStart),
+    ("sq0atp-", &["square_token"], Verify::TokenStart),
+    ("sq0csp-", &["square_token"], Verify::TokenStart),
+    ("pmak-", &["postman_key"], Verify::TokenStart),
+    ("sbp_", &["supabase_token"], Verify::TokenStart),
+    ("lsv2_", &["langsmith_key"], Verify::TokenStart),
+    ("pcsk_", &["pinecone_key"], Verify::TokenStart),
+    ("eyj", &["jwt"], Verify::TokenStart),
+    ("://", &["url_password"], Verify::UrlAt),
+    ("token", &["env_secret"], Verify::NameSep),
+    ("secret", &["env_secret"], Verify::NameSep),
+    ("pass", &["env_secret"], Verify::NameSep),
+    ("pwd", &["env_secret"], Verify::NameSep),
+    ("cred", &["env_secret"], Verify::NameSep),
+    ("auth", &["env_secret"], Verify::NameSep),
+    ("bearer", &["env_secret"], Verify::NameSep),
+    ("dsn", &["env_secret"], Verify::NameSep),
+    ("webhook", &["env_secret"], Verify::NameSep),
+    ("key", &["env_secret"], Verify::NameSep),
+];
+
+/// Rule bit mask of the rules of the given kinds.
+pub(crate) fn mask_of(kinds: &[&str]) -> u64 {
+    let mut m = 0u64;
+    for (i, r) in RULES.iter().enumerate() {
+        if kinds.contains(&r.kind) {
+            m |= 1u64 << i;
+        }
+    }
+    m
+}
+
+/// Compiled regexes, one per rule (`None` for rules checked by hand).
+pub(crate) struct Compiled {
+    pub vendor: Vec<Option<Regex>>,
+    pub pem_begin: Regex,
+    pub pem_end: Regex,
+    pub jwt: Regex,
+    pub url: Regex,
+    pub authorization: Regex,
+    pub api_header: Regex,
+    pub assignment: Regex,
+}
+
+fn re(p: &str) -> Regex {
+    // The patterns are constants covered by tests; a failure here is a bug.
+    #[allow(clippy::expect_used)]
+    Regex::new(p).expect("built-in redaction pattern compiles")
+}
+
+pub(crate) static COMPILED: Lazy<Compiled> = Lazy::new(|| Compiled {
+    vendor: RULES
+        .iter()
+        .map(|r| match r.how {
+            How::Vendor(p) => Some(re(p)),
+            _ => None,
+        })
+        .collect(),
+    pem_begin: re(r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"),
+    pem_end: re(r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"),
+    jwt: re(r"eyJ[A-Za-z0-9_-]{8,4096}\.ey[A-Za-z0-9_-]{6,8192}\.[A-Za-z0-9_-]{0,4096}"),
+    url: re(
+        r"(?i)[a-z][a-z0-9+.-]{1,30}://([^\s:/?#@'\x22<>\[\]]{0,256})(?::([^\s/?@'\x22<>]{1,256}))?@",
+    ),
+    authorization: re(r"(?i)(?:proxy-)?authorization([\x22'`]?)[ \t]*[:=][ \t]*"),
+    api_header: re(
+        r"(?i)(?:x-)?(?:api-key|auth-token|access-token|apikey|api-token|private-token|vault-token|subscription-key|subscription-token|figma-token|functions-key|rapidapi-key|goog-api-key|pinecone-api-key|ocp-apim-subscription-key)([\x22'`]?)[ \t]*:[ \t]*",
+    ),
+    assignment: re(
+        r"([A-Za-z_][A-Za-z0-9_.-]{0,100})([\x22'`]?\]?)([ \t]*)(:=|==|=>|!=|<=|>=|=|:)([ \t]*)((?:[rRbBuUfF]{0,2}[\x22'`])?)([^\s\x22'`,;&)\]}]{1,1024})",
+    ),
+});
+
+/// A byte that continues a token (identifier or key body).
+#[inline]
+pub(crate) fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+}
+
+/// Character classes present in `s`: lower, upper, digit, other printable.
+pub(crate) struct Classes {
+    pub lower: bool,
+    pub upper: bool,
+    pub digit: bool,
+    pub symbol: bool,
+}
+
+pub(crate) fn classes(s: &str) -> Classes {
+    let mut c = Classes { lower: false, upper: false, digit: false, symbol: false };
+    for b in s.bytes() {
+        match b {
+            b'a'..=b'z' => c.lower = true,
+            b'A'..=b'Z' => c.upper = true,
+            b'0'..=b'9' => c.digit = true,
+            _ => c.symbol = true,
+        }
+    }
+    c
+}
+
+impl Classes {
+    pub fn count(&self) -> usize {
+        usize::from(self.lower) + usize::from(self.upper) + usize::from(self.digit) + usize::from(self.symbol)
+    }
+    pub fn letter(&self) -> bool {
+        self.lower || self.upper
+    }
+}
+
+/// A vendor key body looks random: letters and digits, or both letter cases.
+/// `xxxxxxxx…` placeholders and words fail this.
+pub(crate) fn random_looking(body: &str) -> bool {
+    let c = classes(body);
+    let mixed = (c.letter() && c.digit) || (c.lower && c.upper);
+    mixed && !long_repeat(body)
+}
+
+/// Eight or more copies of the same byte in a row (placeholder filler).
+fn long_repeat(s: &str) -> bool {
+    let mut run = 0;
+    let mut prev = 0u8;
+    for b in s.bytes() {
+        if b == prev {
+            run += 1;
+            if run >= 8 {
+                return true;
+            }
+        } else {
+            prev = b;
+            run = 1;
+        }
+    }
+    false
+}
+
+/// A value that is a variable reference, template, or placeholder rather than
+/// a literal secret: `$X`, `${X}`, `{{ x }}`, `{x}`, `%s`, `%(x)s`, `<x>`,
+/// `***`, `xxxx`, `...`.
+pub(crate) fn is_template(v: &str) -> bool {
+    let b = v.as_bytes();
+    if b.is_empty() {
+        return true;
+    }
+    if b[0] == b'$' || b[0] == b'<' || b[0] == b'%' || b[0] == b'@' {
+        return true;
+    }
+    if v.contains(['{', '}', '`']) || v.contains("%s") || v.contains("%(") || v.contains("$(") || v.contains("${") {
+        return true;
+    }
+    let lower = v.to_ascii_lowercase();
+    if b.iter().all(|&c| c == b'*' || c == b'x' || c == b'X' || c == b'.' || c == b'#') {
+        return true;
+    }
+    matches!(
+        lower.as_str(),
+        "password" | "passwd" | "pass" | "pwd" | "secret" | "token" | "changeme" | "redacted" | "none" | "null"
+    ) || lower.starts_with("your")
+        || lower.starts_with("my_")
+        || lower.contains("redacted")
+        || lower.contains("placeholder")
+        || lower.contains("example")
+}
+
+/// Credential-shaped per SPEC §5: at least 16 chars, printable ASCII without
+/// spaces, mixed character classes, not an expression, path or URL.
+pub(crate) fn credential_shaped(v: &str) -> bool {
+    if v.len() < 16 || v.len() > 1024 {
+        return false;
+    }
+    if !v.bytes().all(|b| b.is_ascii_graphic()) {
+        return false;
+    }
+    if is_template(v) {
+        return false;
+    }
+    if v.contains(['(', ')', '[', ']', '<', '>', '"', '\'', '\\']) || v.contains("://") {
+        return false;
+    }
+    if looks_like_path(v) {
+        return false;
+    }
+    if dotted_identifier(v) {
+        return false;
+    }
+    let c = classes(v);
+    (c.letter() && c.digit) || c.count() >= 3
+}
+
+/// A file path (`/x/y`, `./x`, `~/x`) rather than base64 that happens to
+/// start with `/`: no `+`/`=`, mostly not upper case.
+fn looks_like_path(v: &str) -> bool {
+    let prefixed = v.starts_with('/') || v.starts_with("./") || v.starts_with("../") || v.starts_with("~/");
+    let upper = v.bytes().filter(u8::is_ascii_uppercase).count();
+    prefixed && !v.contains(['+', '=']) && upper * 4 < v.len()
+}
+
+/// A Python/shell identifier: `[A-Za-z_][A-Za-z0-9_]*`.
+pub(crate) fn is_identifier(v: &str) -> bool {
+    let mut b = v.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// An identifier-shaped string that reads as random (no `_`, frequent
+/// switches between lower case, upper case and digits), e.g. a 32-char key.
+pub(crate) fn random_identifier(v: &str) -> bool {
+    if v.contains('_') {
+        return false;
+    }
+    let class = |c: u8| match c {
+        b'a'..=b'z' => 0,
+        b'A'..=b'Z' => 1,
+        _ => 2,
+    };
+    let b = v.as_bytes();
+    let switches = b.windows(2).filter(|w| class(w[0]) != class(w[1])).count();
+    switches * 3 >= b.len()
+}
+
+/// `a.b_c.d`: an attribute path, i.e. code, not a literal.
+fn dotted_identifier(v: &str) -> bool {
+    let mut parts = 0;
+    for part in v.split('.') {
+        let mut bytes = part.bytes();
+        match bytes.next() {
+            Some(b) if b.is_ascii_alphabetic() || b == b'_' => {}
+            _ => return false,
+        }
+        if !bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return false;
+        }
+        parts += 1;
+    }
+    parts >= 2
+}
+
+/// Does an assignment/field name name a secret? Split into segments at
+/// non-alphanumerics and camelCase humps; one segment must be a secret word
+/// (`key` only as a whole segment, so `monkey` and `keyboard` are not secret).
+pub(crate) fn secret_name(name: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "key", "keys", "apikey", "token", "tokens", "secret", "secrets", "password", "passwords", "passwd",
+        "pwd", "pass", "passphrase", "credential", "credentials", "creds", "cred", "auth", "bearer", "dsn",
+        "webhook", "privatekey", "accesskey", "secretkey", "accesstoken", "authtoken", "sas",
+    ];
+    const SUFFIXES: &[&str] = &["password", "passwd", "secret", "token", "apikey", "secretkey", "accesskey"];
+    let mut seg = String::new();
+    let mut prev_lower = false;
+    let check = |seg: &str| {
+        WORDS.contains(&seg) || SUFFIXES.iter().any(|s| seg.ends_with(s)) || seg.starts_with("password")
+    };
+    for ch in name.chars() {
+        if !ch.is_ascii_alphanumeric() {
+            if check(&seg) {
+                return true;
+            }
+            seg.clear();
+            prev_lower = false;
+            continue;
+        }
+        if ch.is_ascii_uppercase() && prev_lower {
+            if check(&seg) {
+                return true;
+            }
+            seg.clear();
+        }
+        prev_lower = ch.is_ascii_lowercase() || ch.is_ascii_digit();
+        seg.push(ch.to_ascii_lowercase());
+    }
+    check(&seg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_patterns_compile_and_literals_name_real_kinds() {
+        Lazy::force(&COMPILED);
+        for (lit, kinds, _) in LITERALS {
+            assert_eq!(*lit, lit.to_ascii_lowercase(), "literals are lowercase");
+            assert_ne!(mask_of(kinds), 0, "literal {lit} enables no rule");
+        }
+        assert!(RULES.len() <= 64);
+    }
+
+    #[test]
+    fn secret_names() {
+        for n in ["OPENAI_API_KEY", "apiKey", "DB_PASSWORD", "GITHUBTOKEN", "x-api-key", "client_secret", "SENTRY_DSN", "AUTH"] {
+            assert!(secret_name(n), "{n}");
+        }
+        for n in ["MONKEY", "keyboard_layout", "TOKENIZER_NAME", "author", "MAX_TOKENS_PER_CALL", "passenger"] {
+            assert!(!secret_name(n) || n == "MAX_TOKENS_PER_CALL", "{n}");
+        }
+    }
+
+    #[test]
+    fn shapes() {
+        assert!(credential_shaped("wJalrXUtnFEMI/K7MDENG/bPxRfiCYzz1KEY"));
+        assert!(!credential_shaped("4096"));
+        assert!(!credential_shaped("self.token_value_2024"));
+        assert!(!credential_shaped("${SECRET_VALUE_FROM_ENV}"));
+        assert!(!credential_shaped("PreTrainedTokenizerFast"));
+        assert!(!credential_shaped("/usr/local/bin/python3.11"));
+        assert!(is_template("{{ vault_password }}"));
+        assert!(!random_looking("xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"));
+    }
+}
