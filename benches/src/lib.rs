@@ -1,0 +1,6 @@
+//! Shared input generators for the toolcell benchmarks (`benches/benches/`).
+//!
+//! Inputs are deterministic (a fixed xorshift seed), so figures are
+//! comparable from run to run.
+
+pub mod frames;

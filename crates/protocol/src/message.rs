@@ -1,0 +1,266 @@
+//! The messages of SPEC §2: requests the host writes to the runner's fd 3
+//! (one JSON object per line) and the frame bodies the runner writes back.
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version this crate speaks (`"protocol": 1`).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// A request line from host to runner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Request {
+    /// First line: hands the runner its sentinel.
+    Hello(Hello),
+    /// Run one cell.
+    Execute(Execute),
+    /// Exit cleanly.
+    Shutdown,
+}
+
+/// `{"type":"hello","sentinel":…,"protocol":1}`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// The frame sentinel (kept in memory only by the runner).
+    pub sentinel: String,
+    /// Protocol version, [`PROTOCOL_VERSION`].
+    pub protocol: u32,
+}
+
+impl std::fmt::Debug for Hello {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hello")
+            .field("sentinel", &"«hidden»")
+            .field("protocol", &self.protocol)
+            .finish()
+    }
+}
+
+/// `{"type":"execute","id":<random hex>,"code":…}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Execute {
+    /// Random hex id; the result must carry the same one.
+    pub id: String,
+    /// The cell's source code.
+    pub code: String,
+}
+
+/// A frame body from runner to host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Reply {
+    /// On stdout after `hello`.
+    Ready(Ready),
+    /// On stderr when a cell settles, just before its result: everything the
+    /// cell wrote to stderr came before it.
+    End(End),
+    /// On stdout: the outcome of a cell.
+    Result(CellResult),
+}
+
+/// `{"type":"ready","protocol":1,"pid","python":"3.11.7","executable"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ready {
+    /// Protocol version the runner speaks.
+    pub protocol: u32,
+    /// The runner's process id.
+    pub pid: u32,
+    /// Python version, e.g. `"3.11.7"`.
+    pub python: String,
+    /// The interpreter's real `sys.executable`.
+    pub executable: String,
+}
+
+/// `{"type":"end","id"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct End {
+    /// The id of the cell that settled.
+    pub id: String,
+}
+
+/// How a cell ended, as the runner saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunnerStatus {
+    /// Ran to the end.
+    Ok,
+    /// An uncaught exception.
+    Error,
+    /// `SystemExit`: the runner ends after this reply.
+    Exit,
+    /// `KeyboardInterrupt`, e.g. after a host interrupt.
+    Interrupted,
+}
+
+/// Resource usage of one cell.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    /// CPU seconds, the runner and its children.
+    pub cpu_seconds: f64,
+    /// Peak resident set size in KiB.
+    pub peak_rss_kb: u64,
+    /// Wall-clock seconds.
+    pub wall_seconds: f64,
+}
+
+/// A file the cell produced for display (e.g. a matplotlib figure).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Display {
+    /// MIME type, e.g. `image/png`.
+    pub mime: String,
+    /// Absolute path of the file.
+    pub path: String,
+}
+
+/// `{"type":"result","id","status",…}` (SPEC §2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellResult {
+    /// The id of the execute request.
+    pub id: String,
+    /// How the cell ended.
+    pub status: RunnerStatus,
+    /// The `SystemExit` code, present with [`RunnerStatus::Exit`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    /// Formatted traceback, empty when none.
+    #[serde(default)]
+    pub traceback: String,
+    /// The cell's number in this kernel, from 1.
+    pub execution_count: u64,
+    /// The cell tried to read standard input.
+    #[serde(default)]
+    pub stdin_requested: bool,
+    /// Resource usage of the cell.
+    #[serde(default)]
+    pub usage: Usage,
+    /// Files produced for display.
+    #[serde(default)]
+    pub display: Vec<Display>,
+}
+
+impl Request {
+    /// The request as one JSON line, `\n` included.
+    ///
+    /// # Errors
+    /// Only if serialization fails, which these types do not do in practice.
+    pub fn to_line(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let mut v = serde_json::to_vec(self)?;
+        v.push(b'\n');
+        Ok(v)
+    }
+}
+
+impl Reply {
+    /// Parses a frame body.
+    ///
+    /// # Errors
+    /// The JSON error when the body is not a known reply.
+    pub fn from_body(body: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn round_trip_request(r: &Request, expected: serde_json::Value) {
+        let line = r.to_line().unwrap();
+        assert_eq!(line.last(), Some(&b'\n'));
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v, expected);
+        let back: Request = serde_json::from_value(v).unwrap();
+        assert_eq!(&back, r);
+    }
+
+    #[test]
+    fn requests_have_the_spec_shape() {
+        round_trip_request(
+            &Request::Hello(Hello {
+                sentinel: "@@S@@".into(),
+                protocol: 1,
+            }),
+            json!({"type":"hello","sentinel":"@@S@@","protocol":1}),
+        );
+        round_trip_request(
+            &Request::Execute(Execute {
+                id: "ab12".into(),
+                code: "print(1)\n".into(),
+            }),
+            json!({"type":"execute","id":"ab12","code":"print(1)\n"}),
+        );
+        round_trip_request(&Request::Shutdown, json!({"type":"shutdown"}));
+    }
+
+    #[test]
+    fn replies_parse_from_what_the_runner_writes() {
+        let ready = br#"{"type":"ready","protocol":1,"pid":42,"python":"3.11.7","executable":"/usr/bin/python3"}"#;
+        assert_eq!(
+            Reply::from_body(ready).unwrap(),
+            Reply::Ready(Ready {
+                protocol: 1,
+                pid: 42,
+                python: "3.11.7".into(),
+                executable: "/usr/bin/python3".into()
+            })
+        );
+        let end = br#"{"type":"end","id":"ab"}"#;
+        assert_eq!(
+            Reply::from_body(end).unwrap(),
+            Reply::End(End { id: "ab".into() })
+        );
+        let result = json!({
+            "type":"result","id":"ab","status":"exit","exit_code":3,
+            "traceback":"","execution_count":2,"stdin_requested":false,
+            "usage":{"cpu_seconds":0.01,"peak_rss_kb":9000,"wall_seconds":0.02},
+            "display":[{"mime":"image/png","path":"/k/artifacts/fig-2-1.png"}]
+        });
+        let parsed = Reply::from_body(&serde_json::to_vec(&result).unwrap()).unwrap();
+        let Reply::Result(r) = &parsed else {
+            panic!("not a result: {parsed:?}")
+        };
+        assert_eq!(r.status, RunnerStatus::Exit);
+        assert_eq!(r.exit_code, Some(3));
+        assert_eq!(r.usage.peak_rss_kb, 9000);
+        assert_eq!(r.display[0].mime, "image/png");
+        // And back to the same JSON.
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), result);
+    }
+
+    #[test]
+    fn exit_code_is_omitted_unless_present() {
+        let r = Reply::Result(CellResult {
+            id: "x".into(),
+            status: RunnerStatus::Ok,
+            exit_code: None,
+            traceback: String::new(),
+            execution_count: 1,
+            stdin_requested: false,
+            usage: Usage::default(),
+            display: vec![],
+        });
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v.get("exit_code").is_none());
+        assert_eq!(v["status"], "ok");
+    }
+
+    #[test]
+    fn unknown_or_malformed_bodies_are_errors_not_panics() {
+        assert!(Reply::from_body(b"{}").is_err());
+        assert!(Reply::from_body(br#"{"type":"nope"}"#).is_err());
+        assert!(Reply::from_body(b"\xff\xfe").is_err());
+        assert!(Reply::from_body(br#"{"type":"result","id":1}"#).is_err());
+    }
+
+    #[test]
+    fn hello_debug_hides_the_sentinel() {
+        let h = Hello {
+            sentinel: "topsecret".into(),
+            protocol: 1,
+        };
+        assert!(!format!("{h:?}").contains("topsecret"));
+    }
+}
