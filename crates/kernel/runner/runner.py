@@ -613,14 +613,29 @@ def _compile_cell(src, filename):
     return codes
 
 
-def _execute(src, filename):
-    """Compile and run one cell in the namespace (exceptions propagate)."""
-    ns = _ns
-    for code in _compile_cell(src, filename):
+async def _run_codes(codes, ns):
+    for code in codes:
         if code.co_flags & _CO_COROUTINE:
-            _run_async(eval(code, ns))
+            await eval(code, ns)
         else:
             exec(code, ns)
+
+
+def _execute(src, filename):
+    """Compile and run one cell in the namespace (exceptions propagate).
+
+    A cell with a top-level `await` anywhere runs entirely as one task on the
+    persistent event loop (so every statement of it sees the running loop);
+    other cells run plainly, outside any loop (so `asyncio.run()` works).
+    """
+    ns = _ns
+    codes = _compile_cell(src, filename)
+    for code in codes:
+        if code.co_flags & _CO_COROUTINE:
+            _run_async(_run_codes(codes, ns))
+            return
+    for code in codes:
+        exec(code, ns)
 
 
 def _ignore_sigint():
