@@ -62,7 +62,10 @@ fn the_readme_example_prints_raw_frame_raw() {
 fn eof_inside_a_frame_is_reported() {
     let out = frames(&["--sentinel", "S"], b"x\nS 10\nabc");
     assert!(out.status.success());
-    assert_eq!(events(&out), vec![ev("raw", b"x"), ev("eof_in_frame", b"abc")]);
+    assert_eq!(
+        events(&out),
+        vec![ev("raw", b"x"), ev("eof_in_frame", b"abc")]
+    );
 }
 
 #[test]
@@ -75,8 +78,14 @@ fn false_markers_and_bad_headers_are_raw() {
 
 #[test]
 fn max_frame_len_is_honoured() {
-    let out = frames(&["--sentinel", "S", "--max-frame-len", "3"], b"\nS 4\nabcd\nS 3\nabc");
-    assert_eq!(events(&out), vec![ev("raw", b"\nS 4\nabcd"), ev("frame", b"abc")]);
+    let out = frames(
+        &["--sentinel", "S", "--max-frame-len", "3"],
+        b"\nS 4\nabcd\nS 3\nabc",
+    );
+    assert_eq!(
+        events(&out),
+        vec![ev("raw", b"\nS 4\nabcd"), ev("frame", b"abc")]
+    );
 }
 
 #[test]
@@ -94,7 +103,11 @@ fn garbage_in_gives_events_and_exit_zero() {
         }
     }
     let out = frames(&["--sentinel", "S"], &input);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let total: usize = events(&out)
         .iter()
         .filter(|(k, _)| k == "raw")

@@ -133,7 +133,10 @@ enum State {
     /// seen so far and has not been released yet.
     Scan { held: usize },
     /// A whole marker was seen; `digits[..n]` followed it so far.
-    Header { digits: [u8; MAX_HEADER_DIGITS], n: usize },
+    Header {
+        digits: [u8; MAX_HEADER_DIGITS],
+        n: usize,
+    },
     /// Inside a body; `remaining` bytes still to come (already read ones are
     /// in `Decoder::body`).
     Body { remaining: usize },
@@ -211,7 +214,8 @@ impl Decoder {
     /// The most [`Decoder::buffered_len`] can ever be for this decoder.
     #[must_use]
     pub fn buffered_bound(&self) -> usize {
-        self.max_frame_len.max(self.marker.len() + MAX_HEADER_DIGITS)
+        self.max_frame_len
+            .max(self.marker.len() + MAX_HEADER_DIGITS)
     }
 
     /// In the scanning state, how many bytes are held back as a possible
@@ -477,6 +481,9 @@ mod tests {
 
     #[test]
     fn twenty_digit_lengths_do_not_overflow() {
-        assert_eq!(parse_digits(b"99999999999999999999"), 99_999_999_999_999_999_999);
+        assert_eq!(
+            parse_digits(b"99999999999999999999"),
+            99_999_999_999_999_999_999
+        );
     }
 }

@@ -140,13 +140,9 @@ pub fn check_decoder(data: &[u8]) -> Result<(), String> {
     }
     // Frames drop their headers; nothing else disappears or appears.
     let marker_len = sentinel.marker().len();
-    let frames = whole
-        .iter()
-        .filter(|n| !matches!(n, Norm::Raw(_)))
-        .count();
+    let frames = whole.iter().filter(|n| !matches!(n, Norm::Raw(_))).count();
     let c = carried(&whole);
-    if c > input.len() || c + frames * (marker_len + 1 + crate::MAX_HEADER_DIGITS) < input.len()
-    {
+    if c > input.len() || c + frames * (marker_len + 1 + crate::MAX_HEADER_DIGITS) < input.len() {
         return Err(format!(
             "events carry {c} bytes for {} input bytes and {frames} frames",
             input.len()

@@ -16,5 +16,9 @@ fn every_corpus_file_passes_the_decoder_check() {
         }
         n += 1;
     }
-    assert!(n >= 10, "the corpus in {} has only {n} files", dir.display());
+    assert!(
+        n >= 10,
+        "the corpus in {} has only {n} files",
+        dir.display()
+    );
 }

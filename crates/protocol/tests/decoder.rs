@@ -111,8 +111,12 @@ fn segment(marker: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
             v
         }),
         // marker + leading zeros / empty frame / no digits
-        prop_oneof![Just(b"0\n".to_vec()), Just(b"\n".to_vec()), Just(b"007\nabcdefg".to_vec())]
-            .prop_map(move |tail| [m5.clone(), tail].concat()),
+        prop_oneof![
+            Just(b"0\n".to_vec()),
+            Just(b"\n".to_vec()),
+            Just(b"007\nabcdefg".to_vec())
+        ]
+        .prop_map(move |tail| [m5.clone(), tail].concat()),
     ]
 }
 
@@ -186,7 +190,10 @@ fn only_a_possible_marker_prefix_is_held_back() {
 fn a_held_prefix_followed_by_a_newline_keeps_only_the_newline() {
     let mut dec = Decoder::new(&sentinel());
     let evs = decode_chunks(&mut dec, &[b"\n@@", b"\n@@S@@ 1\nx"]);
-    assert_eq!(normalize(evs), vec![raw(b"\n@@"), Norm::Frame(b"x".to_vec())]);
+    assert_eq!(
+        normalize(evs),
+        vec![raw(b"\n@@"), Norm::Frame(b"x".to_vec())]
+    );
 }
 
 #[test]
@@ -208,8 +215,17 @@ fn a_marker_right_after_a_bad_marker_is_found() {
     // The byte that spoils the first header starts the second marker.
     let mut dec = Decoder::new(&sentinel());
     let evs = decode_chunks(&mut dec, &[b"\n@@S@@ \n@@S@@ 1\nz"]);
-    assert!(matches!(&evs[0], Event::NotAFrame { reason: Rejection::NoDigits, .. }));
-    assert_eq!(normalize(evs), vec![raw(b"\n@@S@@ "), Norm::Frame(b"z".to_vec())]);
+    assert!(matches!(
+        &evs[0],
+        Event::NotAFrame {
+            reason: Rejection::NoDigits,
+            ..
+        }
+    ));
+    assert_eq!(
+        normalize(evs),
+        vec![raw(b"\n@@S@@ "), Norm::Frame(b"z".to_vec())]
+    );
 }
 
 #[test]
@@ -217,7 +233,13 @@ fn more_than_twenty_digits_is_not_a_frame() {
     let mut dec = Decoder::new(&sentinel());
     let input = b"\n@@S@@ 000000000000000000001\nx";
     let evs = decode_chunks(&mut dec, &[input]);
-    assert!(matches!(&evs[0], Event::NotAFrame { reason: Rejection::TooManyDigits, .. }));
+    assert!(matches!(
+        &evs[0],
+        Event::NotAFrame {
+            reason: Rejection::TooManyDigits,
+            ..
+        }
+    ));
     assert_eq!(normalize(evs), vec![raw(input)]);
     // Twenty digits, leading zeros and all, are fine.
     let mut dec = Decoder::new(&sentinel());
@@ -246,7 +268,13 @@ fn a_length_above_the_maximum_is_not_a_frame() {
     let evs = decode_chunks(&mut dec, &[b"\n@@S@@ 11\n01234567890"]);
     assert!(matches!(
         &evs[0],
-        Event::NotAFrame { reason: Rejection::TooLong { declared: 11, max: 10 }, .. }
+        Event::NotAFrame {
+            reason: Rejection::TooLong {
+                declared: 11,
+                max: 10
+            },
+            ..
+        }
     ));
     assert_eq!(normalize(evs), vec![raw(b"\n@@S@@ 11\n01234567890")]);
     let mut dec = Decoder::new(&sentinel()).with_max_frame_len(10);
@@ -259,7 +287,13 @@ fn the_default_maximum_is_64_mib() {
     let mut dec = Decoder::new(&sentinel());
     let over = format!("\n@@S@@ {}\n", 64 * 1024 * 1024 + 1);
     let evs = decode_chunks(&mut dec, &[over.as_bytes()]);
-    assert!(matches!(&evs[0], Event::NotAFrame { reason: Rejection::TooLong { .. }, .. }));
+    assert!(matches!(
+        &evs[0],
+        Event::NotAFrame {
+            reason: Rejection::TooLong { .. },
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -286,10 +320,19 @@ fn eof_inside_a_body_is_its_own_event() {
 fn eof_inside_a_header_releases_it_as_raw() {
     let mut dec = Decoder::new(&sentinel());
     let evs = decode_chunks(&mut dec, &[b"x\n@@S@@ 12"]);
-    assert!(matches!(evs.last(), Some(Event::NotAFrame { reason: Rejection::Eof, .. })));
+    assert!(matches!(
+        evs.last(),
+        Some(Event::NotAFrame {
+            reason: Rejection::Eof,
+            ..
+        })
+    ));
     assert_eq!(normalize(evs), vec![raw(b"x\n@@S@@ 12")]);
     let mut dec = Decoder::new(&sentinel());
-    assert_eq!(normalize(decode_chunks(&mut dec, &[b"x\n@@S"])), vec![raw(b"x\n@@S")]);
+    assert_eq!(
+        normalize(decode_chunks(&mut dec, &[b"x\n@@S"])),
+        vec![raw(b"x\n@@S")]
+    );
 }
 
 #[test]
@@ -305,11 +348,20 @@ fn a_zero_length_frame_is_valid_and_empty() {
 #[test]
 fn frames_back_to_back() {
     let s = sentinel();
-    let input = [encode_frame(&s, b"1"), encode_frame(&s, b"22"), encode_frame(&s, b"")].concat();
+    let input = [
+        encode_frame(&s, b"1"),
+        encode_frame(&s, b"22"),
+        encode_frame(&s, b""),
+    ]
+    .concat();
     let mut dec = Decoder::new(&s);
     assert_eq!(
         normalize(decode_chunks(&mut dec, &[&input])),
-        vec![Norm::Frame(b"1".to_vec()), Norm::Frame(b"22".to_vec()), Norm::Frame(vec![])]
+        vec![
+            Norm::Frame(b"1".to_vec()),
+            Norm::Frame(b"22".to_vec()),
+            Norm::Frame(vec![])
+        ]
     );
 }
 
@@ -318,7 +370,10 @@ fn the_decoder_is_reusable_after_finish() {
     let mut dec = Decoder::new(&sentinel());
     let _ = decode_chunks(&mut dec, &[b"\n@@S@@ 5\nab"]);
     assert_eq!(dec.buffered_len(), 0);
-    assert_eq!(normalize(decode_chunks(&mut dec, &[b"ok"])), vec![raw(b"ok")]);
+    assert_eq!(
+        normalize(decode_chunks(&mut dec, &[b"ok"])),
+        vec![raw(b"ok")]
+    );
 }
 
 #[test]
@@ -326,7 +381,12 @@ fn memory_stays_bounded_on_a_long_stream_without_frames() {
     let s = sentinel();
     let mut dec = Decoder::new(&s);
     // 64 MiB of output dense with marker prefixes, in 1 MiB chunks.
-    let chunk: Vec<u8> = b"\n@@S@ \n@@x\n".iter().copied().cycle().take(1 << 20).collect();
+    let chunk: Vec<u8> = b"\n@@S@ \n@@x\n"
+        .iter()
+        .copied()
+        .cycle()
+        .take(1 << 20)
+        .collect();
     let mut total = 0usize;
     for _ in 0..64 {
         for ev in dec.feed(&chunk) {
@@ -342,7 +402,10 @@ fn memory_stays_bounded_on_a_long_stream_without_frames() {
 fn a_huge_declared_length_does_not_preallocate() {
     // A header declaring 60 MiB followed by EOF must not hold 60 MiB.
     let mut dec = Decoder::new(&sentinel());
-    let evs: Vec<_> = dec.feed(b"\n@@S@@ 62914560\nab").map(Event::into_owned).collect();
+    let evs: Vec<_> = dec
+        .feed(b"\n@@S@@ 62914560\nab")
+        .map(Event::into_owned)
+        .collect();
     assert!(evs.is_empty());
     assert_eq!(dec.buffered_len(), 2);
     assert!(matches!(dec.finish(), Some(Event::EofInFrame(b)) if b == b"ab"));
