@@ -13,7 +13,7 @@ written on the private duplicates of fds 1 (``ready``, ``result``) and 2
 Standard library only; Python 3.8 to 3.13. See README.md beside this file.
 """
 
-import ast
+import _ast  # the C module: compile()'s AST types without loading ast.py
 import builtins
 import fcntl
 import json
@@ -27,16 +27,13 @@ import threading
 import time
 import types
 
-try:
-    from queue import SimpleQueue as _SimpleQueue
-except ImportError:  # pragma: no cover - SimpleQueue exists from 3.7 on
-    from queue import Queue as _SimpleQueue
+from _queue import SimpleQueue as _SimpleQueue
 
 PROTOCOL = 1
 
 # Flags and constants resolved once.
-_TLA = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0x2000)
-_AST_FLAGS = ast.PyCF_ONLY_AST | _TLA
+_TLA = _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_AST_FLAGS = _ast.PyCF_ONLY_AST | _TLA
 _CO_COROUTINE = 0x0080
 _SIGINT = signal.SIGINT
 _SIG_IGN = signal.SIG_IGN
@@ -47,8 +44,8 @@ _RUSAGE_SELF = resource.RUSAGE_SELF
 _RUSAGE_CHILDREN = resource.RUSAGE_CHILDREN
 _perf_counter = time.perf_counter
 _os_write = os.write
-_Expr = ast.Expr
-_Interactive = ast.Interactive
+_Expr = _ast.Expr
+_Interactive = _ast.Interactive
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _loads = json.loads
 _RSS_DIVISOR = 1024 if sys.platform == "darwin" else 1  # ru_maxrss unit: bytes on macOS
@@ -76,6 +73,7 @@ _MAX_REQUEST = 512 * 1024 * 1024
 
 # Protocol state, set up by _init_fds() and the hello request. The sentinel
 # lives only here, in memory.
+_PID = os.getpid()  # the runner's own pid (a cell may fork)
 _REQ_FD = -1
 _OUT_FD = -1
 _ERR_FD = -1
@@ -845,6 +843,8 @@ def _handle_execute(req):
             exc = _run_user(code, filename)
         except KeyboardInterrupt as late:  # landed in runner code around the cell
             exc = late
+        if os.getpid() != _PID:
+            _forked_child_exit(exc)
         _ignore_sigint()
         result = _finish_cell(rid, count, filename, exc, ru0, rc0, t0)
         exit_code = result.get("exit_code")
@@ -855,6 +855,26 @@ def _handle_execute(req):
     _send(_OUT_FD, result, False)  # flushed just above
     if exit_code is not None:
         _exit(exit_code)
+
+
+def _forked_child_exit(exc):
+    """A child the cell forked (os.fork) ran off the end of the cell.
+
+    It must not answer for the cell (the parent does) nor read requests:
+    report an uncaught exception as Python would, then exit.
+    """
+    code = 0
+    try:
+        if isinstance(exc, SystemExit):
+            code, message = _exit_code(exc)
+            if message is not None:
+                sys.stderr.write(message + "\n")
+        elif exc is not None:
+            code = 1
+            sys.stderr.write(_format_exc(exc, "<cell-%d>" % _exec_count))
+        _flush_std()
+    finally:
+        os._exit(code & 0xFF)
 
 
 def _exit(code):

@@ -279,6 +279,23 @@ class Lifecycle(RunnerTest):
         self.assertOk(c)
         self.assertEqual(c.out, "'kept'\n")
 
+    def test_sigint_is_ignored_between_cells_and_caught_during_them(self):
+        k = self.kernel()
+
+        def masks():
+            with open("/proc/%d/status" % k.pid) as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            bit = 1 << (signal.SIGINT - 1)
+            return bool(int(fields["SigIgn"], 16) & bit), bool(int(fields["SigCgt"], 16) & bit)
+
+        self.assertOk(k.execute("x = 1"))
+        self.assertEqual(masks(), (True, False))  # SIG_IGN while idle
+        cid = k.start("import sys, time\nsys.stdout.write('in cell\\n')\ntime.sleep(0.5)")
+        k.stdout.wait_raw(b"in cell", 10)
+        self.assertEqual(masks(), (False, True))  # a handler while the cell runs
+        self.assertOk(k.wait(cid))
+        self.assertEqual(masks(), (True, False))
+
     def test_sigint_during_a_cell_interrupts_it_and_keeps_state(self):
         k = self.kernel()
         self.assertOk(k.execute("x = 'kept'"))
@@ -350,6 +367,19 @@ class Lifecycle(RunnerTest):
         self.assertEqual((c.status, c.result["exit_code"]), ("exit", 7))
         self.assertEqual(k.wait_exit(5), 7)
 
+    def test_a_forked_child_falling_off_the_cell_does_not_answer_for_it(self):
+        k = self.kernel()
+        c1 = k.execute("import os\npid = os.fork()\nif pid == 0:\n    print('in child', flush=True)\n    raise ValueError('child fails')")
+        self.assertOk(c1)
+        c2 = k.execute("os.waitpid(pid, 0)[1] >> 8")
+        self.assertOk(c2)
+        self.assertTrue(c2.out.endswith("1\n"), c2)  # the child exited 1 (uncaught error)
+        # The child's output lands in whichever cell was running when it wrote.
+        self.assertIn("in child\n", c1.out + c2.out)
+        self.assertIn("ValueError: child fails", c1.err + c2.err)
+        self.assertNotIn("runner.py", c1.err + c2.err)
+        self.assertEqual(c1.skipped + c2.skipped, [])  # no second result or end frame
+
     def test_bad_requests_are_reported_and_the_kernel_keeps_serving(self):
         k = self.kernel()
         k.send_raw(b"this is not json\n")
@@ -391,6 +421,11 @@ class Namespace(RunnerTest):
         )
         self.assertOk(c)
         self.assertEqual(c.out, "11 True __main__\nTrue\nTrue 2\nTrue\n")
+
+    def test_cells_run_on_the_main_thread(self):
+        k = self.kernel()
+        c = k.execute("import threading\nthreading.current_thread() is threading.main_thread()")
+        self.assertEqual(c.out, "True\n")
 
     def test_helpers_come_from_toolcell_tools(self):
         tools = dedent(
@@ -878,6 +913,13 @@ class Matplotlib(RunnerTest):
         c = k.execute("len(plt.get_fignums())")
         self.assertEqual(c.out, "0\n")
         self.assertEqual(c.result["display"], [])
+
+    def test_plt_show_leaves_the_figure_to_be_saved(self):
+        k = self.kernel(python=self.mpl_python)
+        c = k.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
+        self.assertOk(c)
+        self.assertEqual(c.err, "")
+        self.assertEqual(len(c.result["display"]), 1)
 
     def test_figures_are_saved_even_when_the_cell_fails(self):
         k = self.kernel(python=self.mpl_python)
