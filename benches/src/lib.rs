@@ -4,3 +4,4 @@
 //! comparable from run to run.
 
 pub mod frames;
+pub mod text;
