@@ -13,20 +13,18 @@ written on the private duplicates of fds 1 (``ready``, ``result``) and 2
 Standard library only; Python 3.8 to 3.13. See README.md beside this file.
 """
 
-import _ast  # the C module: compile()'s AST types without loading ast.py
+# Imports are kept to C modules where possible: every one of json, re,
+# signal (enum), threading, types and linecache (tokenize, re) would add
+# milliseconds to each kernel's start.
+import _ast  # compile()'s AST node types, without loading ast.py
+import _signal
+import _thread
 import builtins
 import fcntl
-import json
-import linecache
 import os
-import re
 import resource
-import signal
 import sys
-import threading
 import time
-import types
-
 from _queue import SimpleQueue as _SimpleQueue
 
 PROTOCOL = 1
@@ -35,10 +33,10 @@ PROTOCOL = 1
 _TLA = _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 _AST_FLAGS = _ast.PyCF_ONLY_AST | _TLA
 _CO_COROUTINE = 0x0080
-_SIGINT = signal.SIGINT
-_SIG_IGN = signal.SIG_IGN
-_default_int_handler = signal.default_int_handler
-_signal = signal.signal
+_SIGINT = _signal.SIGINT
+_SIG_IGN = _signal.SIG_IGN
+_default_int_handler = _signal.default_int_handler
+_signal_fn = _signal.signal
 _getrusage = resource.getrusage
 _RUSAGE_SELF = resource.RUSAGE_SELF
 _RUSAGE_CHILDREN = resource.RUSAGE_CHILDREN
@@ -46,13 +44,51 @@ _perf_counter = time.perf_counter
 _os_write = os.write
 _Expr = _ast.Expr
 _Interactive = _ast.Interactive
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_loads = json.loads
+_ModuleType = type(sys)
+_CodeType = type((lambda: None).__code__)
 _RSS_DIVISOR = 1024 if sys.platform == "darwin" else 1  # ru_maxrss unit: bytes on macOS
 
-# A line whose first non-blank character is `!` or `%` may be a shell/magic
-# line; only then is the (slower) line scanner run.
-_MAGIC_HINT = re.compile(r"^[ \t\f]*[!%]", re.M)
+
+def _no_default(obj):
+    raise TypeError("not JSON serializable: %r" % type(obj).__name__)
+
+
+try:  # JSON through the C accelerator directly: `import json` costs ~5 ms (re).
+    import _json
+
+    class _ScanContext:
+        pass
+
+    _ctx = _ScanContext()
+    _ctx.strict = True
+    _ctx.object_hook = None
+    _ctx.object_pairs_hook = None
+    _ctx.parse_float = float
+    _ctx.parse_int = int
+    _ctx.parse_constant = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.__getitem__
+    _scan = _json.make_scanner(_ctx)
+    _encoder = _json.make_encoder(None, _no_default, _json.encode_basestring, None, ":", ",", False, False, True)
+
+    def _loads(data):
+        text = data.decode("utf-8").strip(" \t\r\n")
+        obj, end = _scan(text, 0)
+        if end != len(text):
+            raise ValueError("extra data after the JSON value")
+        return obj
+
+    def _dumps(obj):
+        return "".join(_encoder(obj, 0))
+
+    if (
+        _loads(b' {"a": [1, "\\u00e9"]} ') != {"a": [1, "\u00e9"]}
+        or _dumps({"a": [1, "\u00e9"]}) != '{"a":[1,"\u00e9"]}'
+    ):
+        raise ImportError("unexpected _json behaviour")
+except Exception:  # another implementation: the json module
+    import json
+
+    _loads = json.loads
+    _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 # The file the runner's own code objects carry; frames from it are cut from
 # every traceback a user sees.
@@ -67,7 +103,6 @@ _LINECACHE_BUDGET = 64 * 1024 * 1024
 _compile_cache = {}
 _CACHE_ENTRIES = 64
 _CACHE_SRC_MAX = 4096
-_CodeType = types.CodeType
 # A request line longer than this is discarded (the host never sends one).
 _MAX_REQUEST = 512 * 1024 * 1024
 
@@ -78,14 +113,15 @@ _REQ_FD = -1
 _OUT_FD = -1
 _ERR_FD = -1
 _MARK = b""
-_frame_lock = threading.Lock()
+_frame_lock = _thread.allocate_lock()
 _requests = _SimpleQueue()
 _shutdown_requested = False
 
 _ns = {}  # the cells' namespace (the __main__ module's dict)
 _exec_count = 0
-_cell_sources = []  # [(filename, size)] in registration order
-_cell_sources_total = 0
+_sources = {}  # cell file name -> linecache entry, oldest first
+_sources_total = 0
+_linecache = None  # the linecache module, once something imported it
 _loop = None  # the one asyncio event loop, created on the first await cell
 _asyncio = None
 _subprocess = None
@@ -169,9 +205,9 @@ def _die():
     """The host is gone: kill our whole process group (cells' children too)."""
     try:
         if os.getpgrp() == os.getpid():
-            os.killpg(0, signal.SIGKILL)
+            os.killpg(0, _signal.SIGKILL)
         else:  # not a session/group leader: never kill a group we do not own
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), _signal.SIGKILL)
     finally:
         os._exit(137)
 
@@ -397,6 +433,17 @@ _MAGIC_HINTS = {
 }
 
 
+def _may_have_magic(src):
+    """Cheap pre-check: does any line start (after blanks) with `!` or `%`?"""
+    if "!" not in src and "%" not in src:
+        return False
+    for line in src.split("\n"):
+        first = line.lstrip(" \t\f")[:1]
+        if first == "!" or first == "%":
+            return True
+    return False
+
+
 def _split_lines(src):
     parts = src.split("\n")
     lines = [p + "\n" for p in parts[:-1]]
@@ -433,8 +480,11 @@ def _transform(src, filename):
                 if first == "!":
                     out.append("%s__toolcell_shell__(%r)%s" % (indent, body[1:], end))
                     continue
-                m = re.match(r"%+([A-Za-z_][A-Za-z0-9_]*)?", body)
-                name = (m.group(1) or "") if m else ""
+                name = body.lstrip("%")
+                for j, ch in enumerate(name):
+                    if not (ch.isalnum() or ch == "_"):
+                        name = name[:j]
+                        break
                 if body.startswith("%pip") and body[4:5] in ("", " ", "\t"):
                     if _shlex is None:
                         import shlex as _shlex
@@ -444,7 +494,7 @@ def _transform(src, filename):
                         raise SyntaxError(
                             "cannot parse %%pip arguments: %s" % e,
                             (filename, lineno, len(indent) + 1, line),
-                        )
+                        ) from None
                     out.append("%s__toolcell_pip__(%r)%s" % (indent, args, end))
                     continue
                 shown = body.split()[0] if body.split() else body
@@ -497,20 +547,88 @@ def _transform(src, filename):
 
 
 def _register_source(filename, src):
-    """Put the cell's source in linecache so tracebacks can show its lines."""
-    global _cell_sources_total
-    linecache.cache[filename] = (len(src), None, _split_lines(src), filename)
-    _cell_sources.append((filename, len(src)))
-    _cell_sources_total += len(src)
-    while _cell_sources_total > _LINECACHE_BUDGET and len(_cell_sources) > 1:
-        old, size = _cell_sources.pop(0)
-        _cell_sources_total -= size
-        linecache.cache.pop(old, None)
+    """Keep the cell's source for linecache so tracebacks can show its lines."""
+    global _sources_total
+    entry = (len(src), None, _split_lines(src), filename)  # mtime None: never checked
+    _sources[filename] = entry
+    _sources_total += len(src)
+    lc = _linecache
+    while _sources_total > _LINECACHE_BUDGET and len(_sources) > 1:
+        old = next(iter(_sources))
+        _sources_total -= _sources.pop(old)[0]
+        if lc is not None:
+            lc.cache.pop(old, None)
+    if lc is not None:
+        lc.cache[filename] = entry
+
+
+def _adopt_linecache(module):
+    global _linecache
+    _linecache = module
+    module.cache.update(_sources)
+
+
+class _SyncingLoader:
+    """Wraps linecache's loader: once it is loaded, give it the cell sources."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _adopt_linecache(module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _LinecacheWatch:
+    """A meta-path finder that only notices the first import of linecache.
+
+    linecache (with tokenize and re) is not loaded up front to keep kernel
+    start fast; whoever imports it first (traceback, warnings, the runner's
+    own error formatting) gets a linecache that already knows every cell.
+    """
+
+    done = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "linecache" or self.done:
+            return None
+        self.done = True
+        try:
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(name, path, target)
+                if spec is not None:
+                    if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                        return None
+                    spec.loader = _SyncingLoader(spec.loader)
+                    return spec
+        except Exception:
+            pass
+        return None
+
+    def invalidate_caches(self):
+        pass
+
+
+def _watch_linecache():
+    module = sys.modules.get("linecache")
+    if module is not None:
+        _adopt_linecache(module)
+    else:
+        sys.meta_path.insert(0, _LinecacheWatch())
 
 
 def _make_namespace():
     global _ns
-    main = types.ModuleType("__main__")
+    main = _ModuleType("__main__")
     ns = main.__dict__
     ns["__builtins__"] = builtins
     sys.modules["__main__"] = main
@@ -540,6 +658,7 @@ def _setup_interpreter():
         sys.path.insert(1, "")
     sys.argv = [""]
     sys.stdin = _stdin
+    _watch_linecache()
     builtins.__toolcell_shell__ = _shell
     builtins.__toolcell_pip__ = _pip
 
@@ -593,7 +712,7 @@ def _compile_cell(src, filename):
     cached = _compile_cache.get(src)
     if cached is not None:
         return [_retarget(c, filename) for c in cached]
-    text = _transform(src, filename) if _MAGIC_HINT.search(src) is not None else src
+    text = _transform(src, filename) if _may_have_magic(src) else src
     tree = compile(text, filename, "exec", _AST_FLAGS)
     body = tree.body
     codes = []
@@ -639,7 +758,7 @@ def _execute(src, filename):
 def _ignore_sigint():
     while True:
         try:
-            _signal(_SIGINT, _SIG_IGN)
+            _signal_fn(_SIGINT, _SIG_IGN)
             return
         except KeyboardInterrupt:
             continue
@@ -647,7 +766,7 @@ def _ignore_sigint():
 
 def _run_user(src, filename):
     """Run the cell with SIGINT live; return the exception it ended with."""
-    _signal(_SIGINT, _default_int_handler)
+    _signal_fn(_SIGINT, _default_int_handler)
     try:
         _execute(src, filename)
     except BaseException as e:
@@ -906,7 +1025,7 @@ def main():
     except OSError as e:
         sys.stderr.write("toolcell runner: fd 3 must be the request pipe (%s)\n" % e)
         sys.exit(2)
-    threading.Thread(target=_reader, name="toolcell-requests", daemon=True).start()
+    _thread.start_new_thread(_reader, ())
 
     kind, hello = _requests.get()
     if kind != "req" or hello.get("type") != "hello":

@@ -9,6 +9,9 @@ frame on stderr is drained too). Prints the median and percentiles, the
 runner's own ``usage.wall_seconds`` median, and for scale a bare pipe round
 trip to the same Python (a loop that reads a line and writes a line).
 
+Also measures spawn-to-ready (Popen to the ready frame, kernel dir set up
+included) against the same interpreter's own ``-u -c pass``, interleaved.
+
 Not a test: timing figures depend on the machine and its load.
 """
 
@@ -73,14 +76,7 @@ def bench_runner(n, code):
         k.close()
 
 
-ECHO = (
-    "import os\n"
-    "buf = b''\n"
-    "while True:\n"
-    "    d = os.read(0, 65536)\n"
-    "    if not d: break\n"
-    "    os.write(1, b'ok\\n')\n"
-)
+ECHO = "import os\nbuf = b''\nwhile True:\n    d = os.read(0, 65536)\n    if not d: break\n    os.write(1, b'ok\\n')\n"
 
 
 def bench_bare_pipe(n):
@@ -102,6 +98,22 @@ def bench_bare_pipe(n):
     return times
 
 
+def bench_startup(n=30):
+    """Spawn-to-ready of the runner vs the interpreter's own `-u -c pass`, interleaved."""
+    ready = []
+    bare = []
+    py = harness.test_python()
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run([py, "-u", "-c", "pass"], stdin=subprocess.DEVNULL)
+        bare.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        k = harness.Kernel(readers=False)
+        ready.append(time.perf_counter() - t0)
+        k.close()
+    return ready, bare
+
+
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
     code = sys.argv[2] if len(sys.argv) > 2 else "x += 1"
@@ -114,8 +126,15 @@ def main():
         "runner round trip: median %.1f us, p10 %.1f us, p90 %.1f us, p99 %.1f us"
         % (statistics.median(times) * us, _pct(times, 0.1) * us, _pct(times, 0.9) * us, _pct(times, 0.99) * us)
     )
-    print("runner usage.wall_seconds (request received -> result built): median %.1f us" % (statistics.median(walls) * us))
+    print(
+        "runner usage.wall_seconds (request received -> result built): median %.1f us" % (statistics.median(walls) * us)
+    )
     print("bare pipe round trip: median %.1f us" % (statistics.median(bare) * us))
+    ready, plain = bench_startup()
+    print(
+        "spawn to ready: median %.1f ms (interpreter's own `-u -c pass`: median %.1f ms)"
+        % (statistics.median(ready) * 1e3, statistics.median(plain) * 1e3)
+    )
 
 
 if __name__ == "__main__":

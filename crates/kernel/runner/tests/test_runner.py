@@ -108,7 +108,8 @@ class HandshakeAndFds(RunnerTest):
                     print("fd3 open")
                 except OSError:
                     print("fd3 closed")
-                out = subprocess.check_output([sys.executable, "-c", "import os; print(sorted(int(f) for f in os.listdir('/proc/self/fd')))"])
+                listing = "import os; print(sorted(int(f) for f in os.listdir('/proc/self/fd')))"
+                out = subprocess.check_output([sys.executable, "-c", listing])
                 print(out.decode().strip())
                 """
             )
@@ -369,7 +370,10 @@ class Lifecycle(RunnerTest):
 
     def test_a_forked_child_falling_off_the_cell_does_not_answer_for_it(self):
         k = self.kernel()
-        c1 = k.execute("import os\npid = os.fork()\nif pid == 0:\n    print('in child', flush=True)\n    raise ValueError('child fails')")
+        c1 = k.execute(
+            "import os\npid = os.fork()\n"
+            "if pid == 0:\n    print('in child', flush=True)\n    raise ValueError('child fails')"
+        )
         self.assertOk(c1)
         c2 = k.execute("os.waitpid(pid, 0)[1] >> 8")
         self.assertOk(c2)
@@ -642,6 +646,13 @@ class ShellLines(RunnerTest):
         c = k.execute("%%bash\necho hi")
         self.assertIn("unsupported magic %%bash", c.tb)
 
+    def test_percent_pip_with_unbalanced_quotes_is_a_syntax_error(self):
+        k = self.kernel()
+        c = k.execute("x = 1\n%pip install 'oops")
+        self.assertEqual(c.status, "error")
+        self.assertIn("cannot parse %pip arguments", c.tb)
+        self.assertIn('File "<cell-1>", line 2', c.tb)
+
     def test_failing_shell_command_does_not_raise(self):
         k = self.kernel()
         c = k.execute("!exit 3\nprint('after')")
@@ -699,7 +710,9 @@ class Tracebacks(RunnerTest):
 
     def test_error_inside_a_coroutine_starts_at_the_cell(self):
         k = self.kernel()
-        c = k.execute("import asyncio\nasync def boom():\n    await asyncio.sleep(0)\n    raise ValueError('async')\nawait boom()")
+        c = k.execute(
+            "import asyncio\nasync def boom():\n    await asyncio.sleep(0)\n    raise ValueError('async')\nawait boom()"
+        )
         self.assertEqual(c.status, "error")
         first_frame = c.tb.split("\n")[1]
         self.assertIn('File "<cell-1>", line 5', first_frame)
@@ -713,6 +726,33 @@ class Tracebacks(RunnerTest):
         c = k.execute("import linecache, inspect\nprint(linecache.getline('<cell-1>', 2).strip())")
         self.assertOk(c)
         self.assertEqual(c.out, "return 'source line'\n")
+
+    def test_tracebacks_printed_by_the_cell_itself_show_cell_lines(self):
+        # linecache may be imported for the first time by the cell: it must
+        # still know this cell and the earlier ones.
+        k = self.kernel()
+        self.assertOk(k.execute("def f():\n    raise ValueError('from f')"))
+        c = k.execute(
+            dedent(
+                """
+                import traceback
+                try:
+                    f()
+                except ValueError:
+                    traceback.print_exc()
+                """
+            )
+        )
+        self.assertOk(c)
+        self.assertIn('File "<cell-2>", line 3, in <module>\n    f()\n', c.err)
+        self.assertIn("File \"<cell-1>\", line 2, in f\n    raise ValueError('from f')\n", c.err)
+        self.assertNotIn(RUNNER_NAME, c.err)
+
+    def test_warnings_show_the_cell_line(self):
+        k = self.kernel()
+        c = k.execute("import warnings\nx = 1\nwarnings.warn('careful')")
+        self.assertOk(c)
+        self.assertIn("<cell-1>:3: UserWarning: careful\n  warnings.warn('careful')\n", c.err)
 
     def test_sys_last_value_is_set(self):
         k = self.kernel()
