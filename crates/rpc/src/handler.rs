@@ -88,7 +88,14 @@ impl Core {
             );
             return Step::Replied;
         }
-        let req: RawRequest<'a> = match serde_json::from_slice(line) {
+        // Validate UTF-8 up front: serde skips unknown fields without
+        // checking their strings, and a line that is not UTF-8 is not JSON.
+        let Ok(text) = std::str::from_utf8(line) else {
+            let msg = "request is not valid UTF-8 (JSON text must be UTF-8)";
+            refuse(out, None, ErrorCode::BadRequest, msg, None);
+            return Step::Replied;
+        };
+        let req: RawRequest<'a> = match serde_json::from_str(text) {
             Ok(req) => req,
             Err(e) => {
                 let msg = format!(
