@@ -381,40 +381,32 @@ class _NoStdin:
 _stdin = _NoStdin()
 
 
-def _shell(cmd):
-    """Run a `!cmd` line: /bin/sh -c cmd, output straight to fds 1 and 2."""
+def _run_child(argv):
+    """Run a command with the cell's fds 1 and 2 (stdin /dev/null) and wait."""
     global _subprocess
     if _subprocess is None:
         import subprocess as _subprocess
-    _flush_std()
-    proc = _subprocess.Popen(["/bin/sh", "-c", cmd], stdin=_subprocess.DEVNULL)
+    _flush_std()  # Python-buffered output first, then the command's
+    proc = _subprocess.Popen(argv, stdin=_subprocess.DEVNULL)
     try:
         proc.wait()
-    except BaseException:
+    except BaseException:  # interrupted: do not leave it running
         try:
             proc.kill()
         except OSError:
             pass
         proc.wait()
         raise
+
+
+def _shell(cmd):
+    """Run a `!cmd` line: /bin/sh -c cmd. A non-zero status does not raise."""
+    _run_child(["/bin/sh", "-c", cmd])
 
 
 def _pip(args):
     """Run a `%pip ...` line with this interpreter's own pip."""
-    global _subprocess
-    if _subprocess is None:
-        import subprocess as _subprocess
-    _flush_std()
-    proc = _subprocess.Popen([sys.executable, "-m", "pip"] + list(args), stdin=_subprocess.DEVNULL)
-    try:
-        proc.wait()
-    except BaseException:
-        try:
-            proc.kill()
-        except OSError:
-            pass
-        proc.wait()
-        raise
+    _run_child([sys.executable, "-m", "pip"] + list(args))
     import importlib
 
     importlib.invalidate_caches()  # newly installed packages become importable
@@ -612,6 +604,9 @@ class _LinecacheWatch:
                     return spec
         except Exception:
             pass
+        return None
+
+    def find_module(self, fullname, path=None):  # for pre-PEP 451 callers
         return None
 
     def invalidate_caches(self):

@@ -83,9 +83,8 @@ class HandshakeAndFds(RunnerTest):
         self.assertNotIn(k.sentinel, c.out)
         self.assertTrue(c.out.endswith(" ['']\n"), c.out)
 
-    def test_request_pipe_moves_to_a_private_cloexec_fd_and_fd3_is_closed(self):
-        k = self.kernel()
-        ino = os.fstat(k.req_w).st_ino
+    def _fds_on_pipe(self, k, pipe_fd):
+        ino = os.fstat(pipe_fd).st_ino
         found = []
         for name in os.listdir("/proc/%d/fd" % k.pid):
             try:
@@ -94,11 +93,27 @@ class HandshakeAndFds(RunnerTest):
                 continue
             if target == "pipe:[%d]" % ino:
                 found.append(int(name))
+        return sorted(found)
+
+    def _cloexec(self, k, fd):
+        with open("/proc/%d/fdinfo/%d" % (k.pid, fd)) as f:
+            flags = int([ln for ln in f if ln.startswith("flags:")][0].split()[1], 8)
+        return bool(flags & 0o2000000)
+
+    def test_request_pipe_moves_to_a_private_cloexec_fd_and_fd3_is_closed(self):
+        k = self.kernel()
+        found = self._fds_on_pipe(k, k.req_w)
         self.assertEqual(len(found), 1, found)
         self.assertGreaterEqual(found[0], 100)
-        with open("/proc/%d/fdinfo/%d" % (k.pid, found[0])) as f:
-            flags = int([ln for ln in f if ln.startswith("flags:")][0].split()[1], 8)
-        self.assertTrue(flags & 0o2000000, "request fd must be close-on-exec")
+        self.assertTrue(self._cloexec(k, found[0]), "request fd must be close-on-exec")
+        # Private close-on-exec duplicates of fds 1 and 2 carry the frames.
+        for std, pipe in ((1, k.proc.stdout), (2, k.proc.stderr)):
+            fds = self._fds_on_pipe(k, pipe.fileno())
+            self.assertEqual(fds[0], std)
+            self.assertEqual(len(fds), 2, fds)
+            self.assertGreaterEqual(fds[1], 100)
+            self.assertTrue(self._cloexec(k, fds[1]))
+            self.assertFalse(self._cloexec(k, std))  # subprocesses still write to fds 1/2
         c = k.execute(
             dedent(
                 """
@@ -127,6 +142,12 @@ class HandshakeAndFds(RunnerTest):
         k.send({"type": "hello", "sentinel": "abc-def-ghi", "protocol": 2})
         self.assertEqual(k.wait_exit(10), 2)
         self.assertIn(b"unsupported protocol", k.stderr.wait_raw(b"protocol", 5))
+
+    def test_a_sentinel_with_whitespace_is_refused(self):
+        k = self.kernel(handshake=False)
+        k.send({"type": "hello", "sentinel": "has space", "protocol": 1})
+        self.assertEqual(k.wait_exit(10), 2)
+        self.assertIn(b"sentinel must be", k.stderr.wait_raw(b"sentinel", 5))
 
     def test_first_request_must_be_hello(self):
         k = self.kernel(handshake=False)
@@ -466,7 +487,7 @@ class Namespace(RunnerTest):
         self.assertEqual(c.out, "[]\n")
 
     def test_stub_module_found_even_in_isolated_mode(self):
-        k = self.kernel(flags=("-u", "-I"), tools_module="def json_parse(t):\n    return 'stub'\n")
+        k = self.kernel(flags=("-u", "-I", "-S"), tools_module="def json_parse(t):\n    return 'stub'\n")
         c = k.execute("print(json_parse('x'))\nimport sys\nprint('' in sys.path)")
         self.assertOk(c)
         self.assertEqual(c.out, "stub\nFalse\n")
