@@ -926,6 +926,65 @@ class BetweenCells(RunnerTest):
         self.assertOk(k.execute("stop = True\nth.join()"))
 
 
+def _load_runner_module():
+    """runner.py imported as a module (main() does not run) for pure-function checks."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("toolcell_runner_under_test", harness.RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class ShellLineRuleProperty(unittest.TestCase):
+    """Randomised check of the rule: valid Python is never rewritten."""
+
+    @staticmethod
+    def _lines(*lines):
+        return "\n".join(lines) + "\n"
+
+    PIECES = [
+        ("a = 1",),
+        ('s = """', "!not a command", "%not a magic", '"""'),
+        ("t = '''x", "  !still", "'''"),
+        ('u = "a\\', '!b"'),
+        ("v = (5", "% 3)"),
+        ("w = [1,", "     2]"),
+        ("c = (1", "!= 2)"),
+        ("d = 5 \\", "% 2"),
+        ("# it's a comment with ' and \"",),
+        ("x = 1  # ( [ { unclosed in a comment",),
+        ('# """ not a string',),
+        ('e = "#" + (', '"!x")'),
+        ("f = 'it\\'s'",),
+        ('g = rb"\\\\"',),
+        ("h = {'k': 7", "% 2}"),
+        ("def fn():", '    return """', "!in body", '"""'),
+        ("if a:", "    x = ('(', 9", "%5)"),
+        ('k = f"{a!r}"',),
+        ("m = '\\\\'",),
+    ]
+
+    def test_valid_python_is_never_rewritten(self):
+        import random
+
+        runner = _load_runner_module()
+        rng = random.Random(1234)
+        checked = 0
+        for _ in range(400):
+            src = "".join(self._lines(*rng.choice(self.PIECES)) for _ in range(rng.randint(1, 8)))
+            try:
+                compile(src, "<gen>", "exec")
+            except SyntaxError:
+                continue
+            checked += 1
+            self.assertEqual(runner._transform(src, "<gen>"), src, src)
+            # The same source followed by a real shell line: only that line changes.
+            out = runner._transform(src + "!echo done\n", "<gen>")
+            self.assertEqual(out, src + "__toolcell_shell__('echo done')\n", src)
+        self.assertGreater(checked, 300)
+
+
 def _mpl_python():
     for candidate in (harness.test_python(), os.environ.get("TOOLCELL_TEST_MPL_PYTHON")):
         if candidate and subprocess.call([candidate, "-c", "import matplotlib"], stderr=subprocess.DEVNULL) == 0:
