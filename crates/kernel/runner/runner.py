@@ -103,6 +103,9 @@ _LINECACHE_BUDGET = 64 * 1024 * 1024
 _compile_cache = {}
 _CACHE_ENTRIES = 64
 _CACHE_SRC_MAX = 4096
+# A traceback longer than this (in characters) keeps only its head and tail,
+# so a result frame stays far below the host's maximum frame length.
+_MAX_TRACEBACK = 1 << 20
 # A request line longer than this is discarded (the host never sends one).
 _MAX_REQUEST = 512 * 1024 * 1024
 
@@ -797,6 +800,16 @@ def _filter_te(te, cell_file):
         todo.extend(getattr(cur, "exceptions", None) or ())
 
 
+def _cap_text(text, limit=_MAX_TRACEBACK):
+    """Keep a head and a tail of an over-long text (frames must stay small)."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 5
+    tail = limit - head
+    omitted = len(text) - head - tail
+    return "%s\n... [traceback truncated: %d characters omitted] ...\n%s" % (text[:head], omitted, text[-tail:])
+
+
 def _format_exc(exc, cell_file):
     global _traceback
     if _traceback is None:
@@ -804,13 +817,13 @@ def _format_exc(exc, cell_file):
     try:
         te = _traceback.TracebackException(type(exc), exc, exc.__traceback__)
         _filter_te(te, cell_file)
-        return "".join(te.format())
+        return _cap_text("".join(te.format()))
     except BaseException as e:  # e.g. RecursionError on a very long chain (3.8-3.10)
         try:
             only = "".join(_traceback.format_exception_only(type(exc), exc))
         except BaseException:
             only = "%s\n" % type(exc).__name__
-        return "%s(full traceback unavailable: %s)\n" % (only, type(e).__name__)
+        return _cap_text("%s(full traceback unavailable: %s)\n" % (only, type(e).__name__))
 
 
 def _exit_code(exc):
@@ -925,8 +938,10 @@ def _internal_error_result(rid, count, err):
         "type": "result",
         "id": rid,
         "status": "error",
-        "traceback": "toolcell runner: internal error while handling this cell "
-        "(the kernel is still usable): %s: %s\n%s" % (type(err).__name__, err, detail),
+        "traceback": _cap_text(
+            "toolcell runner: internal error while handling this cell "
+            "(the kernel is still usable): %s: %s\n%s" % (type(err).__name__, err, detail)
+        ),
         "execution_count": count,
         "stdin_requested": bool(_stdin.requested),
         "usage": {"cpu_seconds": 0.0, "peak_rss_kb": 0, "wall_seconds": 0.0},

@@ -775,6 +775,16 @@ class Tracebacks(RunnerTest):
         self.assertOk(c)
         self.assertIn("<cell-1>:3: UserWarning: careful\n  warnings.warn('careful')\n", c.err)
 
+    def test_a_huge_exception_message_is_cut_to_head_and_tail(self):
+        k = self.kernel()
+        c = k.execute("x = 1\nraise ValueError('A' * 3000000 + 'Z' * 3000000)")
+        self.assertEqual(c.status, "error")
+        self.assertLessEqual(len(c.tb), (1 << 20) + 200)
+        self.assertIn('File "<cell-1>", line 2', c.tb)
+        self.assertIn("ValueError: AAAA", c.tb)
+        self.assertTrue(c.tb.rstrip().endswith("ZZZZ"), c.tb[-100:])
+        self.assertIn("[traceback truncated: ", c.tb)
+
     def test_sys_last_value_is_set(self):
         k = self.kernel()
         k.execute("1/0")
