@@ -237,6 +237,15 @@ def _init_fds():
 
 
 def _reader():
+    """The request reader thread: if it fails, the kernel cannot go on."""
+    try:
+        _read_requests()
+    except BaseException as e:  # e.g. MemoryError: without requests we are deaf
+        _raw_stderr("request reader failed: %s: %s" % (type(e).__name__, e))
+    _die()
+
+
+def _read_requests():
     """Read request lines from the private request fd and queue them.
 
     EOF (or a read error) means the host is gone: kill the process group at
