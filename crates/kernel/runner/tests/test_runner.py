@@ -239,6 +239,14 @@ class Framing(RunnerTest):
         self.assertEqual(c.status, "error")
         self.assertIn("ValueError: bad", c.tb)
 
+    def test_non_ascii_code_output_and_traceback(self):
+        k = self.kernel()
+        c = k.execute("s = 'héllo ✓ 日本'\nprint(s)\nraise ValueError(s + ' ✗')")
+        self.assertEqual(c.status, "error")
+        self.assertEqual(c.out, "héllo ✓ 日本\n")
+        self.assertIn("ValueError: héllo ✓ 日本 ✗", c.tb)
+        self.assertIn("raise ValueError(s + ' ✗')", c.tb)
+
     def test_a_large_cell_source(self):
         k = self.kernel()
         code = "".join("v%d = %d\n" % (i, i) for i in range(50000)) + "v49999 + 1"
