@@ -1,0 +1,56 @@
+//! `write_file(path, content)`: replace a file atomically.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{Tool, ToolContext, ToolError, fsutil};
+
+/// Arguments of `write_file`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Args {
+    /// File to write; relative paths are relative to the session's working directory.
+    /// Missing parent directories are created.
+    pub path: String,
+    /// The whole new content of the file.
+    pub content: String,
+}
+
+/// Result of `write_file`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Output {
+    /// Absolute path of the file written.
+    pub path: String,
+    /// Number of bytes written.
+    pub bytes_written: usize,
+}
+
+/// Writes a whole file atomically.
+#[derive(Debug, Default)]
+pub struct WriteFile;
+
+impl Tool for WriteFile {
+    const NAME: &'static str = "write_file";
+    const DOC: &'static str = "Write a whole file, replacing it atomically.\n\n\
+        The content goes to a temporary file that is renamed over the target, so readers \
+        never see a half-written file; parent directories are created. Use patch to change \
+        part of a file.";
+    type Args = Args;
+    type Output = Output;
+
+    async fn call(&self, args: Args, cx: &ToolContext) -> Result<Output, ToolError> {
+        let path = cx.resolve(&args.path);
+        let bytes = args.content.len();
+        let p = path.clone();
+        tokio::task::spawn_blocking(move || fsutil::write_atomic(&p, args.content.as_bytes()))
+            .await
+            .map_err(|e| ToolError::failed(format!("write_file: worker failed: {e}")))?
+            .map_err(|e| ToolError::io("write", &path, &e))?;
+        Ok(Output {
+            path: path.display().to_string(),
+            bytes_written: bytes,
+        })
+    }
+}
+
+crate::register_tool!(WriteFile);

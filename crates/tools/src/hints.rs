@@ -1,0 +1,225 @@
+//! Recovery hints for well-known failures (SPEC §8 "Hints").
+//!
+//! [`hint`] looks at a cell's traceback and what the host knows about the
+//! cell, and returns one actionable sentence or two — or nothing. Rules are
+//! tried in SPEC order and the first match wins:
+//!
+//! 1. a name imported from `toolcell_tools` that it lacks (lists what is importable);
+//! 2. a helper (`json_parse`, `shell_quote`, `retry`) imported from the wrong place or called wrongly;
+//! 3. `ModuleNotFoundError` (names the interpreter, suggests `%pip install`);
+//! 4. a tool's dict result treated as a string;
+//! 5. the cell asked for stdin;
+//! 6. the cell used up its tool-call budget;
+//! 7. a timeout killed the kernel.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// What the host knows about the cell besides its traceback.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct HintContext {
+    /// Names `toolcell_tools` exports (enabled tools and helpers).
+    pub importable: Vec<String>,
+    /// The kernel's interpreter (path and version), e.g. `/usr/bin/python3 (3.11.7)`.
+    pub interpreter: String,
+    /// The cell tried to read stdin.
+    pub stdin_requested: bool,
+    /// The cell's tool-call budget ran out.
+    pub budget_exhausted: bool,
+    /// The cell's budget, for the message.
+    pub max_tool_calls: u32,
+    /// The kernel was killed after a timeout (state lost).
+    pub killed_by_timeout: bool,
+}
+
+impl HintContext {
+    /// A context listing `importable` names and the `interpreter`.
+    pub fn new(importable: Vec<String>, interpreter: impl Into<String>) -> Self {
+        Self {
+            importable,
+            interpreter: interpreter.into(),
+            ..Self::default()
+        }
+    }
+}
+
+static IMPORT_FROM_TOOLS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"ImportError: cannot import name '([A-Za-z_][A-Za-z0-9_]*)' from 'toolcell_tools'")
+        .unwrap_or_else(|_| unreachable_regex())
+});
+static ATTR_OF_TOOLS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"AttributeError: module 'toolcell_tools' has no attribute '([A-Za-z_][A-Za-z0-9_]*)'",
+    )
+    .unwrap_or_else(|_| unreachable_regex())
+});
+static HELPER_IMPORT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?:ImportError: cannot import name '(json_parse|shell_quote|retry)' from '([^']+)'|ModuleNotFoundError: No module named '(toolcell|toolcell\.[a-z_]+|toolcell_tools\.[a-z_]+)')")
+        .unwrap_or_else(|_| unreachable_regex())
+});
+static HELPER_CALL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"TypeError: (json_parse|shell_quote|retry)\(\) ")
+        .unwrap_or_else(|_| unreachable_regex())
+});
+static MODULE_NOT_FOUND: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"ModuleNotFoundError: No module named '([A-Za-z0-9_.]+)'")
+        .unwrap_or_else(|_| unreachable_regex())
+});
+static DICT_AS_STRING: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?:AttributeError: 'dict' object has no attribute '(?:split|splitlines|strip|lower|upper|startswith|endswith|replace|find|encode|decode|lstrip|rstrip|format|join)'",
+        r"|TypeError: string indices must be integers",
+        r"|TypeError: can only concatenate str \(not .dict.\) to str",
+        r"|TypeError: expected str, bytes or os\.PathLike object, not dict",
+        r"|TypeError: the JSON object must be str, bytes or bytearray, not dict",
+        r"|TypeError: argument of type 'dict' is not iterable",
+        r"|TypeError: a bytes-like object is required, not 'dict')"
+    ))
+    .unwrap_or_else(|_| unreachable_regex())
+});
+
+/// A regex that matches nothing; stands in if a literal pattern above ever
+/// failed to compile (they are tested, so this is never used).
+fn unreachable_regex() -> Regex {
+    Regex::new(r"[^\s\S]").unwrap_or_else(|_| unreachable!("a trivial regex compiles"))
+}
+
+/// Pip's name for an import name, where they commonly differ.
+fn pip_name(module: &str) -> &str {
+    match module {
+        "cv2" => "opencv-python",
+        "PIL" => "pillow",
+        "sklearn" => "scikit-learn",
+        "yaml" => "pyyaml",
+        "bs4" => "beautifulsoup4",
+        "dateutil" => "python-dateutil",
+        "docx" => "python-docx",
+        "dotenv" => "python-dotenv",
+        "jwt" => "pyjwt",
+        "magic" => "python-magic",
+        "Crypto" => "pycryptodome",
+        other => other,
+    }
+}
+
+/// The hint for a failed cell, if a rule matches.
+pub fn hint(traceback: &str, cx: &HintContext) -> Option<String> {
+    let importable = || {
+        if cx.importable.is_empty() {
+            "nothing is enabled".to_string()
+        } else {
+            cx.importable.join(", ")
+        }
+    };
+    for re in [&*IMPORT_FROM_TOOLS, &*ATTR_OF_TOOLS] {
+        if let Some(c) = re.captures(traceback) {
+            let name = &c[1];
+            return Some(format!(
+                "toolcell_tools has no `{name}` (the tool is not enabled for this session, or the \
+                 name is misspelt). Importable: {}.",
+                importable()
+            ));
+        }
+    }
+    if let Some(c) = HELPER_IMPORT.captures(traceback) {
+        let what = c.get(1).map_or_else(
+            || "the helpers".to_string(),
+            |m| format!("`{}`", m.as_str()),
+        );
+        return Some(format!(
+            "{what} comes from toolcell_tools and is already defined in the kernel: call \
+             json_parse(text), shell_quote(s) or retry(fn, attempts=3) directly, or `from \
+             toolcell_tools import json_parse, shell_quote, retry`."
+        ));
+    }
+    if let Some(c) = HELPER_CALL.captures(traceback) {
+        let usage = match &c[1] {
+            "json_parse" => "json_parse(text) takes one str or bytes and returns the parsed value",
+            "shell_quote" => "shell_quote(s) takes one value and returns it quoted as a shell word",
+            _ => {
+                "retry(fn, *args, attempts=3, delay=0.5, backoff=2.0, **kwargs) calls fn(*args, \
+                 **kwargs) until it succeeds; pass the function itself, not its result"
+            }
+        };
+        return Some(format!("Helper called wrongly: {usage}."));
+    }
+    if let Some(c) = MODULE_NOT_FOUND.captures(traceback) {
+        let module = &c[1];
+        let top = module.split('.').next().unwrap_or(module);
+        if top != "toolcell_tools" {
+            let interp = if cx.interpreter.is_empty() {
+                "the kernel's interpreter".to_string()
+            } else {
+                format!("the kernel's interpreter, {}", cx.interpreter)
+            };
+            return Some(format!(
+                "`{top}` is not installed for {interp}. Install it with a cell containing \
+                 `%pip install {}`, then run your code again.",
+                pip_name(top)
+            ));
+        }
+    }
+    if DICT_AS_STRING.is_match(traceback) {
+        return Some(
+            "Tools return dicts, not strings: take the field you need, e.g. \
+             read_file(p)[\"content\"], terminal(cmd)[\"output\"], \
+             web_extract([u])[\"results\"][0][\"content\"]."
+                .to_string(),
+        );
+    }
+    if cx.stdin_requested {
+        return Some(
+            "Cells cannot read interactive input: put the data in the code, read it from a \
+             file, or pass a value instead of calling input()."
+                .to_string(),
+        );
+    }
+    if cx.budget_exhausted {
+        return Some(format!(
+            "This cell used all {} tool calls it may make. Continue in the next cell (state is \
+             kept), or do more per call (e.g. one terminal command or search instead of many).",
+            cx.max_tool_calls
+        ));
+    }
+    if cx.killed_by_timeout {
+        return Some(
+            "The kernel was killed after the timeout, so its variables and imports are gone: \
+             re-run the setup you need, and split long work into smaller cells (save \
+             intermediate results to files)."
+                .to_string(),
+        );
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_regex_compiles() {
+        for re in [
+            &*IMPORT_FROM_TOOLS,
+            &*ATTR_OF_TOOLS,
+            &*HELPER_IMPORT,
+            &*HELPER_CALL,
+            &*MODULE_NOT_FOUND,
+            &*DICT_AS_STRING,
+        ] {
+            assert!(!re.is_match("nothing to see"));
+        }
+    }
+
+    #[test]
+    fn no_rule_no_hint() {
+        assert_eq!(
+            hint(
+                "ZeroDivisionError: division by zero",
+                &HintContext::default()
+            ),
+            None
+        );
+    }
+}

@@ -1,0 +1,104 @@
+//! Tools callable from toolcell cells: the [`Tool`] trait, the registry,
+//! the built-in tools, and everything generated from them.
+//!
+//! # Where it sits
+//!
+//! Code in a cell calls `read_file(...)`; the generated stub module
+//! `toolcell_tools` ([`stubs::stub_module`]) sends one JSON line to the
+//! kernel's rpc server (crate `toolcell-rpc`), which checks token, cell and
+//! budget and hands the call to a [`ToolDispatcher`] — this crate's
+//! implementation of the rpc `Dispatch` interface — which validates the
+//! arguments against the tool's argument type and runs it.
+//!
+//! ```text
+//! cell ─▶ toolcell_tools.read_file() ─▶ rpc server ─▶ ToolDispatcher ─▶ ReadFile::call
+//! ```
+//!
+//! # One definition, everything derived
+//!
+//! A tool is a Rust type implementing [`Tool`]: a name, a doc, an argument
+//! type (serde + `schemars::JsonSchema`; doc comments on fields, defaults
+//! declared once with `#[serde(default = "…")]`) and a result type. One
+//! [`register_tool!`] line adds it to the compile-time registry. From that
+//! single definition come the Python signature and docstring in the stub
+//! ([`stubs`]), the per-tool JSON Schema and the tool's line in the
+//! `execute_code` description ([`schema`]), `bad_args` messages naming the
+//! field ([`ToolDispatcher`]), and `toolcell tools`.
+//!
+//! ```
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//! use toolcell_tools::{Tool, ToolContext, ToolError, ToolRegistry, erase, schema, stubs};
+//!
+//! /// Arguments of `add`.
+//! #[derive(Debug, Serialize, Deserialize, JsonSchema)]
+//! #[serde(deny_unknown_fields)]
+//! struct AddArgs {
+//!     /// First number.
+//!     a: i64,
+//!     /// Second number.
+//!     #[serde(default)]
+//!     b: i64,
+//! }
+//!
+//! /// Result of `add`.
+//! #[derive(Debug, Serialize, JsonSchema)]
+//! struct Sum {
+//!     /// a + b.
+//!     sum: i64,
+//! }
+//!
+//! #[derive(Debug, Default)]
+//! struct Add;
+//!
+//! impl Tool for Add {
+//!     const NAME: &'static str = "add";
+//!     const DOC: &'static str = "Add two numbers.";
+//!     type Args = AddArgs;
+//!     type Output = Sum;
+//!     async fn call(&self, args: AddArgs, _cx: &ToolContext) -> Result<Sum, ToolError> {
+//!         Ok(Sum { sum: args.a + args.b })
+//!     }
+//! }
+//!
+//! // In a tool's own file this would be `toolcell_tools::register_tool!(Add);`.
+//! // An embedder can also add tools at run time:
+//! let mut registry = ToolRegistry::builtin()?;
+//! registry.add(erase(Add))?;
+//! let tools = registry.select(&["add", "read_file"])?;
+//!
+//! let module = stubs::stub_module(&tools)?;
+//! assert!(module.contains("def add(a: int, b: int = 0) -> Dict[str, Any]:"));
+//! let description = schema::execute_code_description(&tools, &Default::default());
+//! assert!(description.contains("add(a: int, b: int = 0) -> {sum: int}: Add two numbers."));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Linking
+//!
+//! Registration uses `inventory`: a tool exists in a binary only if its
+//! crate is linked. Every binary, test or bench that reads the registry must
+//! link this crate; if it names nothing from it, add `use toolcell_tools as
+//! _;`. `tests/registry.rs` fails if a built-in tool goes missing.
+//!
+//! # Built-in tools (SPEC §8)
+//!
+//! `read_file`, `write_file`, `search_files`, `patch`, `terminal`,
+//! `web_extract`, `web_search`, one file each under `src/builtin/`.
+
+mod builtin;
+mod fsutil;
+pub mod hints;
+pub mod process;
+mod registry;
+pub mod schema;
+pub mod stubs;
+mod tool;
+
+#[doc(hidden)]
+pub use inventory;
+
+pub use registry::{RegistryError, ToolDispatcher, ToolRegistry};
+pub use tool::{
+    DynTool, Tool, ToolContext, ToolEntry, ToolError, ToolSettings, WebSettings, erase,
+};

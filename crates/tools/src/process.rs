@@ -1,0 +1,220 @@
+//! Finding and killing process trees (used by `terminal`; the kernel crate
+//! uses the same functions for kernels).
+//!
+//! A process group is not enough: a child that called `setsid()` has left
+//! its group, and once its parent exits it is not even a descendant any
+//! more (it is reparented to init). So a tree is found three ways: the
+//! process group, descendants through `/proc/<pid>/stat` parent links, and
+//! an environment marker (`NAME=value`, set when the tree was started and
+//! inherited by everything in it) looked up in `/proc/<pid>/environ`.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+
+/// Parent pid of every process visible in `/proc`.
+fn parent_map() -> HashMap<i32, Vec<i32>> {
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return children;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The command name is in parentheses and may contain spaces or
+        // parentheses itself: the fields after the last ')' are fixed.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let _state = fields.next();
+        if let Some(ppid) = fields.next().and_then(|p| p.parse::<i32>().ok()) {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    children
+}
+
+/// Every living descendant of `root` (not `root` itself), parents first.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let Ok(root) = i32::try_from(root) else {
+        return Vec::new();
+    };
+    let map = parent_map();
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    let mut queue = vec![root];
+    while let Some(p) = queue.pop() {
+        for &c in map.get(&p).map_or(&[][..], Vec::as_slice) {
+            if seen.insert(c) {
+                out.push(c.unsigned_abs());
+                queue.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Processes of our uid whose environment contains exactly `NAME=value`.
+pub fn with_env_marker(name: &str, value: &str) -> Vec<u32> {
+    let needle = format!("{name}={value}");
+    let me = std::process::id();
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// A process tree to signal: a root, its process group, and optionally an
+/// environment marker every member inherited.
+#[derive(Debug, Clone)]
+pub struct Tree {
+    /// The first process.
+    pub root: u32,
+    /// Its process group, when it leads one.
+    pub pgid: Option<u32>,
+    /// `(NAME, value)` set in the root's environment at spawn.
+    pub marker: Option<(String, String)>,
+}
+
+impl Tree {
+    /// Every member found now (root first; may include dead pids).
+    pub fn members(&self) -> Vec<u32> {
+        let mut all = vec![self.root];
+        all.extend(descendants(self.root));
+        if let Some((k, v)) = &self.marker {
+            for p in with_env_marker(k, v) {
+                if !all.contains(&p) {
+                    all.extend(std::iter::once(p).chain(descendants(p)));
+                }
+            }
+        }
+        all
+    }
+
+    /// Sends `signal` to the group and every member.
+    pub fn signal(&self, signal: Signal) {
+        if let Some(g) = self.pgid.and_then(|g| i32::try_from(g).ok()) {
+            let _ = killpg(Pid::from_raw(g), signal);
+        }
+        for pid in self.members() {
+            if let Ok(p) = i32::try_from(pid) {
+                let _ = kill(Pid::from_raw(p), signal);
+            }
+        }
+    }
+
+    /// Whether any member is still alive.
+    pub fn any_alive(&self) -> bool {
+        self.members().into_iter().any(alive)
+    }
+
+    /// SIGTERM to everything, then SIGKILL after `grace` to whatever is
+    /// still there (members are looked up again, so late forks are caught).
+    pub async fn kill(&self, grace: Duration) {
+        self.signal(Signal::SIGTERM);
+        let deadline = tokio::time::Instant::now() + grace;
+        while tokio::time::Instant::now() < deadline && self.any_alive() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.signal(Signal::SIGKILL);
+    }
+}
+
+/// Sends `signal` to the process group `pgid` (if any), to `root` and to
+/// every descendant of `root` found now.
+pub fn signal_tree(root: u32, pgid: Option<u32>, signal: Signal) {
+    let found = descendants(root);
+    if let Some(g) = pgid.and_then(|g| i32::try_from(g).ok()) {
+        let _ = killpg(Pid::from_raw(g), signal);
+    }
+    for pid in std::iter::once(root).chain(found) {
+        if let Ok(p) = i32::try_from(pid) {
+            let _ = kill(Pid::from_raw(p), signal);
+        }
+    }
+}
+
+/// SIGTERM to the whole tree, then SIGKILL after `grace` to whatever is
+/// still there (descendants are looked up again, so processes forked in
+/// the meantime are caught too).
+pub async fn kill_tree(root: u32, pgid: Option<u32>, grace: Duration) {
+    signal_tree(root, pgid, Signal::SIGTERM);
+    let deadline = tokio::time::Instant::now() + grace;
+    while tokio::time::Instant::now() < deadline {
+        if !alive(root) && descendants(root).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    signal_tree(root, pgid, Signal::SIGKILL);
+}
+
+/// Whether `pid` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_setsid_grandchild() {
+        // sh starts a setsid'd sleep and waits: the sleep is in another
+        // session but is still a descendant of sh.
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("setsid sleep 30 & wait")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut found = Vec::new();
+        for _ in 0..100 {
+            found = descendants(pid);
+            if !found.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!found.is_empty(), "no descendant found");
+        signal_tree(pid, None, Signal::SIGKILL);
+        let _ = child.wait();
+        std::thread::sleep(Duration::from_millis(100));
+        for d in found {
+            assert!(!alive(d), "descendant {d} survived");
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The registry of tools and its implementation of the rpc dispatch interface.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use toolcell_rpc::{BoxFuture, CellContext, Dispatch, ToolFailure};
+
+use crate::tool::{DynTool, ToolContext, ToolEntry, ToolError, ToolSettings};
+
+/// Why a registry could not be built or extended.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// Two tools share a name.
+    #[error("two tools are named `{0}`; tool names must be unique")]
+    Duplicate(String),
+    /// A name is not a valid Python identifier.
+    #[error("tool name `{0}` is not a lowercase Python identifier ([a-z_][a-z0-9_]*)")]
+    BadName(String),
+    /// A tool asked for is not in the registry.
+    #[error("unknown tool `{name}`; known tools: {known}")]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The names that exist, comma-separated.
+        known: String,
+    },
+}
+
+/// All tools a host knows, by name: the built-in ones registered at compile
+/// time with [`register_tool!`](crate::register_tool), plus any an embedder
+/// adds at run time.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Arc<dyn DynTool>>,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some('a'..='z' | '_'))
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// Every tool registered at compile time in the linked binary.
+    ///
+    /// Only tools whose crates are linked are seen: a binary that reads the
+    /// registry must link this crate (`use toolcell_tools as _;`).
+    ///
+    /// # Errors
+    /// [`RegistryError::Duplicate`] if two registered tools share a name.
+    pub fn builtin() -> Result<Self, RegistryError> {
+        let mut reg = Self::empty();
+        for entry in inventory::iter::<ToolEntry> {
+            reg.add(entry.build())?;
+        }
+        Ok(reg)
+    }
+
+    /// Adds a tool at run time.
+    ///
+    /// # Errors
+    /// [`RegistryError::Duplicate`] or [`RegistryError::BadName`].
+    pub fn add(&mut self, tool: Arc<dyn DynTool>) -> Result<(), RegistryError> {
+        let name = tool.name().to_string();
+        if !valid_name(&name) {
+            return Err(RegistryError::BadName(name));
+        }
+        if self.tools.contains_key(&name) {
+            return Err(RegistryError::Duplicate(name));
+        }
+        self.tools.insert(name, tool);
+        Ok(())
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn DynTool>> {
+        self.tools.get(name)
+    }
+
+    /// All tool names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    /// All tools, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn DynTool>> {
+        self.tools.values()
+    }
+
+    /// The tools named in `enabled`, sorted by name, checking each exists.
+    ///
+    /// # Errors
+    /// [`RegistryError::Unknown`] for the first name not in the registry.
+    pub fn select<S: AsRef<str>>(
+        &self,
+        enabled: &[S],
+    ) -> Result<Vec<Arc<dyn DynTool>>, RegistryError> {
+        let mut out: Vec<Arc<dyn DynTool>> = Vec::new();
+        for name in enabled {
+            let name = name.as_ref();
+            match self.tools.get(name) {
+                Some(t) => {
+                    if !out.iter().any(|o| o.name() == name) {
+                        out.push(Arc::clone(t));
+                    }
+                }
+                None => {
+                    return Err(RegistryError::Unknown {
+                        name: name.to_string(),
+                        known: self.names().collect::<Vec<_>>().join(", "),
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.name().cmp(b.name()));
+        Ok(out)
+    }
+
+    /// A dispatcher over this registry for one kernel's rpc server.
+    pub fn dispatcher(&self, settings: ToolSettings) -> Arc<ToolDispatcher> {
+        Arc::new(ToolDispatcher {
+            tools: self.tools.clone(),
+            settings: Arc::new(settings),
+        })
+    }
+}
+
+/// Implements the rpc crate's [`Dispatch`] over a registry: arguments are
+/// validated against the tool's argument type (`bad_args` names the field),
+/// then the tool runs with a [`ToolContext`] built from the calling cell.
+#[derive(Debug)]
+pub struct ToolDispatcher {
+    tools: BTreeMap<String, Arc<dyn DynTool>>,
+    settings: Arc<ToolSettings>,
+}
+
+impl ToolDispatcher {
+    /// The settings calls run with.
+    pub fn settings(&self) -> &ToolSettings {
+        &self.settings
+    }
+}
+
+impl Dispatch for ToolDispatcher {
+    fn knows(&self, tool: &str) -> bool {
+        self.tools.contains_key(tool)
+    }
+
+    fn blocked_params(&self, tool: &str) -> &[&'static str] {
+        self.tools.get(tool).map_or(&[], |t| t.blocked_params())
+    }
+
+    fn validate(&self, tool: &str, args: &Value) -> Result<(), String> {
+        match self.tools.get(tool) {
+            Some(t) => t.validate(args),
+            None => Err(format!("unknown tool `{tool}`")),
+        }
+    }
+
+    fn call(
+        &self,
+        tool: &str,
+        args: Value,
+        cx: CellContext,
+    ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
+        let Some(t) = self.tools.get(tool).cloned() else {
+            let msg = format!("unknown tool `{tool}`");
+            return Box::pin(async move { Err(ToolFailure::new(msg)) });
+        };
+        let tcx = ToolContext::from_cell(Arc::clone(&self.settings), &cx);
+        Box::pin(async move {
+            t.call(args, tcx).await.map_err(|e| match e {
+                ToolError::Failed(m) => ToolFailure::new(m),
+                other => ToolFailure::new(other.to_string()),
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_must_be_python_identifiers() {
+        assert!(valid_name("read_file"));
+        assert!(valid_name("_x1"));
+        assert!(!valid_name("1x"));
+        assert!(!valid_name("Read"));
+        assert!(!valid_name("a-b"));
+        assert!(!valid_name(""));
+    }
+}

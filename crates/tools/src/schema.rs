@@ -1,0 +1,515 @@
+//! JSON Schemas: one per tool (arguments and result), and the
+//! `execute_code` tool definition in OpenAI, Anthropic and MCP shapes
+//! (SPEC §8).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
+use serde_json::{Map, Value, json};
+
+use crate::tool::DynTool;
+
+/// The JSON Schema of `T`, subschemas inlined, without `$schema`.
+pub fn schema_of<T: JsonSchema>() -> Value {
+    let generator = SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let schema = generator.into_root_schema_for::<T>();
+    let mut v = schema.to_value();
+    if let Some(obj) = v.as_object_mut() {
+        obj.remove("$schema");
+    }
+    v
+}
+
+/// A JSON Schema fragment rendered as a Python type hint (`typing` names,
+/// valid on Python 3.8).
+pub fn python_type(schema: &Value) -> String {
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        let lits: Vec<String> = values.iter().map(python_literal).collect();
+        return format!("Literal[{}]", lits.join(", "));
+    }
+    if let Some(c) = schema.get("const") {
+        return format!("Literal[{}]", python_literal(c));
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(alts) = schema.get(key).and_then(Value::as_array) {
+            return union(alts.iter().map(python_type).collect());
+        }
+    }
+    match schema.get("type") {
+        Some(Value::String(t)) => scalar_type(t, schema),
+        Some(Value::Array(ts)) => union(
+            ts.iter()
+                .filter_map(Value::as_str)
+                .map(|t| scalar_type(t, schema))
+                .collect(),
+        ),
+        _ => "Any".to_string(),
+    }
+}
+
+fn scalar_type(t: &str, schema: &Value) -> String {
+    match t {
+        "string" => "str".into(),
+        "integer" => "int".into(),
+        "number" => "float".into(),
+        "boolean" => "bool".into(),
+        "null" => "None".into(),
+        "array" => match schema.get("items") {
+            Some(items) => format!("List[{}]", python_type(items)),
+            None => "List[Any]".into(),
+        },
+        "object" => "Dict[str, Any]".into(),
+        _ => "Any".into(),
+    }
+}
+
+fn union(mut parts: Vec<String>) -> String {
+    parts.dedup();
+    let has_none = parts.iter().any(|p| p == "None");
+    parts.retain(|p| p != "None");
+    if parts.len() > 1 && parts.iter().all(|p| p.starts_with("Literal[")) {
+        let lits: Vec<&str> = parts
+            .iter()
+            .map(|p| &p["Literal[".len()..p.len() - 1])
+            .collect();
+        parts = vec![format!("Literal[{}]", lits.join(", "))];
+    }
+    let inner = match parts.len() {
+        0 => return "None".into(),
+        1 => parts.remove(0),
+        _ => format!("Union[{}]", parts.join(", ")),
+    };
+    if has_none {
+        format!("Optional[{inner}]")
+    } else {
+        inner
+    }
+}
+
+/// A JSON value as a Python literal.
+pub fn python_literal(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) => n.to_string(),
+        // JSON string escapes are valid Python escapes for what serde emits.
+        Value::String(s) => serde_json::to_string(s).unwrap_or_else(|_| "''".into()),
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(python_literal).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(o) => format!(
+            "{{{}}}",
+            o.iter()
+                .map(|(k, v)| format!(
+                    "{}: {}",
+                    python_literal(&Value::String(k.clone())),
+                    python_literal(v)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// A compact description of a result shape, e.g.
+/// `{content: str, total_lines: int, truncated: bool}`.
+pub fn shape(schema: &Value) -> String {
+    if schema.get("type").and_then(Value::as_str) == Some("object")
+        && let Some(props) = schema.get("properties").and_then(Value::as_object)
+    {
+        let fields: Vec<String> = props
+            .iter()
+            .map(|(k, v)| format!("{k}: {}", shape(v)))
+            .collect();
+        return format!("{{{}}}", fields.join(", "));
+    }
+    if schema.get("type").and_then(Value::as_str) == Some("array")
+        && let Some(items) = schema.get("items")
+    {
+        return format!("[{}]", shape(items));
+    }
+    let t = python_type(schema);
+    match t.as_str() {
+        "Dict[str, Any]" => "dict".into(),
+        _ => t,
+    }
+}
+
+/// One parameter of a tool, as the stub and descriptions render it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param {
+    /// The argument name.
+    pub name: String,
+    /// The Python type hint.
+    pub hint: String,
+    /// The default, if the parameter is optional.
+    pub default: Option<Value>,
+    /// The doc comment of the field.
+    pub description: String,
+}
+
+/// The parameters of a tool from its argument schema: required ones first,
+/// then optional ones, each group in declaration order. An optional
+/// parameter without a declared default defaults to `None`.
+pub fn params(tool: &dyn DynTool) -> Vec<Param> {
+    let schema = tool.args_schema();
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let empty = Map::new();
+    let props = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let mut req = Vec::new();
+    let mut opt = Vec::new();
+    for (name, prop) in props {
+        let is_required = required.contains(&name.as_str());
+        let param = Param {
+            name: name.clone(),
+            hint: python_type(prop),
+            default: if is_required {
+                None
+            } else {
+                Some(prop.get("default").cloned().unwrap_or(Value::Null))
+            },
+            description: prop
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        };
+        if is_required {
+            req.push(param);
+        } else {
+            opt.push(param);
+        }
+    }
+    req.extend(opt);
+    req
+}
+
+/// `name(a: str, b: int = 1) -> {shape}`: the tool's Python signature with
+/// its result shape, as the `execute_code` description lists it.
+pub fn signature(tool: &dyn DynTool) -> String {
+    let ps: Vec<String> = params(tool)
+        .iter()
+        .map(|p| match &p.default {
+            None => format!("{}: {}", p.name, p.hint),
+            Some(d) => format!("{}: {} = {}", p.name, p.hint, python_literal(d)),
+        })
+        .collect();
+    format!(
+        "{}({}) -> {}",
+        tool.name(),
+        ps.join(", "),
+        shape(&tool.output_schema())
+    )
+}
+
+/// The first line of a tool's doc.
+pub fn summary(tool: &dyn DynTool) -> &str {
+    tool.doc().lines().next().unwrap_or("").trim()
+}
+
+/// Execution mode of a session (SPEC §4): where the kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// The project's directory and interpreter (`.venv`, `$VIRTUAL_ENV`, …).
+    #[default]
+    Project,
+    /// `python3` on PATH in a private temporary directory.
+    Strict,
+}
+
+/// What the kernel does when a cell runs out of time (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnTimeout {
+    /// SIGINT first; state survives if the cell stops within the grace.
+    #[default]
+    Interrupt,
+    /// Kill the kernel; state is lost.
+    Kill,
+}
+
+/// The configured limits and mode the `execute_code` description states.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecuteCodeOptions {
+    /// Seconds a cell may run.
+    pub timeout_secs: f64,
+    /// Tool calls a cell may make.
+    pub max_tool_calls: u32,
+    /// Stdout bytes returned inline.
+    pub max_stdout_bytes: usize,
+    /// Stderr bytes returned inline.
+    pub max_stderr_bytes: usize,
+    /// Where the kernel runs.
+    pub mode: Mode,
+    /// What a timeout does.
+    pub on_timeout: OnTimeout,
+    /// Seconds an interrupted cell gets to stop before the kernel is killed.
+    pub interrupt_grace_secs: f64,
+}
+
+impl Default for ExecuteCodeOptions {
+    fn default() -> Self {
+        Self {
+            timeout_secs: 300.0,
+            max_tool_calls: 50,
+            max_stdout_bytes: 50_000,
+            max_stderr_bytes: 10_000,
+            mode: Mode::Project,
+            on_timeout: OnTimeout::Interrupt,
+            interrupt_grace_secs: 2.0,
+        }
+    }
+}
+
+/// The tool definition shapes `toolcell schema` can print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SchemaFormat {
+    /// `{"type":"function","function":{name, description, parameters}}`.
+    OpenAi,
+    /// `{name, description, input_schema}`.
+    Anthropic,
+    /// `{name, description, inputSchema}`.
+    Mcp,
+}
+
+impl std::str::FromStr for SchemaFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "openai" => Ok(Self::OpenAi),
+            "anthropic" => Ok(Self::Anthropic),
+            "mcp" => Ok(Self::Mcp),
+            other => Err(format!(
+                "unknown schema format `{other}`; use openai, anthropic or mcp"
+            )),
+        }
+    }
+}
+
+fn seconds(s: f64) -> String {
+    if s.fract() == 0.0 {
+        format!("{s:.0}")
+    } else {
+        format!("{s}")
+    }
+}
+
+/// The `execute_code` description: what it does, the enabled tools with
+/// their signatures and result shapes, the configured limits, the cwd rule
+/// of the mode, that state persists, and what a timeout does to it.
+pub fn execute_code_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOptions) -> String {
+    let mut d = String::new();
+    d.push_str(
+        "Run Python code in a persistent Python kernel. Variables, imports and loaded data \
+         persist from one call to the next in the same conversation; pass reset=true to start \
+         over in a fresh kernel. The value of a trailing expression is printed, top-level \
+         `await` works, lines starting with `!` run shell commands, and `%pip install …` \
+         installs packages into the kernel's interpreter.\n\n",
+    );
+    match opts.mode {
+        Mode::Project => d.push_str(
+            "The working directory is the project directory, and the interpreter is the \
+             project's (its virtualenv when there is one).\n\n",
+        ),
+        Mode::Strict => d.push_str(
+            "The working directory is a private temporary directory (not the project), and \
+             the interpreter is python3 from PATH.\n\n",
+        ),
+    }
+    if tools.is_empty() {
+        d.push_str("No host tools are enabled.\n\n");
+    } else {
+        d.push_str(
+            "These host tools are Python functions in the kernel (already defined, or `from \
+             toolcell_tools import …`); each returns a dict:\n",
+        );
+        for t in tools {
+            let _ = writeln!(d, "- {}: {}", signature(t.as_ref()), summary(t.as_ref()));
+        }
+        d.push_str(
+            "A refused or failed tool call raises toolcell_tools.ToolError. Helpers: \
+             json_parse(text), shell_quote(s), retry(fn, attempts=3).\n\n",
+        );
+    }
+    let _ = write!(
+        d,
+        "Limits per call: {} seconds; at most {} tool calls; stdout beyond {} bytes and stderr \
+         beyond {} bytes is cut (head and tail kept) and the full output is saved to a file whose \
+         path is returned; page it with read_file instead of re-running. ",
+        seconds(opts.timeout_secs),
+        opts.max_tool_calls,
+        opts.max_stdout_bytes,
+        opts.max_stderr_bytes,
+    );
+    match opts.on_timeout {
+        OnTimeout::Interrupt => {
+            let _ = write!(
+                d,
+                "On timeout the code is interrupted (KeyboardInterrupt); if it stops within {} \
+                 seconds the kernel and its state are kept, otherwise the kernel is killed and \
+                 all state is lost.",
+                seconds(opts.interrupt_grace_secs)
+            );
+        }
+        OnTimeout::Kill => d.push_str("On timeout the kernel is killed and all state is lost."),
+    }
+    d.push_str(
+        "\n\nThe code runs with the user's rights on this machine; it is not isolated from it.",
+    );
+    d
+}
+
+/// The `execute_code` parameters schema (`code` required, `reset`).
+pub fn execute_code_parameters() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "code": {
+                "type": "string",
+                "description": "Python source to run as one cell."
+            },
+            "reset": {
+                "type": "boolean",
+                "default": false,
+                "description": "Discard the kernel and its state first, and run in a fresh one."
+            }
+        },
+        "required": ["code"],
+        "additionalProperties": false
+    })
+}
+
+/// The `execute_code` tool definition in the given shape.
+pub fn execute_code_tool(
+    tools: &[Arc<dyn DynTool>],
+    opts: &ExecuteCodeOptions,
+    format: SchemaFormat,
+) -> Value {
+    let description = execute_code_description(tools, opts);
+    let params = execute_code_parameters();
+    match format {
+        SchemaFormat::OpenAi => json!({
+            "type": "function",
+            "function": {
+                "name": "execute_code",
+                "description": description,
+                "parameters": params
+            }
+        }),
+        SchemaFormat::Anthropic => json!({
+            "name": "execute_code",
+            "description": description,
+            "input_schema": params
+        }),
+        SchemaFormat::Mcp => json!({
+            "name": "execute_code",
+            "description": description,
+            "inputSchema": params
+        }),
+    }
+}
+
+/// One tool's own definition: name, doc, argument and result schemas (for
+/// `toolcell tools --json` and MCP's `--expose-tools`).
+pub fn tool_definition(tool: &dyn DynTool) -> Value {
+    json!({
+        "name": tool.name(),
+        "description": tool.doc(),
+        "signature": signature(tool),
+        "inputSchema": tool.args_schema(),
+        "outputSchema": tool.output_schema(),
+        "blockedParams": tool.blocked_params(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_types_from_schemas() {
+        assert_eq!(python_type(&json!({"type":"string"})), "str");
+        assert_eq!(
+            python_type(&json!({"type":["integer","null"]})),
+            "Optional[int]"
+        );
+        assert_eq!(
+            python_type(&json!({"type":"array","items":{"type":"string"}})),
+            "List[str]"
+        );
+        assert_eq!(
+            python_type(&json!({"type":"string","enum":["a","b"]})),
+            "Literal[\"a\", \"b\"]"
+        );
+        assert_eq!(
+            python_type(&json!({"anyOf":[{"type":"string"},{"type":"null"}]})),
+            "Optional[str]"
+        );
+        assert_eq!(python_type(&json!({})), "Any");
+        assert_eq!(
+            python_type(&json!({"oneOf":[{"const":"a"},{"const":"b"}]})),
+            "Literal[\"a\", \"b\"]"
+        );
+    }
+
+    #[test]
+    fn literals_are_python() {
+        assert_eq!(python_literal(&json!(null)), "None");
+        assert_eq!(python_literal(&json!(false)), "False");
+        assert_eq!(python_literal(&json!("a\"b")), "\"a\\\"b\"");
+        assert_eq!(python_literal(&json!(2000)), "2000");
+    }
+
+    #[test]
+    fn the_description_never_says_sandbox() {
+        for mode in [Mode::Project, Mode::Strict] {
+            for on_timeout in [OnTimeout::Interrupt, OnTimeout::Kill] {
+                let opts = ExecuteCodeOptions {
+                    mode,
+                    on_timeout,
+                    ..ExecuteCodeOptions::default()
+                };
+                let d = execute_code_description(&[], &opts).to_lowercase();
+                assert!(!d.contains("sandbox"), "{d}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_description_states_configured_limits() {
+        let opts = ExecuteCodeOptions {
+            timeout_secs: 17.0,
+            max_tool_calls: 9,
+            max_stdout_bytes: 1234,
+            max_stderr_bytes: 567,
+            ..ExecuteCodeOptions::default()
+        };
+        let d = execute_code_description(&[], &opts);
+        for needle in [
+            "17 seconds",
+            "at most 9 tool calls",
+            "1234 bytes",
+            "567 bytes",
+        ] {
+            assert!(d.contains(needle), "missing {needle:?} in {d}");
+        }
+    }
+}

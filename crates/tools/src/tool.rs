@@ -1,0 +1,366 @@
+//! The `Tool` trait, its type-erased form, and the context a call runs in.
+
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolcell_rpc::{BoxFuture, CellContext};
+
+use crate::schema;
+
+/// A host function callable from Python cells.
+///
+/// Everything an agent or a model sees about the tool — the Python signature
+/// and docstring in the stub module, the JSON Schema, the line in the
+/// `execute_code` description — is derived from this one definition: the
+/// name, [`Tool::DOC`], the doc comments and serde attributes of
+/// [`Tool::Args`], and the shape of [`Tool::Output`].
+///
+/// Register a tool with [`register_tool!`](crate::register_tool) in the same
+/// file; see CONTRIBUTING.md, "Adding a tool".
+pub trait Tool: Send + Sync + 'static {
+    /// The function name in Python and in JSON (`snake_case`).
+    const NAME: &'static str;
+    /// What the tool does, for a model: first line a one-sentence summary,
+    /// then details. Parameter docs come from the fields of `Args`.
+    const DOC: &'static str;
+    /// Top-level argument names that cells may not set to a truthy value
+    /// (refused `blocked_param` before anything runs).
+    const BLOCKED_PARAMS: &'static [&'static str] = &[];
+
+    /// The arguments. Use `#[serde(deny_unknown_fields)]` so a misspelt
+    /// argument is an error, and declare defaults once with
+    /// `#[serde(default = "…")]` (they appear in the schema and the stub).
+    type Args: DeserializeOwned + Serialize + JsonSchema + Send + 'static;
+    /// The result, serialized to JSON for the cell.
+    type Output: Serialize + JsonSchema + Send + 'static;
+
+    /// Runs the tool.
+    fn call(
+        &self,
+        args: Self::Args,
+        cx: &ToolContext,
+    ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
+}
+
+/// A failed tool call. The message is what the cell sees (raised as
+/// `ToolError` in Python), so say what went wrong and what to do next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// The tool ran and could not do what was asked.
+    #[error("{0}")]
+    Failed(String),
+    /// The cell settled while the tool was running.
+    #[error("the cell ended while {0} was running; the call was cancelled")]
+    Cancelled(&'static str),
+}
+
+impl ToolError {
+    /// A failure with a message for the caller.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::Failed(message.into())
+    }
+
+    /// An I/O failure on `path`, phrased for a model.
+    pub fn io(action: &str, path: &Path, err: &std::io::Error) -> Self {
+        Self::Failed(format!("cannot {action} {}: {err}", path.display()))
+    }
+}
+
+/// Settings every call of a kernel's tools shares: fixed for the kernel.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ToolSettings {
+    /// The session's working directory; relative paths resolve against it.
+    pub cwd: PathBuf,
+    /// Where tools save full texts they had to cut (e.g. `web_extract`).
+    pub spill_dir: PathBuf,
+    /// The most output bytes a tool returns inline (e.g. `terminal`).
+    pub max_output_bytes: usize,
+    /// Web search settings (`[web]` in the configuration).
+    pub web: WebSettings,
+    /// The environment for processes tools start (`terminal`): the
+    /// kernel's scrubbed environment (SPEC §4). `None` inherits the host's.
+    pub env: Option<Arc<Vec<(std::ffi::OsString, std::ffi::OsString)>>>,
+}
+
+impl ToolSettings {
+    /// Settings for `cwd` with defaults elsewhere: spill files under the
+    /// system temp dir, 50 000 output bytes, no web search provider.
+    pub fn new(cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            cwd: cwd.into(),
+            spill_dir: std::env::temp_dir().join("toolcell-spill"),
+            max_output_bytes: 50_000,
+            web: WebSettings::default(),
+            env: None,
+        }
+    }
+
+    /// Sets the environment for processes tools start (instead of the
+    /// host's own).
+    #[must_use]
+    pub fn env(mut self, vars: Vec<(std::ffi::OsString, std::ffi::OsString)>) -> Self {
+        self.env = Some(Arc::new(vars));
+        self
+    }
+
+    /// Sets the spill directory.
+    #[must_use]
+    pub fn spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.spill_dir = dir.into();
+        self
+    }
+
+    /// Sets the inline output cap.
+    #[must_use]
+    pub fn max_output_bytes(mut self, bytes: usize) -> Self {
+        self.max_output_bytes = bytes;
+        self
+    }
+
+    /// Sets the web search settings.
+    #[must_use]
+    pub fn web(mut self, web: WebSettings) -> Self {
+        self.web = web;
+        self
+    }
+}
+
+/// `[web]` settings: which search provider `web_search` uses.
+#[derive(Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WebSettings {
+    /// `"searxng"`, `"brave"`, or empty for none.
+    pub search_provider: String,
+    /// Base URL of the provider's API (required for SearXNG; optional for
+    /// Brave, whose public endpoint is the default).
+    pub search_url: String,
+    /// The API key (read by the host from the env var named in
+    /// `search_api_key_env`; never given to the kernel).
+    pub search_api_key: Option<String>,
+}
+
+impl WebSettings {
+    /// Settings for `provider` at `url`.
+    pub fn new(provider: impl Into<String>, url: impl Into<String>) -> Self {
+        Self {
+            search_provider: provider.into(),
+            search_url: url.into(),
+            search_api_key: None,
+        }
+    }
+
+    /// Sets the API key.
+    #[must_use]
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.search_api_key = Some(key.into());
+        self
+    }
+}
+
+impl fmt::Debug for WebSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebSettings")
+            .field("search_provider", &self.search_provider)
+            .field("search_url", &self.search_url)
+            .field(
+                "search_api_key",
+                &self.search_api_key.as_ref().map(|_| "«hidden»"),
+            )
+            .finish()
+    }
+}
+
+/// What a tool call knows: the kernel's settings and the calling cell.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    settings: Arc<ToolSettings>,
+    deadline: Instant,
+    cancel: CancellationToken,
+}
+
+impl ToolContext {
+    /// A context for one call.
+    pub fn new(settings: Arc<ToolSettings>, deadline: Instant, cancel: CancellationToken) -> Self {
+        Self {
+            settings,
+            deadline,
+            cancel,
+        }
+    }
+
+    /// A context from the rpc server's cell context.
+    pub fn from_cell(settings: Arc<ToolSettings>, cell: &CellContext) -> Self {
+        Self::new(settings, cell.deadline(), cell.cancelled().clone())
+    }
+
+    /// The kernel's settings.
+    pub fn settings(&self) -> &ToolSettings {
+        &self.settings
+    }
+
+    /// The session's working directory.
+    pub fn cwd(&self) -> &Path {
+        &self.settings.cwd
+    }
+
+    /// `path` resolved against the session's working directory.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let p = Path::new(path);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.settings.cwd.join(p)
+        }
+    }
+
+    /// When the calling cell's time runs out.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Fires when the calling cell settles.
+    pub fn cancelled(&self) -> &CancellationToken {
+        &self.cancel
+    }
+}
+
+/// The object-safe form of a tool, as the registry holds it. Implement
+/// [`Tool`] and let [`register_tool!`](crate::register_tool) or
+/// [`erase`] produce this; implement it by hand only for tools whose shape is
+/// known at run time.
+pub trait DynTool: Send + Sync + 'static {
+    /// The function name.
+    fn name(&self) -> &str;
+    /// The doc: summary line, then details.
+    fn doc(&self) -> &str;
+    /// JSON Schema of the arguments (an object schema, subschemas inlined).
+    fn args_schema(&self) -> Value;
+    /// JSON Schema of the result.
+    fn output_schema(&self) -> Value;
+    /// Arguments cells may not set.
+    fn blocked_params(&self) -> &[&'static str];
+    /// Checks the arguments without running anything; the message names the
+    /// field and what was expected.
+    ///
+    /// # Errors
+    /// A message for a `bad_args` reply.
+    fn validate(&self, args: &Value) -> Result<(), String>;
+    /// Runs the tool.
+    fn call(&self, args: Value, cx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>>;
+}
+
+impl fmt::Debug for dyn DynTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DynTool")
+            .field("name", &self.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Type-erases a [`Tool`] for the registry.
+pub fn erase<T: Tool>(tool: T) -> Arc<dyn DynTool> {
+    Arc::new(Erased(Arc::new(tool)))
+}
+
+struct Erased<T>(Arc<T>);
+
+/// Deserializes `args`, naming the field that failed.
+pub(crate) fn parse_args<A: DeserializeOwned>(tool: &str, args: &Value) -> Result<A, String> {
+    match serde_path_to_error::deserialize::<_, A>(args) {
+        Ok(a) => Ok(a),
+        Err(e) => {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if path == "." || path.is_empty() {
+                Err(format!("{tool}: {inner}"))
+            } else {
+                Err(format!("{tool}: argument `{path}`: {inner}"))
+            }
+        }
+    }
+}
+
+impl<T: Tool> DynTool for Erased<T> {
+    fn name(&self) -> &str {
+        T::NAME
+    }
+
+    fn doc(&self) -> &str {
+        T::DOC
+    }
+
+    fn args_schema(&self) -> Value {
+        schema::schema_of::<T::Args>()
+    }
+
+    fn output_schema(&self) -> Value {
+        schema::schema_of::<T::Output>()
+    }
+
+    fn blocked_params(&self) -> &[&'static str] {
+        T::BLOCKED_PARAMS
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        parse_args::<T::Args>(T::NAME, args).map(drop)
+    }
+
+    fn call(&self, args: Value, cx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let tool = Arc::clone(&self.0);
+        Box::pin(async move {
+            let args: T::Args = parse_args(T::NAME, &args).map_err(ToolError::Failed)?;
+            let out = tool.call(args, &cx).await?;
+            serde_json::to_value(out).map_err(|e| {
+                ToolError::failed(format!("{}: result not serializable: {e}", T::NAME))
+            })
+        })
+    }
+}
+
+/// One entry of the compile-time tool list, submitted with
+/// [`register_tool!`](crate::register_tool).
+#[derive(Debug)]
+pub struct ToolEntry {
+    make: fn() -> Arc<dyn DynTool>,
+}
+
+impl ToolEntry {
+    /// The entry for a tool type with a `Default` constructor.
+    pub const fn of<T: Tool + Default>() -> Self {
+        Self { make: make::<T> }
+    }
+
+    /// Builds the tool.
+    pub fn build(&self) -> Arc<dyn DynTool> {
+        (self.make)()
+    }
+}
+
+fn make<T: Tool + Default>() -> Arc<dyn DynTool> {
+    erase(T::default())
+}
+
+inventory::collect!(ToolEntry);
+
+/// Registers a tool type (which must implement [`Tool`] and `Default`) in
+/// the compile-time registry. One line, in the tool's own file:
+///
+/// ```text
+/// toolcell_tools::register_tool!(MyTool);
+/// ```
+#[macro_export]
+macro_rules! register_tool {
+    ($tool:ty) => {
+        $crate::inventory::submit! { $crate::ToolEntry::of::<$tool>() }
+    };
+}
