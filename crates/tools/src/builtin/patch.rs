@@ -1,0 +1,1143 @@
+//! `patch`: targeted edits of text files.
+//!
+//! Two modes. *replace*: `old_string` → `new_string` in one file, where
+//! `old_string` must occur exactly once unless `replace_all` (errors give the
+//! count and line numbers of the matches, or where a whitespace-insensitive
+//! match is). *patch*: a V4A multi-file patch (the `*** Begin Patch` format)
+//! applied all-or-nothing: every file is parsed, read and patched in memory
+//! first, and written (atomically, temp file + rename) only when all of them
+//! succeeded; if a write still fails, the files already written are restored.
+//!
+//! Line endings are kept: a CRLF file stays CRLF even when the strings or
+//! the patch use `\n`. Both modes return a unified diff of what changed.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use similar::TextDiff;
+
+use crate::fsutil::write_atomic;
+use crate::tool::{Tool, ToolContext, ToolError};
+
+/// Files larger than this are refused (they are read whole into memory).
+pub(crate) const MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
+/// Whitespace-insensitive suggestions are only searched for in files up to
+/// this size.
+const MAX_FUZZY_BYTES: usize = 4 * 1024 * 1024;
+/// The most match line numbers an ambiguity error lists.
+const MAX_LISTED_LINES: usize = 20;
+
+/// How `patch` edits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PatchMode {
+    /// Replace `old_string` with `new_string` in `path`.
+    #[default]
+    Replace,
+    /// Apply a V4A multi-file patch given in `patch`.
+    Patch,
+}
+
+/// Arguments of `patch`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PatchArgs {
+    /// mode="replace": the file to edit, relative to the working directory.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// mode="replace": the exact text to replace, whitespace and indentation included; it
+    /// must occur exactly once in the file unless replace_all=True (add surrounding lines to
+    /// make it unique).
+    #[serde(default)]
+    pub old_string: Option<String>,
+    /// mode="replace": the text to put in its place ("" deletes it).
+    #[serde(default)]
+    pub new_string: Option<String>,
+    /// mode="replace": replace every occurrence of old_string instead of requiring exactly one.
+    #[serde(default)]
+    pub replace_all: bool,
+    /// "replace" edits one file with old_string/new_string; "patch" applies the V4A patch
+    /// given in `patch` to any number of files, all-or-nothing.
+    #[serde(default)]
+    pub mode: PatchMode,
+    /// mode="patch": the patch text. Format: "*** Begin Patch", then per file one of
+    /// "*** Add File: p" (+ every line prefixed "+"), "*** Delete File: p", or "*** Update
+    /// File: p" (optionally followed by "*** Move to: q") with hunks: optional "@@ <line that
+    /// comes before the change, e.g. a def or class>" anchors, then lines prefixed " "
+    /// (context, about 3 before and after), "-" (remove) or "+" (add), and "*** End of File"
+    /// when a hunk ends at the end of the file; finally "*** End Patch".
+    #[serde(default)]
+    pub patch: Option<String>,
+}
+
+/// The result of `patch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct PatchOutput {
+    /// Paths written, created, deleted or moved (both paths of a move), as given.
+    pub files_changed: Vec<String>,
+    /// mode="replace": occurrences replaced; mode="patch": hunks applied plus files added or
+    /// deleted.
+    pub replacements: u64,
+    /// Unified diff of every change (long diffs are cut in the middle).
+    pub diff: String,
+}
+
+/// Edits files: one unique string replacement, or a V4A multi-file patch.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Patch;
+
+impl Tool for Patch {
+    const NAME: &'static str = "patch";
+    const DOC: &'static str = "Edit text files: replace a unique string in one file, or apply a multi-file V4A patch all-or-nothing.\n\
+        Returns the paths changed, the number of replacements and a unified diff. Nothing is \
+        written when any part fails; files keep their line endings (CRLF stays CRLF).";
+
+    type Args = PatchArgs;
+    type Output = PatchOutput;
+
+    async fn call(&self, args: PatchArgs, cx: &ToolContext) -> Result<PatchOutput, ToolError> {
+        let max_diff = cx.settings().max_output_bytes;
+        let cwd = cx.cwd().to_path_buf();
+        let resolve = {
+            let cx = cx.clone();
+            move |p: &str| cx.resolve(p)
+        };
+        let work = tokio::task::spawn_blocking(move || match args.mode {
+            PatchMode::Replace => replace_mode(&args, &resolve, &cwd, max_diff),
+            PatchMode::Patch => patch_mode(&args, &resolve, &cwd, max_diff),
+        });
+        tokio::select! {
+            joined = work => joined.unwrap_or_else(|e| Err(ToolError::failed(format!(
+                "patch: the edit thread failed ({e}); check the files with read_file before retrying"
+            )))),
+            // The edit itself is short and all-or-nothing; it finishes even if
+            // the cell goes away, but the caller is told at once.
+            () = cx.cancelled().cancelled() => Err(ToolError::Cancelled(Self::NAME)),
+        }
+    }
+}
+
+crate::register_tool!(Patch);
+
+// ---------------------------------------------------------------------------
+// Shared helpers
+
+/// Reads a text file for editing: it must exist, be a file, be at most
+/// [`MAX_FILE_BYTES`] and be UTF-8.
+fn read_text(path: &Path, shown: &str, cwd: &Path) -> Result<(Vec<u8>, String), ToolError> {
+    let meta = std::fs::metadata(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ToolError::failed(format!(
+                "patch: `{shown}` does not exist (resolved to {}; relative paths are relative to \
+                 the working directory {}); create new files with write_file or \"*** Add File:\"",
+                path.display(),
+                cwd.display()
+            ))
+        } else {
+            ToolError::io("read", path, &e)
+        }
+    })?;
+    if meta.is_dir() {
+        return Err(ToolError::failed(format!(
+            "patch: `{shown}` is a directory; give the path of a file"
+        )));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(ToolError::failed(format!(
+            "patch: `{shown}` is {} bytes, over the {MAX_FILE_BYTES}-byte limit of this tool; \
+             edit it with a script instead",
+            meta.len()
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|e| ToolError::io("read", path, &e))?;
+    match String::from_utf8(bytes) {
+        Ok(text) => Ok((text.as_bytes().to_vec(), text)),
+        Err(_) => Err(ToolError::failed(format!(
+            "patch: `{shown}` is not UTF-8 text (binary or another encoding); patch edits text \
+             files only"
+        ))),
+    }
+}
+
+fn uses_crlf(text: &str) -> bool {
+    text.contains("\r\n")
+}
+
+/// 1-based line number of byte offset `at`.
+fn line_of(text: &str, at: usize) -> usize {
+    text.as_bytes()[..at.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// A unified diff of `old` → `new` (line endings shown as `\n`).
+fn unified(old: &str, new: &str, from: &str, to: &str) -> String {
+    let old = old.replace("\r\n", "\n");
+    let new = new.replace("\r\n", "\n");
+    let diff = TextDiff::configure()
+        .timeout(Duration::from_secs(2))
+        .diff_lines(&old, &new);
+    diff.unified_diff()
+        .context_radius(3)
+        .header(from, to)
+        .to_string()
+}
+
+/// Cuts `diff` to about `max` bytes, keeping head and tail.
+fn cap_diff(diff: String, max: usize) -> String {
+    if diff.len() <= max || max == 0 {
+        return diff;
+    }
+    let head_len = floor_char(&diff, max * 2 / 5);
+    let tail_start = ceil_char(&diff, diff.len() - (max - max * 2 / 5));
+    let omitted = tail_start - head_len;
+    format!(
+        "{}\n... [diff cut: {omitted} bytes omitted; read the files to see the rest] ...\n{}",
+        &diff[..head_len],
+        &diff[tail_start..]
+    )
+}
+
+fn floor_char(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil_char(s: &str, mut i: usize) -> usize {
+    while i < s.len() && !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+// ---------------------------------------------------------------------------
+// Replace mode
+
+fn replace_mode(
+    args: &PatchArgs,
+    resolve: &dyn Fn(&str) -> PathBuf,
+    cwd: &Path,
+    max_diff: usize,
+) -> Result<PatchOutput, ToolError> {
+    let mut missing = Vec::new();
+    if args.path.is_none() {
+        missing.push("path");
+    }
+    if args.old_string.is_none() {
+        missing.push("old_string");
+    }
+    if args.new_string.is_none() {
+        missing.push("new_string");
+    }
+    if !missing.is_empty() {
+        let hint = if args.patch.is_some() {
+            " You gave `patch`: to apply a V4A patch pass mode=\"patch\"."
+        } else {
+            ""
+        };
+        return Err(ToolError::failed(format!(
+            "patch: mode=\"replace\" needs path, old_string and new_string; missing: {}.{hint}",
+            missing.join(", ")
+        )));
+    }
+    let (Some(shown), Some(old_arg), Some(new_arg)) =
+        (&args.path, &args.old_string, &args.new_string)
+    else {
+        return Err(ToolError::failed("patch: missing arguments"));
+    };
+    if old_arg.is_empty() {
+        return Err(ToolError::failed(
+            "patch: old_string is empty; give the exact text to replace (to create or overwrite \
+             a whole file use write_file)",
+        ));
+    }
+    if old_arg == new_arg {
+        return Err(ToolError::failed(
+            "patch: old_string and new_string are identical; nothing would change",
+        ));
+    }
+    let path = resolve(shown);
+    let (_, text) = read_text(&path, shown, cwd)?;
+    // A CRLF file edited with \n strings: match and write CRLF.
+    let (old, new) = if uses_crlf(&text) && !old_arg.contains('\r') {
+        (
+            old_arg.replace('\n', "\r\n"),
+            if new_arg.contains('\r') {
+                new_arg.clone()
+            } else {
+                new_arg.replace('\n', "\r\n")
+            },
+        )
+    } else {
+        (old_arg.clone(), new_arg.clone())
+    };
+    let starts: Vec<usize> = text.match_indices(old.as_str()).map(|(i, _)| i).collect();
+    if starts.is_empty() {
+        return Err(ToolError::failed(not_found_message(shown, &text, old_arg)));
+    }
+    if starts.len() > 1 && !args.replace_all {
+        let mut lines: Vec<String> = starts
+            .iter()
+            .take(MAX_LISTED_LINES)
+            .map(|&s| line_of(&text, s).to_string())
+            .collect();
+        if starts.len() > MAX_LISTED_LINES {
+            lines.push("…".into());
+        }
+        return Err(ToolError::failed(format!(
+            "patch: old_string occurs {} times in `{shown}` (at lines {}); it must be unique. \
+             Include more surrounding lines in old_string to pick one, or pass replace_all=True \
+             to replace them all. Nothing was changed.",
+            starts.len(),
+            lines.join(", ")
+        )));
+    }
+    let updated = text.replace(old.as_str(), &new);
+    write_atomic(&path, updated.as_bytes()).map_err(|e| ToolError::io("write", &path, &e))?;
+    let diff = unified(
+        &text,
+        &updated,
+        &format!("a/{shown}"),
+        &format!("b/{shown}"),
+    );
+    Ok(PatchOutput {
+        files_changed: vec![shown.clone()],
+        replacements: starts.len() as u64,
+        diff: cap_diff(diff, max_diff),
+    })
+}
+
+/// Why `needle` was not found, with where a whitespace-insensitive match is.
+fn not_found_message(shown: &str, text: &str, needle: &str) -> String {
+    let mut msg = format!("patch: old_string was not found in `{shown}`. Nothing was changed.");
+    if text.len() <= MAX_FUZZY_BYTES
+        && let Some((start, end)) = find_ignoring_whitespace(text, needle)
+    {
+        let first = line_of(text, start);
+        let last = line_of(text, end.saturating_sub(1).max(start));
+        let snippet: String = text
+            .lines()
+            .skip(first - 1)
+            .take((last - first + 1).min(40))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let snippet = if snippet.len() > 4000 {
+            format!("{}…", &snippet[..floor_char(&snippet, 4000)])
+        } else {
+            snippet
+        };
+        let where_ = if first == last {
+            format!("line {first}")
+        } else {
+            format!("lines {first}-{last}")
+        };
+        let _ = write!(
+            msg,
+            " A match that differs only in whitespace (indentation, line breaks) is at {where_}; \
+             the file has there:\n{snippet}\nCopy old_string exactly from the file (read_file \
+             shows it) and retry."
+        );
+    } else {
+        msg.push_str(
+            " Read the file with read_file and copy old_string exactly, whitespace and \
+             indentation included.",
+        );
+    }
+    msg
+}
+
+/// Finds `needle` in `text` with every run of whitespace treated as one
+/// space (and the needle's ends trimmed); returns the byte range in `text`.
+fn find_ignoring_whitespace(text: &str, needle: &str) -> Option<(usize, usize)> {
+    let (hay, map) = collapse_whitespace(text);
+    let (pin, _) = collapse_whitespace(needle.trim());
+    if pin.is_empty() {
+        return None;
+    }
+    let at = hay.find(&pin)?;
+    let start = *map.get(at)?;
+    let last = at + pin.len() - 1;
+    let end = map.get(last).map_or(text.len(), |&o| {
+        o + text[o..].chars().next().map_or(1, char::len_utf8)
+    });
+    Some((start, end))
+}
+
+/// `text` with whitespace runs as single spaces, and for each byte of the
+/// result the byte offset in `text` it came from.
+fn collapse_whitespace(text: &str) -> (String, Vec<usize>) {
+    let mut out = String::with_capacity(text.len());
+    let mut map = Vec::with_capacity(text.len());
+    let mut in_ws = false;
+    for (i, c) in text.char_indices() {
+        if c.is_whitespace() {
+            if !in_ws {
+                out.push(' ');
+                map.push(i);
+            }
+            in_ws = true;
+        } else {
+            in_ws = false;
+            out.push(c);
+            map.extend(std::iter::repeat_n(i, c.len_utf8()));
+        }
+    }
+    (out, map)
+}
+
+// ---------------------------------------------------------------------------
+// Patch mode: parsing
+
+/// One operation of a V4A patch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// `*** Add File:` with its lines.
+    Add {
+        path: String,
+        line: usize,
+        lines: Vec<String>,
+    },
+    /// `*** Delete File:`.
+    Delete { path: String, line: usize },
+    /// `*** Update File:` with an optional move and its hunks.
+    Update {
+        path: String,
+        line: usize,
+        move_to: Option<String>,
+        hunks: Vec<Hunk>,
+    },
+}
+
+/// One hunk of an update.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Hunk {
+    /// Patch line where the hunk starts.
+    pub line: usize,
+    /// `@@` anchors, outermost first.
+    pub anchors: Vec<String>,
+    /// The body.
+    pub lines: Vec<HunkLine>,
+    /// `*** End of File` closed it: it must match at the end.
+    pub eof: bool,
+}
+
+/// One body line of a hunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HunkLine {
+    Context(String),
+    Remove(String),
+    Add(String),
+}
+
+impl Hunk {
+    fn old_lines(&self) -> Vec<&str> {
+        self.lines
+            .iter()
+            .filter_map(|l| match l {
+                HunkLine::Context(s) | HunkLine::Remove(s) => Some(s.as_str()),
+                HunkLine::Add(_) => None,
+            })
+            .collect()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.anchors.is_empty() && self.lines.is_empty()
+    }
+}
+
+fn malformed(line: usize, what: impl std::fmt::Display) -> ToolError {
+    ToolError::failed(format!(
+        "patch: malformed patch at line {line}: {what}. Nothing was changed."
+    ))
+}
+
+fn header_path(rest: &str, line: usize, header: &str) -> Result<String, ToolError> {
+    let p = rest.trim();
+    if p.is_empty() {
+        return Err(malformed(
+            line,
+            format!("`{header}` needs a file path after it"),
+        ));
+    }
+    Ok(p.to_string())
+}
+
+/// Text of an `@@` anchor, or None for a bare `@@` or a unified-diff range
+/// header such as `@@ -1,3 +1,4 @@`.
+fn anchor_text(rest: &str) -> Option<String> {
+    let t = rest.trim();
+    let t = t.strip_suffix("@@").map_or(t, str::trim_end);
+    if t.is_empty() {
+        return None;
+    }
+    let is_range = |s: &str, sign: char| {
+        s.strip_prefix(sign).is_some_and(|n| {
+            !n.is_empty()
+                && n.split(',')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+    };
+    let mut parts = t.split_whitespace();
+    if let (Some(a), Some(b), None) = (parts.next(), parts.next(), parts.next())
+        && is_range(a, '-')
+        && is_range(b, '+')
+    {
+        return None;
+    }
+    Some(
+        rest.trim_start()
+            .strip_suffix("@@")
+            .map_or(rest.trim_start(), str::trim_end)
+            .to_string(),
+    )
+}
+
+/// Parses a V4A patch. Errors name the patch line and what was expected.
+pub(crate) fn parse_patch(text: &str) -> Result<Vec<Op>, ToolError> {
+    let lines: Vec<(usize, &str)> = text
+        .split('\n')
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.strip_suffix('\r').unwrap_or(l)))
+        .collect();
+    let mut i = 0;
+    while i < lines.len() && lines[i].1.trim().is_empty() {
+        i += 1;
+    }
+    match lines.get(i) {
+        Some((_, l)) if l.trim() == "*** Begin Patch" => i += 1,
+        Some((n, l)) => {
+            return Err(malformed(
+                *n,
+                format!("expected `*** Begin Patch`, found `{}`", clip(l)),
+            ));
+        }
+        None => {
+            return Err(malformed(
+                1,
+                "the patch is empty; expected `*** Begin Patch`",
+            ));
+        }
+    }
+    let mut ops = Vec::new();
+    loop {
+        let Some(&(n, l)) = lines.get(i) else {
+            let last = lines.last().map_or(1, |(n, _)| *n);
+            return Err(malformed(
+                last,
+                "the patch ended without `*** End Patch` (was it cut off?)",
+            ));
+        };
+        let t = l.trim_end();
+        if t.trim_start() == "*** End Patch" {
+            i += 1;
+            break;
+        }
+        if let Some(rest) = t.strip_prefix("*** Add File:") {
+            let path = header_path(rest, n, "*** Add File:")?;
+            i += 1;
+            let mut body = Vec::new();
+            while let Some(&(bn, bl)) = lines.get(i) {
+                if bl.starts_with("*** ") {
+                    break;
+                }
+                match bl.strip_prefix('+') {
+                    Some(content) => body.push(content.to_string()),
+                    None => {
+                        return Err(malformed(
+                            bn,
+                            format!(
+                                "every line of `*** Add File: {path}` must start with `+` (a blank \
+                                 line is a lone `+`), found `{}`",
+                                clip(bl)
+                            ),
+                        ));
+                    }
+                }
+                i += 1;
+            }
+            ops.push(Op::Add {
+                path,
+                line: n,
+                lines: body,
+            });
+        } else if let Some(rest) = t.strip_prefix("*** Delete File:") {
+            let path = header_path(rest, n, "*** Delete File:")?;
+            ops.push(Op::Delete { path, line: n });
+            i += 1;
+        } else if let Some(rest) = t.strip_prefix("*** Update File:") {
+            let path = header_path(rest, n, "*** Update File:")?;
+            i += 1;
+            let mut move_to = None;
+            if let Some(&(mn, ml)) = lines.get(i)
+                && let Some(rest) = ml.trim_end().strip_prefix("*** Move to:")
+            {
+                move_to = Some(header_path(rest, mn, "*** Move to:")?);
+                i += 1;
+            }
+            let mut hunks: Vec<Hunk> = Vec::new();
+            let mut cur = Hunk {
+                line: lines.get(i).map_or(n, |x| x.0),
+                ..Hunk::default()
+            };
+            while let Some(&(bn, bl)) = lines.get(i) {
+                if bl.trim_end() == "*** End of File" {
+                    if cur.lines.is_empty() {
+                        return Err(malformed(
+                            bn,
+                            "`*** End of File` must follow the lines of a hunk",
+                        ));
+                    }
+                    cur.eof = true;
+                    hunks.push(std::mem::take(&mut cur));
+                    i += 1;
+                    cur.line = lines.get(i).map_or(bn, |x| x.0);
+                    continue;
+                }
+                if bl.starts_with("*** ") {
+                    break;
+                }
+                if let Some(rest) = bl.strip_prefix("@@") {
+                    if !cur.lines.is_empty() {
+                        hunks.push(std::mem::take(&mut cur));
+                    }
+                    if cur.anchors.is_empty() {
+                        cur.line = bn;
+                    }
+                    if let Some(a) = anchor_text(rest) {
+                        cur.anchors.push(a);
+                    }
+                    i += 1;
+                    continue;
+                }
+                let body = if let Some(s) = bl.strip_prefix(' ') {
+                    HunkLine::Context(s.to_string())
+                } else if let Some(s) = bl.strip_prefix('-') {
+                    HunkLine::Remove(s.to_string())
+                } else if let Some(s) = bl.strip_prefix('+') {
+                    HunkLine::Add(s.to_string())
+                } else if bl.is_empty() {
+                    // An empty line in a hunk is an empty context line.
+                    HunkLine::Context(String::new())
+                } else {
+                    return Err(malformed(
+                        bn,
+                        format!(
+                            "in `*** Update File: {path}` expected a hunk line starting with ` ` \
+                             (context), `-` (remove), `+` (add), an `@@` anchor, `*** End of \
+                             File` or the next `*** ` header; found `{}`",
+                            clip(bl)
+                        ),
+                    ));
+                };
+                if cur.lines.is_empty() && cur.anchors.is_empty() {
+                    cur.line = bn;
+                }
+                cur.lines.push(body);
+                i += 1;
+            }
+            // Trailing blank lines before the next header are separators, not context.
+            while matches!(cur.lines.last(), Some(HunkLine::Context(s)) if s.is_empty()) {
+                cur.lines.pop();
+            }
+            if !cur.is_empty() {
+                if cur.lines.is_empty() {
+                    return Err(malformed(
+                        cur.line,
+                        format!(
+                            "the `@@` anchor in `*** Update File: {path}` has no hunk lines after it"
+                        ),
+                    ));
+                }
+                hunks.push(cur);
+            }
+            if hunks.is_empty() && move_to.is_none() {
+                return Err(malformed(
+                    n,
+                    format!(
+                        "`*** Update File: {path}` has no hunks; expected `@@` or ` `/`-`/`+` lines"
+                    ),
+                ));
+            }
+            ops.push(Op::Update {
+                path,
+                line: n,
+                move_to,
+                hunks,
+            });
+        } else if t.trim().is_empty() {
+            i += 1;
+        } else {
+            return Err(malformed(
+                n,
+                format!(
+                    "expected `*** Add File: <path>`, `*** Delete File: <path>`, `*** Update File: \
+                     <path>` or `*** End Patch`, found `{}`",
+                    clip(l)
+                ),
+            ));
+        }
+    }
+    if let Some(&(n, l)) = lines[i.min(lines.len())..]
+        .iter()
+        .find(|(_, l)| !l.trim().is_empty())
+    {
+        return Err(malformed(
+            n,
+            format!("unexpected text after `*** End Patch`: `{}`", clip(l)),
+        ));
+    }
+    if ops.is_empty() {
+        return Err(malformed(1, "the patch has no file operations"));
+    }
+    Ok(ops)
+}
+
+fn clip(s: &str) -> String {
+    if s.len() <= 120 {
+        s.to_string()
+    } else {
+        format!("{}…", &s[..floor_char(s, 120)])
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Patch mode: applying
+
+/// A file's lines without terminators, and how to put them back.
+struct Lines {
+    lines: Vec<String>,
+    eol: &'static str,
+    trailing_newline: bool,
+}
+
+impl Lines {
+    fn parse(text: &str) -> Self {
+        let eol = if uses_crlf(text) { "\r\n" } else { "\n" };
+        let trailing_newline = text.ends_with('\n');
+        let body = text.strip_suffix('\n').unwrap_or(text);
+        let lines = if text.is_empty() {
+            Vec::new()
+        } else {
+            body.split('\n')
+                .map(|l| l.strip_suffix('\r').unwrap_or(l).to_string())
+                .collect()
+        };
+        Self {
+            lines,
+            eol,
+            trailing_newline,
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut s = self.lines.join(self.eol);
+        if !self.lines.is_empty() && self.trailing_newline {
+            s.push_str(self.eol);
+        }
+        s
+    }
+}
+
+/// Normalizations tried in order when matching hunk lines to file lines.
+const PASSES: [fn(&str) -> String; 4] = [
+    |s| s.to_string(),
+    |s| s.trim_end().to_string(),
+    |s| s.trim().to_string(),
+    |s| {
+        s.trim()
+            .chars()
+            .map(|c| match c {
+                '\u{2010}'..='\u{2015}' | '\u{2212}' => '-',
+                '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' => '\'',
+                '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' => '"',
+                '\u{00A0}' | '\u{2002}'..='\u{200A}' | '\u{202F}' | '\u{205F}' | '\u{3000}' => ' ',
+                other => other,
+            })
+            .collect()
+    },
+];
+
+/// Where `needle` occurs in `hay` at or after `from` (at the very end first
+/// when `eof`), trying ever looser normalizations.
+fn seek(hay: &[String], needle: &[&str], from: usize, eof: bool) -> Option<usize> {
+    if needle.len() > hay.len() {
+        return None;
+    }
+    let last_start = hay.len() - needle.len();
+    for norm in PASSES {
+        let want: Vec<String> = needle.iter().map(|s| norm(s)).collect();
+        let at = |i: usize| {
+            hay[i..i + needle.len()]
+                .iter()
+                .zip(&want)
+                .all(|(h, w)| norm(h) == *w)
+        };
+        if eof && last_start >= from && at(last_start) {
+            return Some(last_start);
+        }
+        if let Some(i) = (from..=last_start).find(|&i| at(i)) {
+            return Some(i);
+        }
+    }
+    None
+}
+
+fn seek_line(hay: &[String], anchor: &str, from: usize) -> Option<usize> {
+    for norm in PASSES {
+        let want = norm(anchor);
+        if let Some(i) = (from..hay.len()).find(|&i| norm(&hay[i]) == want) {
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// Applies the hunks of one update to `text`; returns the new text.
+fn apply_hunks(text: &str, hunks: &[Hunk], shown: &str) -> Result<String, ToolError> {
+    let mut file = Lines::parse(text);
+    let mut cursor = 0usize;
+    let mut edits: Vec<(usize, usize, Vec<String>)> = Vec::new();
+    for (k, hunk) in hunks.iter().enumerate() {
+        for anchor in &hunk.anchors {
+            match seek_line(&file.lines, anchor, cursor) {
+                Some(i) => cursor = i + 1,
+                None => {
+                    return Err(ToolError::failed(format!(
+                        "patch: in `{shown}`, hunk {} (patch line {}): the @@ context line `{}` was \
+                         not found{}. Nothing was changed; read the file and regenerate the patch \
+                         with lines copied from it.",
+                        k + 1,
+                        hunk.line,
+                        clip(anchor),
+                        after_line(cursor)
+                    )));
+                }
+            }
+        }
+        let old = hunk.old_lines();
+        let start = if old.is_empty() {
+            if hunk.anchors.is_empty() || hunk.eof {
+                file.lines.len()
+            } else {
+                cursor
+            }
+        } else {
+            seek(&file.lines, &old, cursor, hunk.eof).ok_or_else(|| {
+                let shown_lines: String =
+                    old.iter().take(30).map(|l| format!("  |{l}\n")).collect();
+                ToolError::failed(format!(
+                    "patch: in `{shown}`, hunk {} (patch line {}) does not match the file{}{}. \
+                     It looked for these {} line(s) (context and `-` lines):\n{shown_lines}\
+                     Nothing was changed; read the file and regenerate the hunk with context \
+                     lines copied exactly from it.",
+                    k + 1,
+                    hunk.line,
+                    after_line(cursor),
+                    if hunk.eof {
+                        " at the end of the file"
+                    } else {
+                        ""
+                    },
+                    old.len()
+                ))
+            })?
+        };
+        // Context lines keep the file's text (it may differ in whitespace).
+        let mut new_lines = Vec::new();
+        let mut j = start;
+        for l in &hunk.lines {
+            match l {
+                HunkLine::Context(s) => {
+                    new_lines.push(file.lines.get(j).cloned().unwrap_or_else(|| s.clone()));
+                    j += 1;
+                }
+                HunkLine::Remove(_) => j += 1,
+                HunkLine::Add(s) => new_lines.push(s.clone()),
+            }
+        }
+        edits.push((start, old.len(), new_lines));
+        cursor = start + old.len();
+    }
+    for (start, len, new_lines) in edits.into_iter().rev() {
+        file.lines.splice(start..start + len, new_lines);
+    }
+    if text.is_empty() {
+        file.trailing_newline = true;
+    }
+    Ok(file.render())
+}
+
+fn after_line(cursor: usize) -> String {
+    if cursor == 0 {
+        String::new()
+    } else {
+        format!(" after line {cursor}")
+    }
+}
+
+/// One file change, computed in memory before anything is written.
+struct Change {
+    /// The path as the patch names it (for the diff and the result).
+    shown_from: String,
+    shown_to: String,
+    from: PathBuf,
+    to: PathBuf,
+    /// Original bytes at `from` (None: the file is new).
+    before: Option<Vec<u8>>,
+    before_text: String,
+    /// New text at `to` (None: the file is deleted).
+    after: Option<String>,
+}
+
+fn patch_mode(
+    args: &PatchArgs,
+    resolve: &dyn Fn(&str) -> PathBuf,
+    cwd: &Path,
+    max_diff: usize,
+) -> Result<PatchOutput, ToolError> {
+    let Some(text) = &args.patch else {
+        return Err(ToolError::failed(
+            "patch: mode=\"patch\" needs the V4A patch text in `patch` (starting with `*** Begin \
+             Patch`); for a single replacement use mode=\"replace\" with path, old_string and \
+             new_string",
+        ));
+    };
+    let ops = parse_patch(text)?;
+    // Each path may appear once, so every change is independent.
+    let mut claimed: BTreeMap<PathBuf, usize> = BTreeMap::new();
+    let mut claim = |p: &Path, shown: &str, line: usize| -> Result<(), ToolError> {
+        if let Some(first) = claimed.insert(p.to_path_buf(), line) {
+            return Err(ToolError::failed(format!(
+                "patch: `{shown}` is named twice (patch lines {first} and {line}); merge all \
+                 changes to one file into one section. Nothing was changed."
+            )));
+        }
+        Ok(())
+    };
+    let mut changes = Vec::new();
+    let mut replacements = 0u64;
+    for op in &ops {
+        match op {
+            Op::Add { path, line, lines } => {
+                let p = resolve(path);
+                claim(&p, path, *line)?;
+                if p.exists() {
+                    return Err(ToolError::failed(format!(
+                        "patch: `*** Add File: {path}` (patch line {line}): the file already exists; \
+                         use `*** Update File:` to change it, or delete it first. Nothing was changed."
+                    )));
+                }
+                let mut content = lines.join("\n");
+                if !lines.is_empty() {
+                    content.push('\n');
+                }
+                changes.push(Change {
+                    shown_from: path.clone(),
+                    shown_to: path.clone(),
+                    from: p.clone(),
+                    to: p,
+                    before: None,
+                    before_text: String::new(),
+                    after: Some(content),
+                });
+                replacements += 1;
+            }
+            Op::Delete { path, line } => {
+                let p = resolve(path);
+                claim(&p, path, *line)?;
+                let (bytes, text) = read_text(&p, path, cwd)?;
+                changes.push(Change {
+                    shown_from: path.clone(),
+                    shown_to: path.clone(),
+                    from: p.clone(),
+                    to: p,
+                    before: Some(bytes),
+                    before_text: text,
+                    after: None,
+                });
+                replacements += 1;
+            }
+            Op::Update {
+                path,
+                line,
+                move_to,
+                hunks,
+            } => {
+                let p = resolve(path);
+                claim(&p, path, *line)?;
+                let (bytes, text) = read_text(&p, path, cwd)?;
+                let new_text = apply_hunks(&text, hunks, path)?;
+                let (to, shown_to) = match move_to {
+                    Some(dest) => {
+                        let d = resolve(dest);
+                        if d != p {
+                            claim(&d, dest, *line)?;
+                            if d.exists() {
+                                return Err(ToolError::failed(format!(
+                                    "patch: `*** Move to: {dest}` (for `{path}`, patch line {line}): \
+                                     the destination already exists. Nothing was changed."
+                                )));
+                            }
+                        }
+                        (d, dest.clone())
+                    }
+                    None => (p.clone(), path.clone()),
+                };
+                replacements += hunks.len() as u64;
+                changes.push(Change {
+                    shown_from: path.clone(),
+                    shown_to,
+                    from: p,
+                    to,
+                    before: Some(bytes),
+                    before_text: text,
+                    after: Some(new_text),
+                });
+            }
+        }
+    }
+    commit(&changes)?;
+    let mut diff = String::new();
+    let mut files_changed = Vec::new();
+    for c in &changes {
+        let (from, to) = match (&c.before, &c.after) {
+            (None, _) => ("/dev/null".to_string(), format!("b/{}", c.shown_to)),
+            (Some(_), None) => (format!("a/{}", c.shown_from), "/dev/null".to_string()),
+            (Some(_), Some(_)) => (format!("a/{}", c.shown_from), format!("b/{}", c.shown_to)),
+        };
+        let after = c.after.as_deref().unwrap_or("");
+        let d = unified(&c.before_text, after, &from, &to);
+        if d.is_empty() && c.from != c.to {
+            let _ = writeln!(
+                diff,
+                "rename from {}\nrename to {}",
+                c.shown_from, c.shown_to
+            );
+        }
+        diff.push_str(&d);
+        files_changed.push(c.shown_from.clone());
+        if c.from != c.to {
+            files_changed.push(c.shown_to.clone());
+        }
+    }
+    Ok(PatchOutput {
+        files_changed,
+        replacements,
+        diff: cap_diff(diff, max_diff),
+    })
+}
+
+/// Writes every change (new contents first, then deletions); on a failure
+/// restores what was already done and reports it.
+fn commit(changes: &[Change]) -> Result<(), ToolError> {
+    let mut done: Vec<Undo<'_>> = Vec::new();
+    let mut result = Ok(());
+    for c in changes {
+        if let Some(after) = &c.after {
+            // Unchanged content at the same path: nothing to write.
+            if c.from == c.to && c.before.as_deref() == Some(after.as_bytes()) {
+                continue;
+            }
+            let existed = c.from == c.to && c.before.is_some();
+            if let Err(e) = write_atomic(&c.to, after.as_bytes()) {
+                result = Err((c.to.clone(), "write", e));
+                break;
+            }
+            done.push(if existed {
+                Undo::Restore(&c.to, c.before.as_deref().unwrap_or_default())
+            } else {
+                Undo::Remove(&c.to)
+            });
+        }
+    }
+    if result.is_ok() {
+        for c in changes {
+            if c.after.is_none() || c.from != c.to {
+                if let Err(e) = std::fs::remove_file(&c.from) {
+                    result = Err((c.from.clone(), "delete", e));
+                    break;
+                }
+                done.push(Undo::Restore(
+                    &c.from,
+                    c.before.as_deref().unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    let Err((path, action, err)) = result else {
+        return Ok(());
+    };
+    let mut unrestored = Vec::new();
+    for undo in done.into_iter().rev() {
+        let r = match undo {
+            Undo::Restore(p, bytes) => write_atomic(p, bytes).map(|()| p),
+            Undo::Remove(p) => std::fs::remove_file(p).map(|()| p),
+        };
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "patch: could not roll back a change");
+            unrestored.push(match undo {
+                Undo::Restore(p, _) | Undo::Remove(p) => p.display().to_string(),
+            });
+        }
+    }
+    let state = if unrestored.is_empty() {
+        "every file already written was restored, so nothing was changed".to_string()
+    } else {
+        format!(
+            "these files could not be restored: {}",
+            unrestored.join(", ")
+        )
+    };
+    Err(ToolError::failed(format!(
+        "patch: cannot {action} {}: {err}; {state}",
+        path.display()
+    )))
+}
+
+enum Undo<'a> {
+    Restore(&'a Path, &'a [u8]),
+    Remove(&'a Path),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unified_range_headers_are_not_anchors() {
+        assert_eq!(anchor_text(" -1,3 +1,4 @@"), None);
+        assert_eq!(anchor_text(""), None);
+        assert_eq!(anchor_text(" def f():"), Some("def f():".into()));
+        assert_eq!(anchor_text(" class A @@"), Some("class A".into()));
+    }
+
+    #[test]
+    fn whitespace_insensitive_search_maps_back_to_the_file() {
+        let text = "a\n  fn  x()\n{\n";
+        let (s, e) = find_ignoring_whitespace(text, "fn x() {").unwrap();
+        assert_eq!(&text[s..e], "fn  x()\n{");
+        assert_eq!(line_of(text, s), 2);
+    }
+
+    #[test]
+    fn lines_round_trip() {
+        for t in ["", "a", "a\n", "a\r\nb\r\n", "a\nb", "\n\n"] {
+            assert_eq!(Lines::parse(t).render(), t, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn diff_is_capped_on_char_boundaries() {
+        let d = "é".repeat(1000);
+        let c = cap_diff(d, 101);
+        assert!(c.contains("[diff cut:"));
+    }
+}
