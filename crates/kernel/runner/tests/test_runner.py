@@ -221,6 +221,13 @@ class Framing(RunnerTest):
         self.assertEqual(c.err, "e" * 100000)
         self.assertEqual(c.end, {"type": "end", "id": c.result["id"]})
 
+    def test_output_without_a_trailing_newline_stays_exact(self):
+        k = self.kernel()
+        c = k.execute("import sys\nprint('abc', end='')\nn = sys.stderr.write('err-no-newline')")
+        self.assertOk(c)
+        self.assertEqual(c.out, "abc")
+        self.assertEqual(c.err, "err-no-newline")
+
     def test_result_fields_are_exactly_the_spec(self):
         k = self.kernel()
         c = k.execute("1")
@@ -253,6 +260,48 @@ class Framing(RunnerTest):
         c = k.execute(code)
         self.assertOk(c)
         self.assertEqual(c.out, "50000\n")
+
+
+class HarnessDecoder(unittest.TestCase):
+    """The harness's frame decoder: events must not depend on chunking."""
+
+    def _decode(self, data, sizes):
+        import itertools
+
+        d = harness.Decoder(b"S3NT")
+        events = []
+        pos = 0
+        for size in itertools.cycle(sizes):
+            if pos >= len(data):
+                break
+            events += d.feed(data[pos : pos + size])
+            pos += size
+        events += d.finish()
+        merged = []
+        for kind, payload in events:
+            if kind == "raw" and merged and merged[-1][0] == "raw":
+                merged[-1] = ("raw", merged[-1][1] + payload)
+            elif kind != "raw" or payload:
+                merged.append((kind, payload))
+        return merged
+
+    def test_events_do_not_depend_on_chunk_sizes(self):
+        body = b'{"type":"end","id":"x"}'
+        data = (
+            b"raw \nS3N partial marker \nS3NT 12x not a header \nS3NT 3\nabc"
+            + b"\nS3NT %d\n%s tail \nS3NT" % (len(body), body)
+            + b" 0\n\nS3NT 99999999999999999999999\n after"
+        )
+        expected = [
+            ("raw", b"raw \nS3N partial marker \nS3NT 12x not a header "),
+            ("frame", b"abc"),
+            ("frame", body),
+            ("raw", b" tail "),
+            ("frame", b""),
+            ("raw", b"\nS3NT 99999999999999999999999\n after"),
+        ]
+        for sizes in ([len(data)], [1], [2], [3, 1], [7], [5, 11, 2]):
+            self.assertEqual(self._decode(data, sizes), expected, sizes)
 
 
 class Lifecycle(RunnerTest):
