@@ -54,10 +54,11 @@ def _usable(conn):
     if conn is None or conn[2] != os.getpid():
         return False
     try:
-        readable, _, _ = select.select([conn[0]], [], [], 0)
+        poller = select.poll()
+        poller.register(conn[0], select.POLLIN)
+        return not poller.poll(0)
     except (OSError, ValueError):
         return False
-    return not readable
 
 
 def _drop():
