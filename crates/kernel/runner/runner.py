@@ -204,9 +204,36 @@ def _raw_stderr(message):
         pass
 
 
+def _descendants(pid):
+    """Every live descendant of pid, through /proc/<pid>/task/*/children."""
+    found = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir("/proc/%d/task" % parent)
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open("/proc/%d/task/%s/children" % (parent, tid)) as f:
+                    kids = f.read().split()
+            except OSError:
+                continue
+            for kid in kids:
+                found.append(int(kid))
+                todo.append(int(kid))
+    return found
+
+
 def _die():
-    """The host is gone: kill our whole process group (cells' children too)."""
+    """The host is gone: kill every descendant (setsid'd ones too) and our group."""
     try:
+        for pid in _descendants(os.getpid()):
+            try:
+                os.kill(pid, _signal.SIGKILL)
+            except OSError:
+                pass
         if os.getpgrp() == os.getpid():
             os.killpg(0, _signal.SIGKILL)
         else:  # not a session/group leader: never kill a group we do not own
@@ -978,12 +1005,12 @@ def _handle_execute(req):
         _stdin.requested = False
         _register_source(filename, code)
         try:
-            exc = _run_user(code, filename)
+            exc = _run_user(code, filename)  # returns with SIGINT ignored again
         except KeyboardInterrupt as late:  # landed in runner code around the cell
             exc = late
+            _ignore_sigint()
         if os.getpid() != _PID:
             _forked_child_exit(exc)
-        _ignore_sigint()
         result = _finish_cell(rid, count, filename, exc, ru0, rc0, t0)
         exit_code = result.get("exit_code")
     except BaseException as err:

@@ -310,20 +310,29 @@ class Lifecycle(RunnerTest):
         cid = k.start(
             dedent(
                 """
-                import subprocess, time
+                import subprocess, sys, time
                 child = subprocess.Popen(["sleep", "60"])
-                print("child=%d;" % child.pid, flush=True)
+                # A grandchild in its own session: outside the process group.
+                code = "import subprocess, time; subprocess.Popen(['sleep', '61']); time.sleep(60)"
+                escaper = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+                time.sleep(0.3)
+                print("child=%d,%d;" % (child.pid, escaper.pid), flush=True)
                 time.sleep(60)
                 """
             )
         )
-        seen = k.stdout.wait_raw(b";", 10)
-        child = int(seen.decode().split("child=")[1].split(";")[0])
-        self.assertTrue(process_alive(child))
-        t0 = time.monotonic()
+        seen = k.stdout.wait_raw(b";", 10).decode()
+        pids = [int(p) for p in seen.split("child=")[1].split(";")[0].split(",")]
+        with open("/proc/%d/task/%d/children" % (pids[1], pids[1])) as f:
+            pids += [int(p) for p in f.read().split()]  # the escaper's own sleep
+        self.assertEqual(len(pids), 3)
+        for pid in pids:
+            self.assertTrue(process_alive(pid), pid)
+        deadline = time.monotonic() + 1.0
         k.close_requests()
         self.assertEqual(k.wait_exit(1.0), -signal.SIGKILL)
-        self.wait_dead(child, 1.0 - min(0.9, time.monotonic() - t0))
+        for pid in pids:
+            self.wait_dead(pid, max(0.05, deadline - time.monotonic()))
         del cid
 
     def test_eof_between_cells_ends_the_kernel(self):
