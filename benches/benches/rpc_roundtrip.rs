@@ -242,8 +242,15 @@ fn rpc_roundtrip(c: &mut Criterion) {
         ServerRuntime::Multi(_) => "multi-thread runtime",
         ServerRuntime::Current { .. } => "current-thread runtime",
     };
+    // Full size under `cargo bench`; tiny when run once as a test.
+    let args: Vec<String> = std::env::args().collect();
+    let n: u32 = if args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test") {
+        50_000
+    } else {
+        500
+    };
     fx.fresh_cell();
-    let r = py.bench(50_000);
+    let r = py.bench(u64::from(n));
     println!(
         "rpc_roundtrip summary ({rt_label}): python client, unix socket, {} calls: median {:.1} µs, p99 {:.1} µs, mean {:.1} µs",
         r["n"],
@@ -252,8 +259,8 @@ fn rpc_roundtrip(c: &mut Criterion) {
         r["total_ns"].as_f64().unwrap() / r["n"].as_f64().unwrap() / 1e3,
     );
     fx.fresh_cell();
-    let mut lat = Vec::with_capacity(50_000);
-    for _ in 0..50_000 {
+    let mut lat = Vec::with_capacity(n as usize);
+    for _ in 0..n {
         let t = Instant::now();
         rust.call();
         lat.push(u64::try_from(t.elapsed().as_nanos()).unwrap());
@@ -261,7 +268,7 @@ fn rpc_roundtrip(c: &mut Criterion) {
     let mean = lat.iter().sum::<u64>() as f64 / lat.len() as f64;
     let (median, p99) = percentiles(lat);
     println!(
-        "rpc_roundtrip summary ({rt_label}): rust client, unix socket, 50000 calls: median {:.1} µs, p99 {:.1} µs, mean {:.1} µs",
+        "rpc_roundtrip summary ({rt_label}): rust client, unix socket, {n} calls: median {:.1} µs, p99 {:.1} µs, mean {:.1} µs",
         median as f64 / 1e3,
         p99 as f64 / 1e3,
         mean / 1e3,
