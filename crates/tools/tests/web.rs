@@ -243,7 +243,8 @@ async fn http_error_fails_only_that_url() {
     ];
     let rs = extract(tmp.path(), &urls, None).await;
     let e = error_of(&rs[0]);
-    assert!(e.contains("404") && e.contains("Not Found"), "{e}");
+    assert!(e.contains("HTTP 404 Not Found"), "{e}");
+    assert!(!e.contains("after redirects"), "{e}");
     assert_ok(&rs[1]);
     assert_eq!(rs[1]["content"], "still here");
     assert!(error_of(&rs[2]).contains("503"), "{}", rs[2]);
@@ -258,15 +259,27 @@ async fn redirects_are_followed() {
     let server = Server::start(|req| match req.path() {
         "/old" => Reply::redirect("/new"),
         "/loop" => Reply::redirect("/loop"),
+        "/moved-away" => Reply::redirect("/gone"),
+        "/gone" => Reply::status(404),
         _ => Reply::html("<title>New home</title><p>moved here</p>"),
     })
     .await;
     let tmp = tempfile::tempdir().unwrap();
-    let rs = extract(tmp.path(), &[server.url("/old"), server.url("/loop")], None).await;
+    let urls = [
+        server.url("/old"),
+        server.url("/loop"),
+        server.url("/moved-away"),
+    ];
+    let rs = extract(tmp.path(), &urls, None).await;
     assert_ok(&rs[0]);
     assert_eq!(rs[0]["title"], "New home");
     assert_eq!(rs[0]["url"], server.url("/old"));
     assert!(error_of(&rs[1]).contains("redirect"), "{}", rs[1]);
+    let e = error_of(&rs[2]);
+    assert!(
+        e.contains("HTTP 404") && e.contains("/gone (after redirects)"),
+        "{e}"
+    );
     let loops = server
         .requests()
         .iter()

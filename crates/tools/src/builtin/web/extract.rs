@@ -289,6 +289,7 @@ impl Job {
 
     /// Sends the request and reads the body under the size cap.
     async fn download(&self, url: reqwest::Url) -> Result<(Option<ContentType>, Vec<u8>), String> {
+        let asked = url.clone();
         let mut resp = self
             .client
             .get(url)
@@ -302,11 +303,24 @@ impl Job {
         let status = resp.status();
         if status.is_client_error() || status.is_server_error() {
             let reason = status.canonical_reason().unwrap_or("error");
-            return Err(format!(
-                "HTTP {} {reason} from {}",
-                status.as_u16(),
-                resp.url()
-            ));
+            let code = status.as_u16();
+            let hint = match code {
+                401 | 403 => " (the page needs a login or refuses automated clients)",
+                404 | 410 => " (check the URL)",
+                429 => " (rate limited: wait before retrying)",
+                500.. => " (the server failed: retry later)",
+                _ => "",
+            };
+            // Name where redirects led, without any credentials in it.
+            let mut landed = resp.url().clone();
+            let _ = landed.set_password(None);
+            let _ = landed.set_username("");
+            let after = if *resp.url() == asked {
+                String::new()
+            } else {
+                format!(" at {landed} (after redirects)")
+            };
+            return Err(format!("HTTP {code} {reason}{after}{hint}"));
         }
         let content_type = ContentType::of(&resp);
         let body = super::read_body(&mut resp, MAX_BODY_BYTES)

@@ -358,4 +358,49 @@ mod tests {
         assert!(c.markdown.contains("unclosed"), "{}", c.markdown);
         assert!(c.markdown.contains("tail & more"), "{}", c.markdown);
     }
+
+    fn piece() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just("<div>".to_string()),
+            Just("</div>".to_string()),
+            Just("<title>".to_string()),
+            Just("</title>".to_string()),
+            Just("<script>".to_string()),
+            Just("</script>".to_string()),
+            Just("<!--".to_string()),
+            Just("-->".to_string()),
+            Just("<p>".to_string()),
+            Just("<br/>".to_string()),
+            Just("<a href='x'>".to_string()),
+            Just("&amp;".to_string()),
+            Just("<".to_string()),
+            Just(">".to_string()),
+            Just("</".to_string()),
+            Just("é".to_string()),
+            "[a-zA-Z \n]{0,6}",
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_markup_is_handled(parts in proptest::collection::vec(piece(), 0..80)) {
+            let html: String = parts.concat();
+            let _ = convert(&html);
+            let stripped = strip_markup(&html);
+            let _ = raw_title(&html);
+            proptest::prop_assert!(estimated_depth(&html) <= html.matches('<').count());
+            // Stripping never invents markup-free text longer than the input.
+            proptest::prop_assert!(stripped.len() <= html.len() + html.matches('<').count());
+        }
+
+        #[test]
+        fn plain_words_survive_stripping(words in proptest::collection::vec("[a-z]{1,8}", 1..20)) {
+            let text = words.join(" ");
+            proptest::prop_assert_eq!(strip_markup(&text), text.clone());
+            let html = format!("<div><p>{text}</p></div>");
+            proptest::prop_assert_eq!(strip_markup(&html), text.clone());
+            proptest::prop_assert_eq!(convert(&html).markdown, text);
+        }
+    }
 }
