@@ -248,10 +248,19 @@ impl Server {
             let _guard = runtime.enter();
             UnixListener::bind(&path).map_err(io_err("cannot bind Unix socket", &path))?
         };
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-            .map_err(io_err("cannot set mode 0600 on socket", &path))?;
-        let meta =
-            std::fs::symlink_metadata(&path).map_err(io_err("cannot inspect socket", &path))?;
+        let finish = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err("cannot set mode 0600 on socket", &path))
+            .and_then(|()| {
+                std::fs::symlink_metadata(&path).map_err(io_err("cannot inspect socket", &path))
+            });
+        let meta = match finish {
+            Ok(meta) => meta,
+            Err(e) => {
+                drop(listener);
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+        };
         let socket = SocketFile {
             path,
             dev: meta.dev(),

@@ -281,3 +281,14 @@ async fn no_tool_is_enabled_unless_the_cell_says_so() {
     );
     drop(cell);
 }
+
+#[test]
+fn owner_types_can_move_between_tasks() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Server>();
+    send_sync::<toolcell_rpc::CellHandle>();
+    send_sync::<toolcell_rpc::CellReport>();
+    send_sync::<toolcell_rpc::CellContext>();
+    send::<Connection>();
+}
