@@ -104,7 +104,15 @@
 //! - **Blocked parameters** are refused when present with any value other
 //!   than `null` or `false` (asking explicitly for the default is harmless).
 //! - `"args"` may be omitted (read as `{}`); a non-object `"args"` is a
-//!   `bad_request`. A missing `"token"` is a `bad_token`.
+//!   `bad_request`. A missing `"token"` is a `bad_token`. A line that is not
+//!   UTF-8 is a `bad_request`.
+//! - **For the owner.** The server's tasks run on the tokio runtime it was
+//!   created in. [`CellReport::dispatched`] is SPEC §6 `tool_calls_made`;
+//!   `report.refused(ErrorCode::BudgetExhausted) > 0` tells the cell hit its
+//!   budget (for the §8 hint). Memory per connection is bounded by the line
+//!   cap plus 64 KiB while a line is arriving, and by the largest reply.
+//!   TCP endpoints accept any local user's connection (the token still
+//!   applies); prefer the Unix socket.
 
 mod cell;
 mod dispatch;
