@@ -607,3 +607,36 @@ async fn a_pure_rename_is_allowed() {
             .contains("rename from a.txt\nrename to b/a.txt")
     );
 }
+
+#[tokio::test]
+async fn editing_through_a_symlink_keeps_the_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path();
+    write(r, "real/target.txt", "v1\n");
+    std::os::unix::fs::symlink(r.join("real/target.txt"), r.join("link.txt")).unwrap();
+    ok(
+        r,
+        json!({"path": "link.txt", "old_string": "v1", "new_string": "v2"}),
+    )
+    .await;
+    assert!(
+        std::fs::symlink_metadata(r.join("link.txt"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(read(r, "real/target.txt"), "v2\n");
+    apply(
+        r,
+        "*** Begin Patch\n*** Update File: link.txt\n-v2\n+v3\n*** End Patch",
+    )
+    .await
+    .unwrap();
+    assert!(
+        std::fs::symlink_metadata(r.join("link.txt"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(read(r, "real/target.txt"), "v3\n");
+}

@@ -163,6 +163,15 @@ fn read_text(path: &Path, shown: &str, cwd: &Path) -> Result<(Vec<u8>, String), 
     }
 }
 
+/// The file an in-place edit writes: a symlink's target, so that the link
+/// survives the atomic rename.
+fn edit_target(path: PathBuf) -> PathBuf {
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(&path).unwrap_or(path),
+        _ => path,
+    }
+}
+
 fn uses_crlf(text: &str) -> bool {
     text.contains("\r\n")
 }
@@ -264,7 +273,7 @@ fn replace_mode(
             "patch: old_string and new_string are identical; nothing would change",
         ));
     }
-    let path = resolve(shown);
+    let path = edit_target(resolve(shown));
     let (_, text) = read_text(&path, shown, cwd)?;
     // A CRLF file edited with \n strings: match and write CRLF.
     let (old, new) = if uses_crlf(&text) && !old_arg.contains('\r') {
@@ -971,7 +980,11 @@ fn patch_mode(
                 move_to,
                 hunks,
             } => {
-                let p = resolve(path);
+                let p = if move_to.is_some() {
+                    resolve(path)
+                } else {
+                    edit_target(resolve(path))
+                };
                 claim(&p, path, *line)?;
                 let (bytes, text) = read_text(&p, path, cwd)?;
                 let new_text = apply_hunks(&text, hunks, path)?;
@@ -1139,5 +1152,112 @@ mod tests {
         let d = "é".repeat(1000);
         let c = cap_diff(d, 101);
         assert!(c.contains("[diff cut:"));
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn line_kind() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("*** Begin Patch".to_string()),
+                Just("*** End Patch".to_string()),
+                Just("*** End of File".to_string()),
+                "\\*\\*\\* (Add|Delete|Update) File: ?[a-z/.]{0,6}",
+                "\\*\\*\\* Move to: ?[a-z/.]{0,6}",
+                "@@ ?[a-z@ ]{0,6}",
+                "[ +-][a-z ]{0,5}",
+                "[^\\n]{0,8}",
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn parsing_and_applying_anything_never_panics(
+                body in prop::collection::vec(line_kind(), 0..24),
+                file in "[a-z \\n\\r]{0,60}",
+                wrap in any::<bool>(),
+            ) {
+                let mut text = body.join("\n");
+                if wrap {
+                    text = format!("*** Begin Patch\n{text}\n*** End Patch");
+                }
+                if let Ok(ops) = parse_patch(&text) {
+                    for op in ops {
+                        if let Op::Update { hunks, .. } = op {
+                            let _ = apply_hunks(&file, &hunks, "f");
+                        }
+                    }
+                }
+            }
+
+            #[test]
+            fn a_hunk_built_from_any_edit_reproduces_it(
+                n in 1usize..30,
+                a_frac in 0.0f64..1.0,
+                len in 0usize..4,
+                added in prop::collection::vec("[a-z]{0,4}", 0..4),
+                context in 0usize..4,
+                crlf in any::<bool>(),
+                trailing in any::<bool>(),
+            ) {
+                let lines: Vec<String> = (0..n).map(|i| format!("L{i}")).collect();
+                let a = ((n as f64) * a_frac) as usize;
+                let b = (a + len).min(n);
+                let lo = a.saturating_sub(context);
+                let hi = (b + context).min(n);
+                prop_assume!(hi > lo); // a hunk with no old lines is an insertion at the end
+                let eol = if crlf { "\r\n" } else { "\n" };
+                let render = |ls: &[String]| {
+                    let mut t = ls.join(eol);
+                    if trailing && !ls.is_empty() {
+                        t.push_str(eol);
+                    }
+                    t
+                };
+                let added: Vec<String> = added.iter().map(|s| format!("N{s}")).collect();
+                let mut patch = String::from("*** Begin Patch\n*** Update File: f\n");
+                for l in &lines[lo..a] { patch.push_str(&format!(" {l}\n")); }
+                for l in &lines[a..b] { patch.push_str(&format!("-{l}\n")); }
+                for l in &added { patch.push_str(&format!("+{l}\n")); }
+                for l in &lines[b..hi] { patch.push_str(&format!(" {l}\n")); }
+                patch.push_str("*** End Patch\n");
+                let ops = parse_patch(&patch).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let Some(Op::Update { hunks, .. }) = ops.into_iter().next() else {
+                    return Err(TestCaseError::fail("not an update"));
+                };
+                let got = apply_hunks(&render(&lines), &hunks, "f")
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let mut want = lines[..a].to_vec();
+                want.extend(added);
+                want.extend_from_slice(&lines[b..]);
+                // A file without any line ending has no style to keep: new ones are \n.
+                let original = render(&lines);
+                let want = render(&want);
+                let want = if original.contains('\n') { want } else { want.replace("\r\n", "\n") };
+                prop_assert_eq!(got, want);
+            }
+
+            #[test]
+            fn whitespace_insensitive_matches_are_real(
+                text in "[ab \\t\\n\\u{e9}]{0,40}",
+                start in 0usize..40,
+                len in 0usize..10,
+            ) {
+                let chars: Vec<char> = text.chars().collect();
+                let start = start.min(chars.len());
+                let end = (start + len).min(chars.len());
+                let needle: String = chars[start..end].iter().collect();
+                if let Some((s, e)) = find_ignoring_whitespace(&text, &needle) {
+                    prop_assert!(text.is_char_boundary(s) && text.is_char_boundary(e) && s <= e);
+                    prop_assert_eq!(
+                        collapse_whitespace(text[s..e].trim()).0,
+                        collapse_whitespace(needle.trim()).0
+                    );
+                } else {
+                    prop_assert!(collapse_whitespace(needle.trim()).0.is_empty(), "{needle:?} in {text:?}");
+                }
+            }
+        }
     }
 }
