@@ -174,3 +174,23 @@ fn a_connection_lost_after_sending_is_an_unknown_outcome_and_never_replayed() {
     assert_eq!(a["code"], "bad_token", "{a}");
     assert_eq!(d2.started(), 0);
 }
+
+#[test]
+fn an_interrupted_call_never_leaves_its_reply_for_the_next_call() {
+    let rt = runtime();
+    let _g = rt.enter();
+    let tmp = tempfile::tempdir().unwrap();
+    let (server, _) = unix_server(&tmp.path().join("k"));
+    let cell = server
+        .open_cell(CellSpec::new("c", deadline(60)).enable(["sleep", "echo"]))
+        .unwrap();
+    let mut py = PyDriver::spawn(server.endpoint(), server.token().expose());
+    let a = py.cmd(json!({"op": "interrupt_then_call", "ms": 400}));
+    assert_eq!(a["interrupted"], true, "{a}");
+    assert_eq!(
+        a["after"],
+        json!({"ok": true, "result": {"cell": "c", "args": {"after": true}}}),
+        "the call after an interrupt must get its own reply"
+    );
+    drop(cell);
+}

@@ -81,6 +81,26 @@ def fork_call():
     return {"first": first, "after": after, "child_ok": os.WEXITSTATUS(status) == 0}
 
 
+def interrupt_then_call(ms):
+    """A call interrupted by KeyboardInterrupt while waiting for its reply,
+    then another call: it must get its own reply, not the late one."""
+    import signal
+
+    def boom(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
+    try:
+        attempt("sleep", {"ms": ms})
+        interrupted = False
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    return {"interrupted": interrupted, "after": attempt("echo", {"after": True})}
+
+
 def bench(n):
     """n echo calls; per-call latencies in ns."""
     attempt("echo", {})  # connect outside the timed region
@@ -114,6 +134,8 @@ def main():
             out = parallel(cmd["threads"], cmd["calls"])
         elif op == "fork_call":
             out = fork_call()
+        elif op == "interrupt_then_call":
+            out = interrupt_then_call(cmd["ms"])
         elif op == "bench":
             out = bench(cmd["n"])
         else:

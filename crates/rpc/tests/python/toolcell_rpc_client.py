@@ -10,7 +10,10 @@ The generated stub module ``toolcell_tools`` follows the same rules:
   so threads call tools in parallel;
 * it reconnects only *before* sending. Once a request has been sent, a lost
   connection raises ``ToolError`` saying the outcome is unknown: a call is
-  never replayed.
+  never replayed;
+* a call interrupted between sending and reading its reply (e.g.
+  ``KeyboardInterrupt``) drops its connection, so a late reply can never be
+  taken for the answer to the next call.
 """
 
 import json
@@ -88,13 +91,20 @@ def call(tool, **args):
     sock, rfile, _ = conn
     err = None
     try:
-        sock.sendall(line)
-    except OSError as e:
-        err = e  # the server may still have answered (e.g. refused us) before closing
-    try:
-        reply = rfile.readline()
-    except OSError as e:
-        reply, err = b"", err or e
+        try:
+            sock.sendall(line)
+        except OSError as e:
+            err = e  # the server may still have answered (e.g. refused us) before closing
+        try:
+            reply = rfile.readline()
+        except OSError as e:
+            reply, err = b"", err or e
+    except BaseException:
+        # Interrupted (KeyboardInterrupt from a host interrupt, ...) between
+        # sending and reading: the reply may still come, and must never be
+        # read as the answer to a later call. Drop the connection.
+        _drop()
+        raise
     if not reply.endswith(b"\n"):
         _drop()
         raise ToolError("connection to the toolcell host was lost after the %s call was sent%s; "
