@@ -166,6 +166,9 @@ fn a_connection_lost_after_sending_is_an_unknown_outcome_and_never_replayed() {
     // dead; the client notices *before* sending, reconnects, and is answered
     // (with the new server's verdict on its now-stale token) instead of
     // failing with an unknown outcome.
+    // (The old server's connections close on its runtime right after the
+    // drop; give that a moment, as a real client would only call later.)
+    std::thread::sleep(Duration::from_millis(200));
     let (server2, d2) = unix_server(&dir);
     let _cell = server2
         .open_cell(CellSpec::new("c2", deadline(60)).enable(["echo"]))
