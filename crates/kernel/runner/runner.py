@@ -826,7 +826,10 @@ def _filter_te(te, cell_file):
             if fs.filename == cell_file:
                 start = i
                 break
-        kept = [fs for fs in frames[start:] if fs.filename != _RUNNER_FILE]
+        # The runner's frames and the generated stub's internals are noise
+        # to the reader: the cell line that called the tool says enough.
+        kept = [fs for fs in frames[start:]
+                if fs.filename != _RUNNER_FILE and not fs.filename.endswith("/toolcell_tools.py")]
         if len(kept) != len(frames):
             cur.stack = tb.StackSummary.from_list(kept)
             if not kept:

@@ -86,7 +86,8 @@ def _connection():
         try:
             sock = _connect(endpoint)
         except OSError as e:
-            raise ToolError("cannot reach the toolcell host at %s: %s" % (endpoint, e), "unreachable")
+            raise ToolError("cannot reach the toolcell host at %s: %s" % (endpoint, e),
+                            "unreachable") from None
         conn = (pid, endpoint, sock, sock.makefile("rb"), token)
         _local.conn = conn
     return conn
@@ -115,7 +116,7 @@ def _call(tool, args):
         raise ToolError(
             "lost the connection to the toolcell host during %s (%s); the outcome is unknown "
             "and the call was not repeated: check its effect before calling again" % (tool, e),
-            "connection_lost", tool)
+            "connection_lost", tool) from None
     if not reply:
         _drop()
         raise ToolError(
@@ -127,7 +128,7 @@ def _call(tool, args):
     except ValueError:
         _drop()
         raise ToolError("the toolcell host sent an unreadable reply to %s" % (tool,),
-                        "bad_reply", tool)
+                        "bad_reply", tool) from None
     if msg.get("ok"):
         return msg.get("result")
     code = msg.get("code")

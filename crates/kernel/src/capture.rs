@@ -1,0 +1,370 @@
+//! Output capture of SPEC §5: count everything, keep a head (40% of the
+//! cap) and a tail (60%), and once the cap is passed write the whole cleaned
+//! stream to a spill file as it goes. Memory is O(cap) whatever a cell
+//! prints.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// What a capture produced.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Captured {
+    /// The text to return: everything, or head + truncation notice + tail.
+    pub text: String,
+    /// True when the middle was cut.
+    pub truncated: bool,
+    /// Bytes of stream text included in `text` (notice excluded).
+    pub bytes_captured: u64,
+    /// Bytes the stream had in all.
+    pub bytes_total: u64,
+    /// `bytes_total - bytes_captured`.
+    pub bytes_omitted: u64,
+    /// The spill file holding the whole stream, when it was cut.
+    pub spill_path: Option<PathBuf>,
+    /// Why the spill file could not be written, if it could not.
+    pub spill_error: Option<String>,
+    /// True when the spill file itself hit its size cap.
+    pub spill_capped: bool,
+}
+
+/// Where and how big spill files are.
+#[derive(Debug, Clone)]
+pub struct SpillTarget {
+    /// Directory for spill files (created 0700).
+    pub dir: PathBuf,
+    /// File name (unique per cell and stream), e.g. `k3f9-c12-stdout.txt`.
+    pub name: String,
+    /// Most bytes written to the file.
+    pub cap_bytes: u64,
+}
+
+/// Head/tail capture of one stream of one cell.
+#[derive(Debug)]
+pub struct Capture {
+    cap: usize,
+    head: String,
+    tail: VecDeque<u8>,
+    total: u64,
+    spill_target: Option<SpillTarget>,
+    spill: Option<Spill>,
+    spill_error: Option<String>,
+}
+
+#[derive(Debug)]
+struct Spill {
+    path: PathBuf,
+    file: File,
+    written: u64,
+    cap: u64,
+    capped: bool,
+}
+
+impl Spill {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if self.capped {
+            return Ok(());
+        }
+        let room = self.cap.saturating_sub(self.written);
+        let take = usize::try_from(room).unwrap_or(usize::MAX).min(bytes.len());
+        // Never cut a UTF-8 character in the file either.
+        let mut end = take;
+        while end > 0 && end < bytes.len() && (bytes[end] & 0xC0) == 0x80 {
+            end -= 1;
+        }
+        self.file.write_all(&bytes[..end])?;
+        self.written += end as u64;
+        if end < bytes.len() {
+            self.capped = true;
+            writeln!(
+                self.file,
+                "\n\n... [spill file capped at {} bytes; the rest of the output was not saved] ...",
+                self.cap
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn open_spill(target: &SpillTarget) -> std::io::Result<(PathBuf, File)> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&target.dir)?;
+    let path = target.dir.join(&target.name);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    Ok((path, file))
+}
+
+impl Capture {
+    /// A capture keeping `cap` bytes; spills to `spill` once over the cap.
+    pub fn new(cap: usize, spill: Option<SpillTarget>) -> Self {
+        Self {
+            cap,
+            head: String::new(),
+            tail: VecDeque::new(),
+            total: 0,
+            spill_target: spill,
+            spill: None,
+            spill_error: None,
+        }
+    }
+
+    fn head_cap(&self) -> usize {
+        self.cap * 2 / 5
+    }
+
+    fn tail_cap(&self) -> usize {
+        self.cap - self.head_cap()
+    }
+
+    /// Bytes seen so far.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Adds cleaned text.
+    pub fn push(&mut self, mut text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.total += text.len() as u64;
+        if let Some(spill) = &mut self.spill
+            && let Err(e) = spill.write(text.as_bytes())
+        {
+            self.spill_error = Some(e.to_string());
+            self.spill = None;
+        }
+        // Head: up to 40% of the cap, cut on a character boundary.
+        let room = self.head_cap().saturating_sub(self.head.len());
+        if room > 0 && self.tail.is_empty() {
+            let mut take = room.min(text.len());
+            while !text.is_char_boundary(take) {
+                take -= 1;
+            }
+            self.head.push_str(&text[..take]);
+            text = &text[take..];
+            if take < room {
+                // The head is not full; a later character that did not fit
+                // now goes to the tail.
+                if text.is_empty() {
+                    return;
+                }
+            }
+        }
+        if text.is_empty() {
+            return;
+        }
+        let overflow = (self.tail.len() + text.len()).saturating_sub(self.tail_cap());
+        if overflow > 0 && self.spill.is_none() && self.spill_error.is_none() {
+            self.start_spill(text);
+        }
+        let bytes = text.as_bytes();
+        if bytes.len() >= self.tail_cap() {
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - self.tail_cap()..]);
+        } else {
+            let over = (self.tail.len() + bytes.len()).saturating_sub(self.tail_cap());
+            self.tail.drain(..over);
+            self.tail.extend(bytes);
+        }
+    }
+
+    /// The cap is about to be passed: everything so far is in head + tail
+    /// (nothing was dropped yet), so the file starts with them, then `pending`.
+    fn start_spill(&mut self, pending: &str) {
+        let Some(target) = &self.spill_target else {
+            return;
+        };
+        match open_spill(target) {
+            Ok((path, file)) => {
+                let mut spill = Spill {
+                    path,
+                    file,
+                    written: 0,
+                    cap: target.cap_bytes,
+                    capped: false,
+                };
+                let (a, b) = self.tail.as_slices();
+                let res = spill
+                    .write(self.head.as_bytes())
+                    .and_then(|()| spill.write(a))
+                    .and_then(|()| spill.write(b))
+                    .and_then(|()| spill.write(pending.as_bytes()));
+                match res {
+                    Ok(()) => self.spill = Some(spill),
+                    Err(e) => self.spill_error = Some(e.to_string()),
+                }
+            }
+            Err(e) => {
+                self.spill_error = Some(format!(
+                    "cannot create a spill file in {}: {e}",
+                    target.dir.display()
+                ));
+            }
+        }
+    }
+
+    /// Ends the capture.
+    pub fn finish(mut self) -> Captured {
+        let mut spill_capped = false;
+        let spill_path = self.spill.take().and_then(|mut s| {
+            spill_capped = s.capped;
+            match s.file.flush() {
+                Ok(()) => Some(s.path),
+                Err(e) => {
+                    self.spill_error = Some(e.to_string());
+                    None
+                }
+            }
+        });
+        let mut tail: Vec<u8> = self.tail.into_iter().collect();
+        // The tail may start inside a character: drop the partial bytes.
+        let start = tail.iter().position(|&b| (b & 0xC0) != 0x80).unwrap_or(tail.len());
+        tail.drain(..start);
+        let tail = String::from_utf8(tail).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        let captured = (self.head.len() + tail.len()) as u64;
+        let omitted = self.total.saturating_sub(captured);
+        let truncated = omitted > 0;
+        let mut text = self.head;
+        if truncated {
+            text.push_str(&format!(
+                "\n\n... [OUTPUT TRUNCATED - {omitted} bytes omitted out of {} total] ...\n\n",
+                self.total
+            ));
+        }
+        text.push_str(&tail);
+        Captured {
+            text,
+            truncated,
+            bytes_captured: captured,
+            bytes_total: self.total,
+            bytes_omitted: omitted,
+            spill_path,
+            spill_error: self.spill_error,
+            spill_capped,
+        }
+    }
+}
+
+/// A unique spill file name for a stream of a cell.
+pub fn spill_name(kernel_id: &str, execution: u64, stream: &str) -> String {
+    let rand = toolcell_protocol::random_hex(4).unwrap_or_else(|_| "0000".into());
+    format!("{kernel_id}-cell{execution}-{stream}-{rand}.txt")
+}
+
+/// Whether `path` is inside `dir` (for tests and sanity checks).
+pub fn is_within(path: &Path, dir: &Path) -> bool {
+    path.starts_with(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn run(cap: usize, chunks: &[&str], spill: Option<SpillTarget>) -> Captured {
+        let mut c = Capture::new(cap, spill);
+        for ch in chunks {
+            c.push(ch);
+        }
+        c.finish()
+    }
+
+    #[test]
+    fn under_the_cap_everything_is_kept() {
+        let r = run(100, &["hello ", "world"], None);
+        assert_eq!(r.text, "hello world");
+        assert!(!r.truncated);
+        assert_eq!((r.bytes_captured, r.bytes_total, r.bytes_omitted), (11, 11, 0));
+    }
+
+    #[test]
+    fn over_the_cap_head_and_tail_with_notice() {
+        let text: String = (0..100).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let r = run(10, &[&text], None);
+        assert!(r.truncated);
+        assert!(r.text.starts_with("abcd\n\n... [OUTPUT TRUNCATED - 90 bytes omitted out of 100 total] ...\n\n"));
+        assert!(r.text.ends_with(&text[94..]));
+        assert_eq!((r.bytes_captured, r.bytes_total, r.bytes_omitted), (10, 100, 90));
+    }
+
+    #[test]
+    fn the_spill_file_has_the_whole_stream_and_mode_0600() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let target = SpillTarget {
+            dir: tmp.path().join("spill"),
+            name: "x.txt".into(),
+            cap_bytes: 1 << 20,
+        };
+        let chunks: Vec<String> = (0..50).map(|i| format!("line {i}\n")).collect();
+        let refs: Vec<&str> = chunks.iter().map(String::as_str).collect();
+        let r = run(40, &refs, Some(target));
+        let path = r.spill_path.unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), chunks.concat());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let dmode = std::fs::metadata(tmp.path().join("spill")).unwrap().permissions().mode() & 0o777;
+        assert_eq!(dmode, 0o700);
+    }
+
+    #[test]
+    fn the_spill_file_is_capped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = SpillTarget {
+            dir: tmp.path().to_path_buf(),
+            name: "x.txt".into(),
+            cap_bytes: 100,
+        };
+        let big = "y".repeat(1000);
+        let r = run(10, &[&big], Some(target));
+        assert!(r.spill_capped);
+        let saved = std::fs::read_to_string(r.spill_path.unwrap()).unwrap();
+        assert!(saved.starts_with(&"y".repeat(100)));
+        assert!(saved.contains("spill file capped at 100 bytes"));
+    }
+
+    #[test]
+    fn no_spill_file_under_the_cap() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = SpillTarget {
+            dir: tmp.path().to_path_buf(),
+            name: "x.txt".into(),
+            cap_bytes: 100,
+        };
+        let r = run(100, &["short"], Some(target));
+        assert_eq!(r.spill_path, None);
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn cuts_never_split_characters_and_counts_add_up(
+            parts in proptest::collection::vec("[a-zé€😀\n]{0,12}", 0..20),
+            cap in 1usize..40,
+        ) {
+            let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+            let r = run(cap, &refs, None);
+            let total: usize = parts.iter().map(String::len).sum();
+            prop_assert_eq!(r.bytes_total, total as u64);
+            prop_assert_eq!(r.bytes_captured + r.bytes_omitted, r.bytes_total);
+            prop_assert!(r.bytes_captured as usize <= cap);
+            let whole = parts.concat();
+            if !r.truncated {
+                prop_assert_eq!(&r.text, &whole);
+            } else {
+                let (head, tail) = r.text.split_once("\n\n... [OUTPUT TRUNCATED").unwrap();
+                prop_assert!(whole.starts_with(head));
+                let tail = tail.split_once("] ...\n\n").unwrap().1;
+                prop_assert!(whole.ends_with(tail));
+            }
+        }
+    }
+}

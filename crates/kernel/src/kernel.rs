@@ -1,0 +1,938 @@
+//! One kernel: a Python child running the runner, its rpc server, its pipes,
+//! and the execution of one cell at a time (SPEC §2–§5).
+
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolcell_protocol::{CellResult, Decoder, Event, Execute, Hello, Reply, Request, Sentinel};
+use toolcell_redact::{Cleaner, Redactor};
+use toolcell_rpc::{CellReport, CellSpec, Dispatch, Server, ServerConfig};
+use toolcell_tools::process::Tree;
+use toolcell_tools::{DynTool, stubs};
+
+use crate::capture::{Capture, Captured, SpillTarget, spill_name};
+
+/// The runner script (SPEC §2–§3), written into each kernel's directory.
+pub const RUNNER: &str = include_str!("../runner/runner.py");
+
+/// Bytes read from a pipe at a time.
+const READ_CHUNK: usize = 64 * 1024;
+/// Events buffered between the pipe readers and the cell; when full, the
+/// readers stop reading and the child blocks on its writes (bounded memory).
+const EVENT_QUEUE: usize = 64;
+/// Raw output kept from before `ready` (e.g. a `sitecustomize` print).
+const EARLY_OUTPUT_CAP: usize = 64 * 1024;
+/// How long the `end` frame may lag behind the `result` frame.
+const END_LAG: Duration = Duration::from_secs(2);
+
+/// Which output stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamKind {
+    /// fd 1.
+    Stdout,
+    /// fd 2.
+    Stderr,
+}
+
+impl StreamKind {
+    /// `stdout` or `stderr`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamKind::Stdout => "stdout",
+            StreamKind::Stderr => "stderr",
+        }
+    }
+}
+
+/// Receives cleaned output chunks while a cell runs.
+pub type LiveSink = Arc<dyn Fn(StreamKind, &str) + Send + Sync>;
+
+#[derive(Debug)]
+enum Ev {
+    Raw(StreamKind, Vec<u8>),
+    Frame(StreamKind, Vec<u8>),
+    Eof(StreamKind),
+}
+
+/// Why a kernel could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// Setting up the kernel directory, pipes or process failed.
+    #[error("cannot start the kernel: {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The rpc server could not be bound.
+    #[error("cannot start the kernel's tool server: {0}")]
+    Rpc(#[from] toolcell_rpc::BindError),
+    /// The stub module could not be generated.
+    #[error("cannot generate the tool stub module: {0}")]
+    Stub(#[from] toolcell_tools::stubs::StubError),
+    /// The runner exited or misbehaved before saying `ready`.
+    #[error("the kernel ({interpreter}) did not start: {reason}{}", stderr_suffix(.stderr))]
+    NotReady {
+        /// The interpreter used.
+        interpreter: String,
+        /// What happened.
+        reason: String,
+        /// The last lines it wrote to stderr.
+        stderr: String,
+    },
+    /// No random bytes from the OS.
+    #[error("cannot generate a sentinel: {0}")]
+    Random(String),
+}
+
+fn stderr_suffix(s: &str) -> String {
+    if s.trim().is_empty() {
+        String::new()
+    } else {
+        format!("; its stderr ended with:\n{}", s.trim_end())
+    }
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SpawnError {
+    let what = what.into();
+    move |source| SpawnError::Io { what, source }
+}
+
+/// Everything needed to start one kernel.
+#[derive(Clone)]
+pub struct KernelSpec {
+    /// Kernel id (also its directory name).
+    pub id: String,
+    /// The interpreter to launch (its real `sys.executable`).
+    pub interpreter: PathBuf,
+    /// Its version, for results.
+    pub python_version: String,
+    /// `project` or `strict`.
+    pub mode: String,
+    /// Working directory of the kernel.
+    pub cwd: PathBuf,
+    /// The scrubbed base environment (SPEC §4), without toolcell's own variables.
+    pub env: Vec<(OsString, OsString)>,
+    /// Directory under which the kernel's private directory is created.
+    pub root: PathBuf,
+    /// The enabled tools (for the stub module and the cell's allow-list).
+    pub tools: Vec<Arc<dyn DynTool>>,
+    /// Dispatches tool calls for this kernel.
+    pub dispatch: Arc<dyn Dispatch>,
+    /// Bind the rpc server on 127.0.0.1 instead of a Unix socket.
+    pub rpc_tcp: bool,
+    /// Cleans everything the kernel prints.
+    pub redactor: Redactor,
+    /// How long the runner may take to say `ready`.
+    pub startup_timeout: Duration,
+}
+
+impl std::fmt::Debug for KernelSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelSpec")
+            .field("id", &self.id)
+            .field("interpreter", &self.interpreter)
+            .field("mode", &self.mode)
+            .field("cwd", &self.cwd)
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a timeout does (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeoutPolicy {
+    /// SIGINT first, kill after the grace.
+    #[default]
+    Interrupt,
+    /// Kill at once.
+    Kill,
+}
+
+/// The limits and hooks of one cell.
+#[derive(Clone)]
+pub struct CellOptions {
+    /// Wall-clock limit.
+    pub timeout: Duration,
+    /// Tool-call budget.
+    pub max_tool_calls: u32,
+    /// What a timeout does.
+    pub on_timeout: TimeoutPolicy,
+    /// How long an interrupted cell has to stop.
+    pub interrupt_grace: Duration,
+    /// Between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    /// Stdout bytes kept.
+    pub max_stdout_bytes: usize,
+    /// Stderr bytes kept.
+    pub max_stderr_bytes: usize,
+    /// Spill directory and per-file cap; `None` disables spilling.
+    pub spill: Option<(PathBuf, u64)>,
+    /// Cleaned chunks as they come.
+    pub live: Option<LiveSink>,
+    /// Fires to interrupt the cell (caller interrupt).
+    pub interrupt: CancellationToken,
+}
+
+impl std::fmt::Debug for CellOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CellOptions")
+            .field("timeout", &self.timeout)
+            .field("max_tool_calls", &self.max_tool_calls)
+            .field("on_timeout", &self.on_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for CellOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(300),
+            max_tool_calls: 50,
+            on_timeout: TimeoutPolicy::Interrupt,
+            interrupt_grace: Duration::from_secs(2),
+            kill_grace: Duration::from_secs(2),
+            max_stdout_bytes: 50_000,
+            max_stderr_bytes: 10_000,
+            spill: None,
+            live: None,
+            interrupt: CancellationToken::new(),
+        }
+    }
+}
+
+/// How the cell ended, from the host's point of view.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// The runner answered.
+    Answered(CellResult),
+    /// Timed out; the runner answered within the grace (state kept).
+    TimedOutKept(CellResult),
+    /// Timed out and the kernel was killed.
+    TimedOutKilled,
+    /// Interrupted by the caller; the runner answered.
+    InterruptedKept(CellResult),
+    /// Interrupted by the caller; no answer within the grace; killed.
+    InterruptedKilled,
+    /// The kernel died during the cell.
+    Died {
+        /// e.g. "killed by signal 11 (SIGSEGV)" or "exited with status 3".
+        how: String,
+    },
+}
+
+/// Everything a cell produced.
+#[derive(Debug)]
+pub struct CellOutcome {
+    /// How it ended.
+    pub ending: Ending,
+    /// Cleaned, captured stdout.
+    pub stdout: Captured,
+    /// Cleaned, captured stderr.
+    pub stderr: Captured,
+    /// Cleaned traceback (empty when none).
+    pub traceback: String,
+    /// The rpc call log of the cell (`None` if its tool authority could not
+    /// be opened).
+    pub tools: Option<CellReport>,
+    /// Wall time.
+    pub duration: Duration,
+    /// Whether the kernel is still usable after the cell.
+    pub alive: bool,
+    /// Frames dropped because their id or body was wrong.
+    pub protocol_errors: u32,
+    /// The execution count the cell had (or would have had).
+    pub execution_count: u64,
+}
+
+/// A live kernel.
+pub struct Kernel {
+    spec: KernelSpec,
+    dir: PathBuf,
+    child: tokio::process::Child,
+    pid: u32,
+    requests: tokio::net::unix::pipe::Sender,
+    events: mpsc::Receiver<Ev>,
+    server: Server,
+    sentinel_marker_env: String,
+    early: Vec<(StreamKind, Vec<u8>)>,
+    eof: [bool; 2],
+    execution_count: u64,
+    dead: bool,
+    tool_names: Vec<String>,
+    python: String,
+    owned_cwd: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("id", &self.spec.id)
+            .field("pid", &self.pid)
+            .field("dir", &self.dir)
+            .field("execution_count", &self.execution_count)
+            .field("dead", &self.dead)
+            .finish_non_exhaustive()
+    }
+}
+
+fn idx(s: StreamKind) -> usize {
+    match s {
+        StreamKind::Stdout => 0,
+        StreamKind::Stderr => 1,
+    }
+}
+
+async fn pump(mut rd: impl AsyncRead + Unpin, which: StreamKind, sentinel: Sentinel, tx: mpsc::Sender<Ev>) {
+    let mut dec = Decoder::new(&sentinel);
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        let n = match rd.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut raw: Vec<u8> = Vec::new();
+        for ev in dec.feed(&buf[..n]) {
+            match ev {
+                Event::Frame(body) => {
+                    if !raw.is_empty() && tx.send(Ev::Raw(which, std::mem::take(&mut raw))).await.is_err() {
+                        return;
+                    }
+                    if tx.send(Ev::Frame(which, body)).await.is_err() {
+                        return;
+                    }
+                }
+                other => raw.extend_from_slice(other.bytes()),
+            }
+        }
+        if !raw.is_empty() && tx.send(Ev::Raw(which, raw)).await.is_err() {
+            return;
+        }
+    }
+    if let Some(ev) = dec.finish() {
+        let _ = tx.send(Ev::Raw(which, ev.bytes().to_vec())).await;
+    }
+    let _ = tx.send(Ev::Eof(which)).await;
+}
+
+/// Creates `dir` with mode 0700 (parents too, also 0700).
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(text.as_bytes())
+}
+
+fn signal_name(sig: i32) -> String {
+    Signal::try_from(sig).map_or_else(|_| format!("signal {sig}"), |s| format!("signal {sig} ({s})"))
+}
+
+impl Kernel {
+    /// Starts a kernel and waits for the runner's `ready`.
+    ///
+    /// # Errors
+    /// [`SpawnError`] saying what failed; nothing is left behind.
+    pub async fn spawn(spec: KernelSpec) -> Result<Kernel, SpawnError> {
+        let dir = spec.root.join(&spec.id);
+        private_dir(&spec.root).map_err(io_err(format!("creating {}", spec.root.display())))?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io_err(format!("creating {}", dir.display())))?;
+        // From here on, a failure must remove the directory.
+        let cleanup = DirGuard(Some(dir.clone()));
+        write_private(&dir.join("owner.pid"), &std::process::id().to_string())
+            .map_err(io_err("writing owner.pid"))?;
+        write_private(&dir.join("runner.py"), RUNNER).map_err(io_err("writing runner.py"))?;
+        let stub = stubs::stub_module(&spec.tools)?;
+        write_private(&dir.join("toolcell_tools.py"), &stub)
+            .map_err(io_err("writing toolcell_tools.py"))?;
+
+        let server = if spec.rpc_tcp {
+            Server::bind_tcp(Arc::clone(&spec.dispatch), ServerConfig::default())?
+        } else {
+            Server::bind_unix(&dir, Arc::clone(&spec.dispatch), ServerConfig::default())?
+        };
+        let mut env = spec.env.clone();
+        crate::shim::toolcell_vars(&mut env, &dir, server.endpoint(), server.token().expose());
+
+        let (req_r, req_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| SpawnError::Io {
+                what: "creating the request pipe".into(),
+                source: e.into(),
+            })?;
+        let mut cmd = std::process::Command::new(&spec.interpreter);
+        cmd.arg("-u")
+            .arg(dir.join("runner.py"))
+            .current_dir(&spec.cwd)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let r = req_r.as_raw_fd();
+        // SAFETY: only async-signal-safe calls (dup2, fcntl, setsid) run
+        // between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if r == 3 {
+                    // dup2(3, 3) would keep FD_CLOEXEC: clear it instead.
+                    let flags = nix::fcntl::fcntl(
+                        std::os::fd::BorrowedFd::borrow_raw(r),
+                        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+                    );
+                    flags.map_err(std::io::Error::from)?;
+                } else if nix::libc::dup2(r, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                Ok(())
+            });
+        }
+        let mut child = tokio::process::Command::from(cmd)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io_err(format!("launching {}", spec.interpreter.display())))?;
+        drop(req_r);
+        let pid = child.id().unwrap_or(0);
+        let requests = tokio::net::unix::pipe::Sender::from_owned_fd(OwnedFd::from(req_w))
+            .map_err(io_err("opening the request pipe"))?;
+
+        let sentinel = Sentinel::generate().map_err(|e| SpawnError::Random(e.to_string()))?;
+        let (tx, events) = mpsc::channel(EVENT_QUEUE);
+        if let Some(out) = child.stdout.take() {
+            tokio::spawn(pump(out, StreamKind::Stdout, sentinel.clone(), tx.clone()));
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(pump(err, StreamKind::Stderr, sentinel.clone(), tx));
+        }
+        let tool_names = spec.tools.iter().map(|t| t.name().to_string()).collect();
+        let mut kernel = Kernel {
+            dir: dir.clone(),
+            child,
+            pid,
+            requests,
+            events,
+            sentinel_marker_env: server.endpoint().to_string(),
+            server,
+            early: Vec::new(),
+            eof: [false; 2],
+            execution_count: 0,
+            dead: false,
+            tool_names,
+            python: spec.python_version.clone(),
+            owned_cwd: None,
+            spec,
+        };
+        let hello = Request::Hello(Hello {
+            sentinel: sentinel.as_str().to_string(),
+            protocol: toolcell_protocol::PROTOCOL_VERSION,
+        });
+        kernel.handshake(&hello).await?;
+        std::mem::forget(cleanup);
+        Ok(kernel)
+    }
+
+    async fn handshake(&mut self, hello: &Request) -> Result<(), SpawnError> {
+        let line = hello.to_line().map_err(|e| SpawnError::Io {
+            what: "encoding hello".into(),
+            source: std::io::Error::other(e),
+        })?;
+        let not_ready = |k: &Self, reason: String| SpawnError::NotReady {
+            interpreter: k.spec.interpreter.display().to_string(),
+            reason,
+            stderr: k.early_text(StreamKind::Stderr),
+        };
+        if self.requests.write_all(&line).await.is_err() {
+            // The child died at once; collect what it said.
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.drain_early()).await;
+            return Err(not_ready(self, "it exited before reading its first request".into()));
+        }
+        let deadline = Instant::now() + self.spec.startup_timeout;
+        loop {
+            let ev = tokio::select! {
+                ev = self.events.recv() => ev,
+                () = tokio::time::sleep_until(deadline) => {
+                    self.kill_now();
+                    return Err(not_ready(self, format!("no ready frame within {:?}", self.spec.startup_timeout)));
+                }
+            };
+            match ev {
+                Some(Ev::Frame(StreamKind::Stdout, body)) => match Reply::from_body(&body) {
+                    Ok(Reply::Ready(r)) => {
+                        self.python = r.python;
+                        return Ok(());
+                    }
+                    _ => tracing::warn!(kernel = %self.spec.id, "unexpected frame before ready"),
+                },
+                Some(Ev::Frame(..)) => {}
+                Some(Ev::Raw(s, b)) => self.keep_early(s, b),
+                Some(Ev::Eof(s)) => {
+                    self.eof[idx(s)] = true;
+                    if self.eof == [true, true] {
+                        let status = self.child.wait().await.ok();
+                        let how = status.map_or_else(|| "it exited".to_string(), |s| describe_exit(&s));
+                        return Err(not_ready(self, format!("{how} before saying ready")));
+                    }
+                }
+                None => return Err(not_ready(self, "its output pipes closed".into())),
+            }
+        }
+    }
+
+    async fn drain_early(&mut self) {
+        while let Some(ev) = self.events.recv().await {
+            match ev {
+                Ev::Raw(s, b) => self.keep_early(s, b),
+                Ev::Eof(s) => {
+                    self.eof[idx(s)] = true;
+                    if self.eof == [true, true] {
+                        return;
+                    }
+                }
+                Ev::Frame(..) => {}
+            }
+        }
+    }
+
+    fn keep_early(&mut self, s: StreamKind, b: Vec<u8>) {
+        let held: usize = self.early.iter().map(|(_, b)| b.len()).sum();
+        if held < EARLY_OUTPUT_CAP {
+            self.early.push((s, b));
+        }
+    }
+
+    fn early_text(&self, which: StreamKind) -> String {
+        let bytes: Vec<u8> = self
+            .early
+            .iter()
+            .filter(|(s, _)| *s == which)
+            .flat_map(|(_, b)| b.iter().copied())
+            .collect();
+        let text = self.spec.redactor.clean(&bytes);
+        last_lines(&text, 10)
+    }
+
+    /// Makes `dir` (a private working directory) belong to the kernel: it
+    /// is removed with the kernel.
+    pub fn set_owned_cwd(&mut self, dir: Option<PathBuf>) {
+        self.owned_cwd = dir;
+    }
+
+    /// The kernel's id.
+    pub fn id(&self) -> &str {
+        &self.spec.id
+    }
+
+    /// The runner's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The kernel's private directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The interpreter's version (from `ready`).
+    pub fn python(&self) -> &str {
+        &self.python
+    }
+
+    /// `project` or `strict`.
+    pub fn mode(&self) -> &str {
+        &self.spec.mode
+    }
+
+    /// Cells run so far.
+    pub fn execution_count(&self) -> u64 {
+        self.execution_count
+    }
+
+    /// False once the kernel died, exited or was killed.
+    pub fn is_alive(&self) -> bool {
+        !self.dead
+    }
+
+    /// The rpc endpoint (`TOOLCELL_RPC`).
+    pub fn rpc_endpoint(&self) -> &str {
+        self.server.endpoint()
+    }
+
+    /// The kernel's process tree (group, descendants, env marker).
+    pub fn tree(&self) -> Tree {
+        Tree {
+            root: self.pid,
+            pgid: Some(self.pid),
+            marker: Some(("TOOLCELL_RPC".to_string(), self.sentinel_marker_env.clone())),
+        }
+    }
+
+    /// SIGINT to the kernel's process group (the runner turns it into
+    /// `KeyboardInterrupt` during a cell and ignores it between cells).
+    pub fn interrupt(&self) {
+        if let Ok(p) = i32::try_from(self.pid) {
+            let _ = killpg(Pid::from_raw(p), Signal::SIGINT);
+        }
+    }
+
+    /// SIGKILL to the whole tree now, without waiting.
+    fn kill_now(&mut self) {
+        if self.pid != 0 {
+            self.tree().signal(Signal::SIGKILL);
+        }
+        self.dead = true;
+    }
+
+    /// Kills the whole tree (SIGTERM, then SIGKILL after `grace`) and reaps it.
+    pub async fn kill(&mut self, grace: Duration) {
+        if self.pid != 0 {
+            self.tree().kill(grace).await;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        self.dead = true;
+    }
+
+    /// Asks the runner to exit, then kills whatever is left after `grace`.
+    pub async fn shutdown(mut self, grace: Duration) {
+        if !self.dead
+            && let Ok(line) = Request::Shutdown.to_line()
+        {
+            let _ = self.requests.write_all(&line).await;
+            let _ = tokio::time::timeout(grace, self.child.wait()).await;
+        }
+        self.kill(grace).await;
+    }
+
+    /// Runs one cell.
+    pub async fn execute(&mut self, code: &str, opts: &CellOptions) -> CellOutcome {
+        let started = Instant::now();
+        let id = toolcell_protocol::random_hex(8).unwrap_or_else(|_| format!("{:x}", self.execution_count + 1));
+        let deadline = started + opts.timeout;
+        let next_count = self.execution_count + 1;
+        let mut streams = [
+            StreamOut::new(&self.spec.redactor, opts.max_stdout_bytes, opts, &self.spec.id, next_count, "stdout"),
+            StreamOut::new(&self.spec.redactor, opts.max_stderr_bytes, opts, &self.spec.id, next_count, "stderr"),
+        ];
+        let handle = match self.server.open_cell(
+            CellSpec::new(id.clone(), deadline)
+                .budget(opts.max_tool_calls)
+                .enable(self.tool_names.iter().cloned()),
+        ) {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::error!(kernel = %self.spec.id, "cannot open the cell's tool authority: {e}");
+                None
+            }
+        };
+
+        // Output written since the last cell (or before ready) comes first,
+        // under a one-line marker (SPEC §3).
+        let mut between = [false; 2];
+        let early = std::mem::take(&mut self.early);
+        for (s, b) in early {
+            streams[idx(s)].between(&mut between[idx(s)], &b, opts);
+        }
+        let mut protocol_errors = 0u32;
+        while let Ok(ev) = self.events.try_recv() {
+            match ev {
+                Ev::Raw(s, b) => streams[idx(s)].between(&mut between[idx(s)], &b, opts),
+                Ev::Frame(..) => protocol_errors += 1,
+                Ev::Eof(s) => self.eof[idx(s)] = true,
+            }
+        }
+
+        let mut result: Option<CellResult> = None;
+        let mut got_end = false;
+        let mut phase = Phase::Running;
+        let mut timer = deadline;
+        let mut end_wait: Option<Instant> = None;
+        let mut died: Option<String> = None;
+
+        let line = Request::Execute(Execute {
+            id: id.clone(),
+            code: code.to_string(),
+        })
+        .to_line();
+        let sent = match line {
+            Ok(l) => !self.dead && self.eof == [false, false] && self.requests.write_all(&l).await.is_ok(),
+            Err(_) => false,
+        };
+        if !sent {
+            died = Some("it was no longer running when the cell was sent".into());
+        }
+
+        while died.is_none() && !(result.is_some() && got_end) {
+            let wake = match end_wait {
+                Some(t) => t.min(timer),
+                None => timer,
+            };
+            tokio::select! {
+                ev = self.events.recv() => match ev {
+                    None => {
+                        died = Some(self.exit_description().await);
+                    }
+                    Some(Ev::Raw(s, b)) => streams[idx(s)].push(&b, opts),
+                    Some(Ev::Frame(s, body)) => match (s, Reply::from_body(&body)) {
+                        (StreamKind::Stderr, Ok(Reply::End(e))) if e.id == id => got_end = true,
+                        (StreamKind::Stdout, Ok(Reply::Result(r))) if r.id == id && result.is_none() => {
+                            end_wait = Some(Instant::now() + END_LAG);
+                            result = Some(r);
+                        }
+                        _ => {
+                            protocol_errors += 1;
+                            tracing::warn!(kernel = %self.spec.id, "dropped a frame with a wrong id or body");
+                        }
+                    },
+                    Some(Ev::Eof(s)) => {
+                        self.eof[idx(s)] = true;
+                        if self.eof == [true, true] {
+                            if result.is_some() {
+                                break;
+                            }
+                            died = Some(self.exit_description().await);
+                        }
+                    }
+                },
+                () = tokio::time::sleep_until(wake) => {
+                    if result.is_some() {
+                        // The end frame is late; everything else is in.
+                        break;
+                    }
+                    match phase {
+                        Phase::Running if opts.on_timeout == TimeoutPolicy::Interrupt => {
+                            self.interrupt();
+                            phase = Phase::Interrupting { by_caller: false };
+                            timer = Instant::now() + opts.interrupt_grace;
+                        }
+                        Phase::Running => {
+                            phase = Phase::Killed { by_caller: false };
+                            break;
+                        }
+                        Phase::Interrupting { by_caller } => {
+                            phase = Phase::Killed { by_caller };
+                            break;
+                        }
+                        Phase::Killed { .. } => break,
+                    }
+                },
+                () = opts.interrupt.cancelled(), if phase == Phase::Running => {
+                    self.interrupt();
+                    phase = Phase::Interrupting { by_caller: true };
+                    timer = Instant::now() + opts.interrupt_grace;
+                },
+            }
+        }
+
+        if let Phase::Killed { .. } = phase {
+            self.kill(opts.kill_grace).await;
+            // Collect what is still in the pipes.
+            let _ = tokio::time::timeout(Duration::from_millis(500), async {
+                while let Some(ev) = self.events.recv().await {
+                    match ev {
+                        Ev::Raw(s, b) => streams[idx(s)].push(&b, opts),
+                        Ev::Eof(s) => {
+                            self.eof[idx(s)] = true;
+                            if self.eof == [true, true] {
+                                break;
+                            }
+                        }
+                        Ev::Frame(..) => {}
+                    }
+                }
+            })
+            .await;
+        }
+        if died.is_some() {
+            self.dead = true;
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+            // Make sure nothing of the tree is left.
+            self.tree().signal(Signal::SIGKILL);
+        }
+
+        let tools = handle.map(toolcell_rpc::CellHandle::settle);
+        let [out, err] = streams;
+        let stdout = out.finish(opts);
+        let stderr = err.finish(opts);
+
+        let traceback = result
+            .as_ref()
+            .map(|r| self.spec.redactor.clean(r.traceback.as_bytes()))
+            .unwrap_or_default();
+        if let Some(r) = &result {
+            self.execution_count = r.execution_count;
+            if r.status == toolcell_protocol::RunnerStatus::Exit {
+                // The runner exits after answering (running atexit
+                // handlers); give it a moment, then make sure.
+                let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+                self.kill(Duration::from_millis(200)).await;
+            }
+        } else {
+            self.execution_count = next_count;
+        }
+        let ending = match (phase, result, died) {
+            (_, _, Some(how)) => Ending::Died { how },
+            (Phase::Killed { by_caller: true }, _, None) => Ending::InterruptedKilled,
+            (Phase::Killed { by_caller: false }, _, None) => Ending::TimedOutKilled,
+            (Phase::Interrupting { by_caller: true }, Some(r), None) => Ending::InterruptedKept(r),
+            (Phase::Interrupting { by_caller: false }, Some(r), None) => Ending::TimedOutKept(r),
+            (Phase::Running, Some(r), None) => Ending::Answered(r),
+            (_, None, None) => Ending::Died {
+                how: "it stopped answering".into(),
+            },
+        };
+        CellOutcome {
+            ending,
+            stdout,
+            stderr,
+            traceback,
+            tools,
+            duration: started.elapsed(),
+            alive: !self.dead,
+            protocol_errors,
+            execution_count: self.execution_count,
+        }
+    }
+
+    async fn exit_description(&mut self) -> String {
+        match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
+            Ok(Ok(status)) => describe_exit(&status),
+            _ => "its output pipes closed".to_string(),
+        }
+    }
+}
+
+fn describe_exit(status: &std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("it exited with status {c}"),
+        (None, Some(s)) => format!("it was killed by {}", signal_name(s)),
+        _ => "it exited".to_string(),
+    }
+}
+
+/// The last `n` lines of `text`.
+pub fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    Interrupting { by_caller: bool },
+    Killed { by_caller: bool },
+}
+
+/// One stream of one cell: cleaner → capture → live sink.
+struct StreamOut {
+    kind: StreamKind,
+    cleaner: Cleaner,
+    capture: Capture,
+    scratch: String,
+}
+
+impl StreamOut {
+    fn new(
+        redactor: &Redactor,
+        cap: usize,
+        opts: &CellOptions,
+        kernel: &str,
+        count: u64,
+        name: &'static str,
+    ) -> Self {
+        let spill = opts.spill.as_ref().map(|(dir, cap)| SpillTarget {
+            dir: dir.clone(),
+            name: spill_name(kernel, count, name),
+            cap_bytes: *cap,
+        });
+        Self {
+            kind: if name == "stdout" {
+                StreamKind::Stdout
+            } else {
+                StreamKind::Stderr
+            },
+            cleaner: Cleaner::new(redactor),
+            capture: Capture::new(cap, spill),
+            scratch: String::new(),
+        }
+    }
+
+    fn emit(&mut self, opts: &CellOptions) {
+        if self.scratch.is_empty() {
+            return;
+        }
+        self.capture.push(&self.scratch);
+        if let Some(live) = &opts.live {
+            live(self.kind, &self.scratch);
+        }
+        self.scratch.clear();
+    }
+
+    fn push(&mut self, bytes: &[u8], opts: &CellOptions) {
+        self.cleaner.push(bytes, &mut self.scratch);
+        self.emit(opts);
+    }
+
+    fn between(&mut self, marked: &mut bool, bytes: &[u8], opts: &CellOptions) {
+        if !*marked {
+            *marked = true;
+            self.scratch
+                .push_str("[toolcell: output written after the previous cell ended]\n");
+            self.emit(opts);
+        }
+        self.push(bytes, opts);
+    }
+
+    fn finish(mut self, opts: &CellOptions) -> Captured {
+        self.cleaner.finish(&mut self.scratch);
+        self.emit(opts);
+        self.capture.finish()
+    }
+}
+
+/// Removes a directory on drop unless disarmed with `mem::forget`.
+struct DirGuard(Option<PathBuf>);
+
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        // Closing fd 3 (the request pipe, dropped with self) makes the
+        // runner kill its group; do it ourselves too, at once.
+        if self.pid != 0 && !self.dead {
+            self.tree().signal(Signal::SIGKILL);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(d) = self.owned_cwd.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}

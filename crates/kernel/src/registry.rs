@@ -1,0 +1,1246 @@
+//! The registry: one kernel per session key, bounded, reaped when idle,
+//! cells in FIFO order per kernel, concurrently across kernels (SPEC §4).
+//!
+//! A cell goes through: admit → guard → acquire kernel → execute → capture
+//! → result.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use regex::Regex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolcell_protocol::RunnerStatus;
+use toolcell_redact::Redactor;
+use toolcell_rpc::ErrorCode;
+use toolcell_tools::hints::{self, HintContext};
+use toolcell_tools::process::Tree;
+use toolcell_tools::schema::Mode;
+use toolcell_tools::{ToolRegistry, ToolSettings, WebSettings, stubs};
+
+use crate::capture::Captured;
+use crate::kernel::{CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, TimeoutPolicy, last_lines};
+use crate::result::{Display, ExecuteResult, KernelInfo, Status, Usage, round2};
+
+/// Keys remembered after their kernel is gone, for `state_reset`.
+const RETIRED_MEMORY: usize = 4096;
+
+/// How cells map to kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelMode {
+    /// One persistent kernel per session key.
+    #[default]
+    Session,
+    /// A fresh kernel for every cell, discarded afterwards.
+    PerCall,
+}
+
+/// Resolved settings of a registry (what `[execution]`, `[kernels]`,
+/// `[output]`, `[env]`, `[tools]`, `[rpc]`, `[web]` and `[guard]` say).
+#[derive(Debug, Clone)]
+pub struct RegistryOptions {
+    /// Cell wall-clock limit.
+    pub timeout: Duration,
+    /// Tool calls per cell.
+    pub max_tool_calls: u32,
+    /// Default mode.
+    pub mode: Mode,
+    /// Explicit interpreter (empty: resolve per SPEC §4).
+    pub python: String,
+    /// What a timeout does.
+    pub on_timeout: TimeoutPolicy,
+    /// Grace after SIGINT.
+    pub interrupt_grace: Duration,
+    /// Grace between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    /// Live kernels at most.
+    pub max_kernels: usize,
+    /// Idle kernels are reaped after this long.
+    pub idle_timeout: Duration,
+    /// Stdout bytes returned inline.
+    pub max_stdout_bytes: usize,
+    /// Stderr bytes returned inline.
+    pub max_stderr_bytes: usize,
+    /// Spill directory.
+    pub spill_dir: PathBuf,
+    /// Spill file cap.
+    pub spill_cap_bytes: u64,
+    /// Extra environment variable names passed to kernels.
+    pub passthrough: Vec<String>,
+    /// Tools enabled by default.
+    pub tools: Vec<String>,
+    /// RPC over TCP instead of a Unix socket.
+    pub rpc_tcp: bool,
+    /// Web search settings.
+    pub web: WebSettings,
+    /// Session or per-call kernels.
+    pub kernel_mode: KernelMode,
+    /// Regexes that refuse a cell whose code matches.
+    pub deny: Vec<Regex>,
+    /// Working directory of project-mode sessions that give none.
+    pub default_cwd: PathBuf,
+    /// Where kernel directories live (default: `$XDG_RUNTIME_DIR/toolcell/kernels`
+    /// or `<tmp>/toolcell-<uid>/kernels`).
+    pub kernels_root: Option<PathBuf>,
+    /// How long a kernel may take to start.
+    pub startup_timeout: Duration,
+}
+
+impl Default for RegistryOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(300),
+            max_tool_calls: 50,
+            mode: Mode::Project,
+            python: String::new(),
+            on_timeout: TimeoutPolicy::Interrupt,
+            interrupt_grace: Duration::from_secs(2),
+            kill_grace: Duration::from_secs(2),
+            max_kernels: 4,
+            idle_timeout: Duration::from_secs(1800),
+            max_stdout_bytes: 50_000,
+            max_stderr_bytes: 10_000,
+            spill_dir: default_spill_dir(),
+            spill_cap_bytes: 5_000_000,
+            passthrough: Vec::new(),
+            tools: [
+                "read_file",
+                "write_file",
+                "search_files",
+                "patch",
+                "terminal",
+                "web_extract",
+                "web_search",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rpc_tcp: false,
+            web: WebSettings::default(),
+            kernel_mode: KernelMode::Session,
+            deny: Vec::new(),
+            default_cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            kernels_root: None,
+            startup_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/toolcell/spill` or `~/.cache/toolcell/spill`.
+pub fn default_spill_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("toolcell/spill");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(h).join(".cache/toolcell/spill");
+    }
+    std::env::temp_dir().join(format!("toolcell-{}", nix::unistd::getuid())).join("spill")
+}
+
+/// `$XDG_RUNTIME_DIR/toolcell/kernels` or `<tmp>/toolcell-<uid>/kernels`.
+pub fn default_kernels_root() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("toolcell/kernels");
+    }
+    std::env::temp_dir()
+        .join(format!("toolcell-{}", nix::unistd::getuid()))
+        .join("kernels")
+}
+
+/// An embedder's veto over cells, asked before any kernel is touched.
+pub trait Guard: Send + Sync + 'static {
+    /// `Err(rule)` refuses the cell; `rule` names what refused it.
+    ///
+    /// # Errors
+    /// The rule that refused the cell.
+    fn check(&self, request: &ExecuteRequest) -> Result<(), String>;
+}
+
+/// One cell to run.
+#[derive(Clone)]
+pub struct ExecuteRequest {
+    /// The code.
+    pub code: String,
+    /// The conversation id (default `"default"`).
+    pub owner: String,
+    /// Discard the session's kernel first.
+    pub reset: bool,
+    /// Override the timeout.
+    pub timeout: Option<Duration>,
+    /// Override the mode.
+    pub mode: Option<Mode>,
+    /// Override the enabled tools.
+    pub tools: Option<Vec<String>>,
+    /// Override the working directory (project mode).
+    pub cwd: Option<PathBuf>,
+    /// Receives cleaned output chunks while the cell runs.
+    pub live: Option<LiveSink>,
+}
+
+impl std::fmt::Debug for ExecuteRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecuteRequest")
+            .field("owner", &self.owner)
+            .field("reset", &self.reset)
+            .field("timeout", &self.timeout)
+            .field("mode", &self.mode)
+            .field("tools", &self.tools)
+            .field("cwd", &self.cwd)
+            .field("code_len", &self.code.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExecuteRequest {
+    /// A request for `code` in the default session.
+    pub fn new(code: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            owner: "default".into(),
+            reset: false,
+            timeout: None,
+            mode: None,
+            tools: None,
+            cwd: None,
+            live: None,
+        }
+    }
+
+    /// Sets the owner (session).
+    #[must_use]
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self
+    }
+
+    /// Asks for a fresh kernel.
+    #[must_use]
+    pub fn reset(mut self, reset: bool) -> Self {
+        self.reset = reset;
+        self
+    }
+
+    /// Sets the timeout.
+    #[must_use]
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = Some(t);
+        self
+    }
+
+    /// Sets the mode.
+    #[must_use]
+    pub fn mode(mut self, m: Mode) -> Self {
+        self.mode = Some(m);
+        self
+    }
+
+    /// Sets the enabled tools.
+    #[must_use]
+    pub fn tools<S: Into<String>>(mut self, tools: impl IntoIterator<Item = S>) -> Self {
+        self.tools = Some(tools.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Sets the working directory.
+    #[must_use]
+    pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+
+    /// Streams cleaned output chunks to `sink` while the cell runs.
+    #[must_use]
+    pub fn live(mut self, sink: LiveSink) -> Self {
+        self.live = Some(sink);
+        self
+    }
+}
+
+/// A session key (SPEC §1): `(owner, mode, interpreter, cwd, sorted tools)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionKey {
+    /// The owner.
+    pub owner: String,
+    /// The mode.
+    pub mode: &'static str,
+    /// The interpreter.
+    pub interpreter: PathBuf,
+    /// The working directory (empty for strict mode: a private one per kernel).
+    pub cwd: PathBuf,
+    /// Enabled tools, sorted.
+    pub tools: Vec<String>,
+}
+
+/// A live kernel, as `sessions` lists it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SessionInfo {
+    /// The owner.
+    pub session: String,
+    /// The kernel id.
+    pub kernel_id: String,
+    /// `project` or `strict`.
+    pub mode: String,
+    /// Working directory.
+    pub cwd: String,
+    /// Interpreter path.
+    pub interpreter: String,
+    /// Enabled tools.
+    pub tools: Vec<String>,
+    /// The runner's pid.
+    pub pid: u32,
+    /// Cells run.
+    pub execution_count: u64,
+    /// Seconds since the last cell ended.
+    pub idle_seconds: f64,
+    /// Cells running or waiting.
+    pub busy: usize,
+}
+
+struct SlotMeta {
+    busy: usize,
+    last_used: Instant,
+    live: bool,
+    had_kernel: bool,
+    interrupt: CancellationToken,
+    tree: Option<Tree>,
+    kernel_id: String,
+    execution_count: u64,
+}
+
+struct Slot {
+    key: SessionKey,
+    kernel: tokio::sync::Mutex<Option<Kernel>>,
+    meta: Mutex<SlotMeta>,
+}
+
+impl Slot {
+    fn meta(&self) -> std::sync::MutexGuard<'_, SlotMeta> {
+        self.meta.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    slots: HashMap<SessionKey, Arc<Slot>>,
+    retired: VecDeque<SessionKey>,
+}
+
+impl State {
+    fn retire(&mut self, key: SessionKey) {
+        if !self.retired.contains(&key) {
+            if self.retired.len() >= RETIRED_MEMORY {
+                self.retired.pop_front();
+            }
+            self.retired.push_back(key);
+        }
+    }
+
+    fn live_count(&self) -> usize {
+        self.slots.values().filter(|s| s.meta().live).count()
+    }
+}
+
+struct Inner {
+    opts: RegistryOptions,
+    tools: ToolRegistry,
+    redactor: Redactor,
+    base_env: Vec<(OsString, OsString)>,
+    root: PathBuf,
+    guard: Option<Arc<dyn Guard>>,
+    state: Mutex<State>,
+    freed: Notify,
+    interpreters: Mutex<HashMap<(&'static str, PathBuf), (PathBuf, String)>>,
+}
+
+impl Inner {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Why a registry could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The kernels directory could not be created.
+    #[error("cannot create the kernels directory {path}: {source}")]
+    Root {
+        /// The directory.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A default tool name is unknown.
+    #[error(transparent)]
+    Tools(#[from] toolcell_tools::RegistryError),
+    /// No tokio runtime is running.
+    #[error("the kernel registry needs a running tokio runtime")]
+    NoRuntime,
+}
+
+/// Owns kernels and runs cells in them. Dropping it kills every kernel.
+pub struct Registry {
+    inner: Arc<Inner>,
+    reaper: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("root", &self.inner.root)
+            .field("live", &self.inner.state().live_count())
+            .finish_non_exhaustive()
+    }
+}
+
+fn mode_str(m: Mode) -> &'static str {
+    match m {
+        Mode::Strict => "strict",
+        _ => "project",
+    }
+}
+
+/// Removes kernel directories under `root` whose owning host pid is dead
+/// (left by a crashed host). Returns how many were removed.
+pub fn sweep_stale(root: &Path) -> usize {
+    let Ok(dir) = std::fs::read_dir(root) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in dir.flatten() {
+        let path = entry.path();
+        let owner = std::fs::read_to_string(path.join("owner.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        let stale = match owner {
+            Some(pid) => !toolcell_tools::process::alive(pid),
+            // A directory without an owner file is a spawn that crashed
+            // half-way, or not ours; only remove our own naming pattern.
+            None => entry.file_name().to_string_lossy().starts_with("k-"),
+        };
+        if stale && std::fs::remove_dir_all(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+impl Registry {
+    /// A registry with `opts`, the built-in tools, and the host's
+    /// environment (scrubbed for kernels; its secret values registered with
+    /// the redactor).
+    ///
+    /// # Errors
+    /// [`RegistryError`] when the kernels directory cannot be made, a
+    /// default tool is unknown, or no tokio runtime is running.
+    pub fn new(opts: RegistryOptions) -> Result<Self, RegistryError> {
+        let tools = ToolRegistry::builtin()?;
+        Self::with_tools(opts, tools, None)
+    }
+
+    /// A registry with explicit tools and an optional guard.
+    ///
+    /// # Errors
+    /// As [`Registry::new`].
+    pub fn with_tools(
+        opts: RegistryOptions,
+        tools: ToolRegistry,
+        guard: Option<Arc<dyn Guard>>,
+    ) -> Result<Self, RegistryError> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| RegistryError::NoRuntime)?;
+        tools.select(&opts.tools)?;
+        let root = opts.kernels_root.clone().unwrap_or_else(default_kernels_root);
+        crate::kernel::private_dir(&root).map_err(|source| RegistryError::Root {
+            path: root.clone(),
+            source,
+        })?;
+        let swept = sweep_stale(&root);
+        if swept > 0 {
+            tracing::info!("removed {swept} kernel directories left by a crashed host");
+        }
+        let host: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        let base_env = crate::shim::child_env(host.clone(), &opts.passthrough);
+        let secrets = crate::shim::host_secret_values(host);
+        let redactor = Redactor::new(secrets).unwrap_or_else(|_| Redactor::builtin());
+        let inner = Arc::new(Inner {
+            opts,
+            tools,
+            redactor,
+            base_env,
+            root,
+            guard,
+            state: Mutex::new(State::default()),
+            freed: Notify::new(),
+            interpreters: Mutex::new(HashMap::new()),
+        });
+        let reaper = handle.spawn(reap_loop(Arc::downgrade(&inner)));
+        Ok(Self { inner, reaper })
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &RegistryOptions {
+        &self.inner.opts
+    }
+
+    /// The tools this registry knows.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.inner.tools
+    }
+
+    /// The redactor applied to everything kernels print.
+    pub fn redactor(&self) -> &Redactor {
+        &self.inner.redactor
+    }
+
+    /// Runs one cell and returns its SPEC §6 result. Never panics on input;
+    /// every failure is a result.
+    pub async fn execute(&self, req: ExecuteRequest) -> ExecuteResult {
+        let inner = &self.inner;
+        let t0 = Instant::now();
+        let mode = req.mode.unwrap_or(inner.opts.mode);
+        let blank = KernelInfo {
+            mode: mode_str(mode).into(),
+            ..KernelInfo::default()
+        };
+        // Admit: the embedder's guard, then `[guard] deny`.
+        if let Some(rule) = self.admit(&req) {
+            return ExecuteResult::not_run(
+                Status::Refused,
+                format!("the cell was refused by {rule}; none of its code ran"),
+                blank,
+            );
+        }
+        let tool_names: Vec<String> = {
+            let mut t = req.tools.clone().unwrap_or_else(|| inner.opts.tools.clone());
+            t.sort();
+            t.dedup();
+            t
+        };
+        let tools = match inner.tools.select(&tool_names) {
+            Ok(t) => t,
+            Err(e) => return ExecuteResult::not_run(Status::Error, format!("{e}; none of the code ran"), blank),
+        };
+        let cwd = match mode {
+            Mode::Strict => PathBuf::new(),
+            _ => req.cwd.clone().unwrap_or_else(|| inner.opts.default_cwd.clone()),
+        };
+        if mode != Mode::Strict && !cwd.is_dir() {
+            return ExecuteResult::not_run(
+                Status::Error,
+                format!("the working directory {} does not exist; none of the code ran", cwd.display()),
+                blank,
+            );
+        }
+        let (interpreter, version) = match self.interpreter(mode, &cwd) {
+            Ok(i) => i,
+            Err(e) => return ExecuteResult::not_run(Status::Error, format!("{e}; none of the code ran"), blank),
+        };
+        let per_call = inner.opts.kernel_mode == KernelMode::PerCall;
+        let owner = if per_call {
+            format!(
+                "{}\u{0}per-call-{}",
+                req.owner,
+                toolcell_protocol::random_hex(8).unwrap_or_default()
+            )
+        } else {
+            req.owner.clone()
+        };
+        let key = SessionKey {
+            owner,
+            mode: mode_str(mode),
+            interpreter: interpreter.clone(),
+            cwd: cwd.clone(),
+            tools: tool_names.clone(),
+        };
+
+        // Acquire the slot; being busy protects it from eviction and reaping.
+        let (slot, token) = {
+            let mut st = inner.state();
+            let had_before = st.retired.contains(&key);
+            let slot = Arc::clone(st.slots.entry(key.clone()).or_insert_with(|| {
+                Arc::new(Slot {
+                    key: key.clone(),
+                    kernel: tokio::sync::Mutex::new(None),
+                    meta: Mutex::new(SlotMeta {
+                        busy: 0,
+                        last_used: Instant::now(),
+                        live: false,
+                        had_kernel: had_before,
+                        interrupt: CancellationToken::new(),
+                        tree: None,
+                        kernel_id: String::new(),
+                        execution_count: 0,
+                    }),
+                })
+            }));
+            let token = {
+                let mut m = slot.meta();
+                m.busy += 1;
+                m.interrupt.clone()
+            };
+            (slot, token)
+        };
+        let _busy = BusyGuard {
+            inner: Arc::clone(inner),
+            slot: Arc::clone(&slot),
+        };
+
+        // Strict FIFO per kernel: tokio's mutex is fair.
+        let mut guard = tokio::select! {
+            g = slot.kernel.lock() => g,
+            () = token.cancelled() => {
+                return ExecuteResult::not_run(
+                    Status::Interrupted,
+                    "the cell was interrupted while waiting for the previous cell of this session; none of its code ran",
+                    blank,
+                );
+            }
+        };
+        if token.is_cancelled() {
+            return ExecuteResult::not_run(
+                Status::Interrupted,
+                "the cell was interrupted before it started; none of its code ran",
+                blank,
+            );
+        }
+        if !inner.state().slots.get(&key).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+            return ExecuteResult::not_run(
+                Status::Interrupted,
+                "the session was shut down before the cell started; none of its code ran",
+                blank,
+            );
+        }
+
+        let mut state_reset = false;
+        if guard.as_ref().is_some_and(|k| !k.is_alive()) {
+            *guard = None;
+            state_reset = true;
+            slot.meta().live = false;
+        }
+        if req.reset
+            && let Some(k) = guard.take()
+        {
+            k.shutdown(Duration::from_millis(200)).await;
+            state_reset = true;
+            slot.meta().live = false;
+        }
+        let reused = guard.is_some();
+        if guard.is_none() {
+            if slot.meta().had_kernel {
+                state_reset = true;
+            }
+            let deadline = Instant::now() + req.timeout.unwrap_or(inner.opts.timeout);
+            if let Err(msg) = self.reserve(&slot, deadline).await {
+                return ExecuteResult::not_run(Status::Error, msg, blank);
+            }
+            let id = format!("k-{}", toolcell_protocol::random_hex(8).unwrap_or_default());
+            let (kcwd, owned_cwd) = if mode == Mode::Strict {
+                let dir = inner.root.join(format!("{id}-work"));
+                if let Err(e) = crate::kernel::private_dir(&dir) {
+                    slot.meta().live = false;
+                    inner.freed.notify_waiters();
+                    return ExecuteResult::not_run(
+                        Status::Error,
+                        format!("cannot create a private working directory: {e}; none of the code ran"),
+                        blank,
+                    );
+                }
+                (dir.clone(), Some(dir))
+            } else {
+                (cwd.clone(), None)
+            };
+            let mut settings = ToolSettings::new(&kcwd)
+                .spill_dir(&inner.opts.spill_dir)
+                .max_output_bytes(inner.opts.max_stdout_bytes)
+                .web(inner.opts.web.clone());
+            settings = settings.env(inner.base_env.clone());
+            let spec = KernelSpec {
+                id: id.clone(),
+                interpreter: interpreter.clone(),
+                python_version: version.clone(),
+                mode: mode_str(mode).into(),
+                cwd: kcwd,
+                env: inner.base_env.clone(),
+                root: inner.root.clone(),
+                tools: tools.clone(),
+                dispatch: inner.tools.dispatcher(settings),
+                rpc_tcp: inner.opts.rpc_tcp,
+                redactor: inner.redactor.clone(),
+                startup_timeout: inner.opts.startup_timeout,
+            };
+            match Kernel::spawn(spec).await {
+                Ok(mut k) => {
+                    k.set_owned_cwd(owned_cwd);
+                    let mut m = slot.meta();
+                    m.had_kernel = true;
+                    m.tree = Some(k.tree());
+                    m.kernel_id = k.id().to_string();
+                    m.execution_count = 0;
+                    drop(m);
+                    *guard = Some(k);
+                }
+                Err(e) => {
+                    if let Some(d) = owned_cwd {
+                        let _ = std::fs::remove_dir_all(d);
+                    }
+                    slot.meta().live = false;
+                    inner.freed.notify_waiters();
+                    return ExecuteResult::not_run(Status::Error, format!("{e}; none of the code ran"), blank);
+                }
+            }
+        }
+        let Some(kernel) = guard.as_mut() else {
+            return ExecuteResult::not_run(Status::Error, "no kernel could be started", blank);
+        };
+
+        let opts = CellOptions {
+            timeout: req.timeout.unwrap_or(inner.opts.timeout),
+            max_tool_calls: inner.opts.max_tool_calls,
+            on_timeout: inner.opts.on_timeout,
+            interrupt_grace: inner.opts.interrupt_grace,
+            kill_grace: inner.opts.kill_grace,
+            max_stdout_bytes: inner.opts.max_stdout_bytes,
+            max_stderr_bytes: inner.opts.max_stderr_bytes,
+            spill: Some((inner.opts.spill_dir.clone(), inner.opts.spill_cap_bytes)),
+            live: req.live.clone(),
+            interrupt: token.clone(),
+        };
+        let outcome = kernel.execute(&req.code, &opts).await;
+        let info = KernelInfo {
+            id: kernel.id().to_string(),
+            mode: kernel.mode().to_string(),
+            python: kernel.python().to_string(),
+            reused,
+            execution_count: outcome.execution_count,
+            state_reset,
+            state_kept: None,
+            ended: None,
+        };
+        let interpreter_desc = format!("{} ({})", interpreter.display(), kernel.python());
+        slot.meta().execution_count = outcome.execution_count;
+        if !outcome.alive || per_call {
+            if let Some(k) = guard.take() {
+                k.shutdown(Duration::from_millis(200)).await;
+            }
+            let mut m = slot.meta();
+            m.live = false;
+            m.tree = None;
+        }
+        if per_call {
+            let mut st = inner.state();
+            if st.slots.get(&key).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                st.slots.remove(&key);
+            }
+        }
+        drop(guard);
+        inner.freed.notify_waiters();
+        let mut importable: Vec<String> = stubs::HELPERS[1..].iter().map(|s| (*s).to_string()).collect();
+        importable.extend(tool_names.iter().cloned());
+        let mut result = build_result(
+            outcome,
+            info,
+            &HintContext::new(importable, interpreter_desc),
+            &opts,
+            inner.opts.max_tool_calls,
+        );
+        result.duration_seconds = round2(t0.elapsed().as_secs_f64());
+        result
+    }
+
+    fn admit(&self, req: &ExecuteRequest) -> Option<String> {
+        if let Some(g) = &self.inner.guard
+            && let Err(rule) = g.check(req)
+        {
+            return Some(format!("the host's guard ({rule})"));
+        }
+        for re in &self.inner.opts.deny {
+            if re.is_match(&req.code) {
+                return Some(format!("the [guard] deny rule `{}`", re.as_str()));
+            }
+        }
+        None
+    }
+
+    fn interpreter(&self, mode: Mode, cwd: &Path) -> Result<(PathBuf, String), String> {
+        let key = (mode_str(mode), cwd.to_path_buf());
+        let cached = self
+            .inner
+            .interpreters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        if let Some(hit) = cached {
+            return Ok(hit);
+        }
+        let found = crate::shim::resolve_for_host(&self.inner.opts.python, mode, cwd)
+            .map(|i| (i.executable, i.version))
+            .map_err(|e| e.to_string())?;
+        self.inner
+            .interpreters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, found.clone());
+        Ok(found)
+    }
+
+    /// Makes room for one more live kernel: evicts the least recently used
+    /// idle kernel of another session, or waits for one to become idle.
+    async fn reserve(&self, slot: &Arc<Slot>, deadline: Instant) -> Result<(), String> {
+        let inner = &self.inner;
+        loop {
+            let notified = inner.freed.notified();
+            let victim = {
+                let mut st = inner.state();
+                if st.live_count() < inner.opts.max_kernels.max(1) {
+                    slot.meta().live = true;
+                    return Ok(());
+                }
+                let victim = st
+                    .slots
+                    .values()
+                    .filter(|s| !Arc::ptr_eq(s, slot))
+                    .filter(|s| {
+                        let m = s.meta();
+                        m.live && m.busy == 0
+                    })
+                    .min_by_key(|s| s.meta().last_used)
+                    .cloned();
+                if let Some(v) = &victim {
+                    st.slots.remove(&v.key);
+                    st.retire(v.key.clone());
+                    v.meta().live = false;
+                    slot.meta().live = true;
+                }
+                victim
+            };
+            if let Some(v) = victim {
+                tracing::info!(session = %v.key.owner, "evicting the least recently used idle kernel");
+                let k = v.kernel.lock().await.take();
+                if let Some(k) = k {
+                    k.shutdown(Duration::from_millis(200)).await;
+                }
+                return Ok(());
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(format!(
+                        "all {} kernels are busy running cells (max_kernels = {}); none of the code ran",
+                        inner.opts.max_kernels, inner.opts.max_kernels
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Interrupts the running cell of every kernel of `owner`, and any cell
+    /// of theirs still waiting. Returns how many sessions were signalled.
+    pub fn interrupt(&self, owner: &str) -> usize {
+        let st = self.inner.state();
+        let mut n = 0;
+        for slot in st.slots.values().filter(|s| s.key.owner == owner || s.key.owner.starts_with(&format!("{owner}\u{0}"))) {
+            let mut m = slot.meta();
+            m.interrupt.cancel();
+            m.interrupt = CancellationToken::new();
+            n += 1;
+        }
+        n
+    }
+
+    /// Kills every kernel of `owner`; waiting cells return `interrupted`.
+    /// Returns how many kernels were shut down.
+    pub async fn shutdown(&self, owner: &str) -> usize {
+        let slots: Vec<Arc<Slot>> = {
+            let mut st = self.inner.state();
+            let keys: Vec<SessionKey> = st
+                .slots
+                .keys()
+                .filter(|k| k.owner == owner || k.owner.starts_with(&format!("{owner}\u{0}")))
+                .cloned()
+                .collect();
+            let mut out = Vec::new();
+            for k in keys {
+                if let Some(s) = st.slots.remove(&k) {
+                    st.retire(k);
+                    out.push(s);
+                }
+            }
+            out
+        };
+        self.kill_slots(slots).await
+    }
+
+    /// Kills every kernel.
+    pub async fn shutdown_all(&self) -> usize {
+        let slots: Vec<Arc<Slot>> = {
+            let mut st = self.inner.state();
+            let all: Vec<(SessionKey, Arc<Slot>)> = st.slots.drain().collect();
+            for (k, _) in &all {
+                st.retire(k.clone());
+            }
+            all.into_iter().map(|(_, s)| s).collect()
+        };
+        self.kill_slots(slots).await
+    }
+
+    async fn kill_slots(&self, slots: Vec<Arc<Slot>>) -> usize {
+        let mut n = 0;
+        for slot in slots {
+            let tree = {
+                let mut m = slot.meta();
+                m.interrupt.cancel();
+                m.live = false;
+                m.tree.take()
+            };
+            if let Some(t) = tree {
+                // Kill at once: a running cell sees the kernel die and returns.
+                t.signal(nix::sys::signal::Signal::SIGKILL);
+                n += 1;
+            }
+            if let Some(k) = slot.kernel.lock().await.take() {
+                k.shutdown(Duration::from_millis(100)).await;
+            }
+        }
+        self.inner.freed.notify_waiters();
+        n
+    }
+
+    /// Live kernels, for `sessions`.
+    pub fn sessions(&self) -> Vec<SessionInfo> {
+        let st = self.inner.state();
+        let mut out: Vec<SessionInfo> = st
+            .slots
+            .values()
+            .filter_map(|s| {
+                let m = s.meta();
+                let tree = m.tree.as_ref()?;
+                Some(SessionInfo {
+                    session: s.key.owner.split('\u{0}').next().unwrap_or_default().to_string(),
+                    kernel_id: m.kernel_id.clone(),
+                    mode: s.key.mode.to_string(),
+                    cwd: s.key.cwd.display().to_string(),
+                    interpreter: s.key.interpreter.display().to_string(),
+                    tools: s.key.tools.clone(),
+                    pid: tree.root,
+                    execution_count: m.execution_count,
+                    idle_seconds: round2(m.last_used.elapsed().as_secs_f64()),
+                    busy: m.busy,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.session.cmp(&b.session).then(a.kernel_id.cmp(&b.kernel_id)));
+        out
+    }
+
+    /// Number of live kernels.
+    pub fn live_kernels(&self) -> usize {
+        self.inner.state().live_count()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.reaper.abort();
+        let slots: Vec<Arc<Slot>> = self.inner.state().slots.drain().map(|(_, s)| s).collect();
+        for slot in slots {
+            let mut m = slot.meta();
+            m.interrupt.cancel();
+            if let Some(t) = m.tree.take() {
+                t.signal(nix::sys::signal::Signal::SIGKILL);
+            }
+            drop(m);
+            if let Ok(mut k) = slot.kernel.try_lock() {
+                // Dropping the kernel removes its directory.
+                k.take();
+            }
+        }
+    }
+}
+
+struct BusyGuard {
+    inner: Arc<Inner>,
+    slot: Arc<Slot>,
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        {
+            let mut m = self.slot.meta();
+            m.busy = m.busy.saturating_sub(1);
+            m.last_used = Instant::now();
+        }
+        self.inner.freed.notify_waiters();
+    }
+}
+
+async fn reap_loop(inner: Weak<Inner>) {
+    loop {
+        let Some(strong) = inner.upgrade() else { return };
+        let idle = strong.opts.idle_timeout;
+        let period = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
+        drop(strong);
+        tokio::time::sleep(period).await;
+        let Some(strong) = inner.upgrade() else { return };
+        let victims: Vec<Arc<Slot>> = {
+            let mut st = strong.state();
+            let keys: Vec<SessionKey> = st
+                .slots
+                .values()
+                .filter(|s| {
+                    let m = s.meta();
+                    m.busy == 0 && m.last_used.elapsed() >= idle
+                })
+                .map(|s| s.key.clone())
+                .collect();
+            let mut out = Vec::new();
+            for k in keys {
+                if let Some(s) = st.slots.remove(&k) {
+                    if s.meta().live {
+                        st.retire(k);
+                    }
+                    out.push(s);
+                }
+            }
+            out
+        };
+        for slot in victims {
+            tracing::info!(session = %slot.key.owner, "reaping an idle kernel");
+            let k = slot.kernel.lock().await.take();
+            {
+                let mut m = slot.meta();
+                m.live = false;
+                m.tree = None;
+            }
+            if let Some(k) = k {
+                k.shutdown(Duration::from_millis(200)).await;
+            }
+        }
+        strong.freed.notify_waiters();
+    }
+}
+
+fn exception_line(traceback: &str) -> Option<String> {
+    traceback
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty() && !l.starts_with(' '))
+        .map(|l| l.trim().to_string())
+}
+
+fn truncation_warning(name: &str, c: &Captured) -> Option<String> {
+    if !c.truncated {
+        return None;
+    }
+    let mut w = format!(
+        "{name} was truncated: {} of {} bytes omitted (head and tail kept).",
+        c.bytes_omitted, c.bytes_total
+    );
+    if let Some(p) = &c.spill_path {
+        w.push_str(&format!(
+            " The full {name} is saved in {}; page it with read_file(\"{}\", offset=…) instead of re-running the cell.",
+            p.display(),
+            p.display()
+        ));
+        if c.spill_capped {
+            w.push_str(" (The file itself was capped; its end is missing.)");
+        }
+    } else if let Some(e) = &c.spill_error {
+        w.push_str(&format!(" It could not be saved to a file: {e}."));
+    }
+    Some(w)
+}
+
+fn build_result(
+    outcome: CellOutcome,
+    mut kernel: KernelInfo,
+    hint_cx: &HintContext,
+    opts: &CellOptions,
+    max_tool_calls: u32,
+) -> ExecuteResult {
+    let CellOutcome {
+        ending,
+        stdout,
+        stderr,
+        traceback,
+        tools,
+        duration,
+        alive,
+        ..
+    } = outcome;
+    let timeout_s = opts.timeout.as_secs_f64();
+    let grace_s = opts.interrupt_grace.as_secs_f64();
+    let mut stdin_requested = false;
+    let mut usage = None;
+    let mut display = Vec::new();
+    let mut take_runner = |r: &toolcell_protocol::CellResult| {
+        stdin_requested = r.stdin_requested;
+        usage = Some(Usage {
+            cpu_seconds: round2(r.usage.cpu_seconds),
+            peak_rss_kb: r.usage.peak_rss_kb,
+        });
+        display = r
+            .display
+            .iter()
+            .map(|d| Display {
+                mime: d.mime.clone(),
+                path: d.path.clone(),
+            })
+            .collect();
+    };
+    let (status, exit_code, error, killed_by_timeout) = match &ending {
+        Ending::Answered(r) => {
+            take_runner(r);
+            match r.status {
+                RunnerStatus::Ok => (Status::Success, 0, None, false),
+                RunnerStatus::Error => (
+                    Status::Error,
+                    1,
+                    Some(format!(
+                        "{} (the kernel and its state are kept)",
+                        exception_line(&traceback).unwrap_or_else(|| "the cell raised an exception".into())
+                    )),
+                    false,
+                ),
+                RunnerStatus::Exit => {
+                    let code = r.exit_code.unwrap_or(0);
+                    kernel.ended = Some(true);
+                    if code == 0 {
+                        (Status::Success, 0, None, false)
+                    } else {
+                        (
+                            Status::Error,
+                            code,
+                            Some(format!(
+                                "the cell raised SystemExit({code}); the kernel ended and its state is gone, the next cell starts a fresh one"
+                            )),
+                            false,
+                        )
+                    }
+                }
+                RunnerStatus::Interrupted => {
+                    kernel.state_kept = Some(true);
+                    (
+                        Status::Interrupted,
+                        -1,
+                        Some("the cell was interrupted (KeyboardInterrupt); the kernel and its state are kept".into()),
+                        false,
+                    )
+                }
+            }
+        }
+        Ending::TimedOutKept(r) => {
+            take_runner(r);
+            kernel.state_kept = Some(true);
+            (
+                Status::Timeout,
+                -1,
+                Some(format!(
+                    "the cell ran past its {timeout_s}s timeout and was interrupted; the kernel and its state are kept"
+                )),
+                false,
+            )
+        }
+        Ending::TimedOutKilled => {
+            kernel.state_kept = Some(false);
+            kernel.ended = Some(true);
+            (
+                Status::Timeout,
+                -1,
+                Some(format!(
+                    "the cell ran past its {timeout_s}s timeout and did not stop within {grace_s}s of an interrupt, so the kernel was killed; all its state (variables, imports) is lost"
+                )),
+                true,
+            )
+        }
+        Ending::InterruptedKept(r) => {
+            take_runner(r);
+            kernel.state_kept = Some(true);
+            (
+                Status::Interrupted,
+                -1,
+                Some("the cell was interrupted; the kernel and its state are kept".into()),
+                false,
+            )
+        }
+        Ending::InterruptedKilled => {
+            kernel.state_kept = Some(false);
+            kernel.ended = Some(true);
+            (
+                Status::Interrupted,
+                -1,
+                Some(format!(
+                    "the cell was interrupted but did not stop within {grace_s}s, so the kernel was killed; all its state is lost"
+                )),
+                false,
+            )
+        }
+        Ending::Died { how } => {
+            kernel.ended = Some(true);
+            let tail = last_lines(&stderr.text, 5);
+            let mut e = format!(
+                "the kernel died during the cell ({how}); its state is lost and the next cell starts a fresh kernel"
+            );
+            if !tail.trim().is_empty() {
+                e.push_str(&format!(". Last stderr lines:\n{tail}"));
+            }
+            (Status::Error, -1, Some(e), false)
+        }
+    };
+    if !alive {
+        kernel.ended = Some(true);
+    }
+    let budget_exhausted = tools
+        .as_ref()
+        .is_some_and(|t| t.refused(ErrorCode::BudgetExhausted) > 0);
+    let tool_calls_made = tools.as_ref().map_or(0, toolcell_rpc::CellReport::dispatched);
+
+    let mut output = stdout.text.clone();
+    if !stderr.text.is_empty() || !traceback.is_empty() {
+        output.push_str("\n--- stderr ---\n");
+        output.push_str(&stderr.text);
+        if !traceback.is_empty() && !stderr.text.is_empty() && !stderr.text.ends_with('\n') {
+            output.push('\n');
+        }
+        output.push_str(&traceback);
+    }
+    let mut cx = hint_cx.clone();
+    cx.stdin_requested = stdin_requested;
+    cx.budget_exhausted = budget_exhausted;
+    cx.max_tool_calls = max_tool_calls;
+    cx.killed_by_timeout = killed_by_timeout;
+    let hint = if status == Status::Success {
+        None
+    } else {
+        hints::hint(&traceback, &cx)
+    };
+    let warning = [
+        truncation_warning("stdout", &stdout),
+        truncation_warning("stderr", &stderr),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>();
+    ExecuteResult {
+        status,
+        output,
+        exit_code,
+        tool_calls_made,
+        duration_seconds: round2(duration.as_secs_f64()),
+        kernel,
+        error,
+        hint,
+        warning: if warning.is_empty() { None } else { Some(warning.join(" ")) },
+        stdout_truncated: stdout.truncated,
+        stdout_bytes_captured: stdout.bytes_captured,
+        stdout_bytes_total: stdout.bytes_total,
+        stdout_bytes_omitted: stdout.bytes_omitted,
+        stdout_spill_path: stdout.spill_path.map(|p| p.display().to_string()),
+        stdin_requested,
+        usage,
+        display,
+    }
+}

@@ -1,0 +1,210 @@
+//! The execute result of SPEC §6.
+
+use serde::{Deserialize, Serialize};
+
+/// How a cell ended, as the caller sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Ran to the end (or `SystemExit` with code 0/None).
+    Success,
+    /// An exception, a non-zero `SystemExit`, or a kernel that died.
+    Error,
+    /// The cell ran out of time.
+    Timeout,
+    /// The caller interrupted the cell (or it never started).
+    Interrupted,
+    /// Admission refused the cell; nothing ran.
+    Refused,
+}
+
+impl Status {
+    /// The word used in JSON and status lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Success => "success",
+            Status::Error => "error",
+            Status::Timeout => "timeout",
+            Status::Interrupted => "interrupted",
+            Status::Refused => "refused",
+        }
+    }
+}
+
+/// Which kernel ran the cell (SPEC §6 `kernel`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct KernelInfo {
+    /// The kernel's id.
+    pub id: String,
+    /// `project` or `strict`.
+    pub mode: String,
+    /// The interpreter's version, e.g. `3.11.7`.
+    pub python: String,
+    /// True when the kernel already existed before this cell.
+    pub reused: bool,
+    /// The cell's number in this kernel.
+    pub execution_count: u64,
+    /// True when the session had a kernel before whose state is now gone.
+    pub state_reset: bool,
+    /// After a timeout or interrupt: whether the kernel and its state survived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_kept: Option<bool>,
+    /// True when the kernel ended with this cell (`SystemExit`, death, kill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<bool>,
+}
+
+/// CPU and memory of a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct Usage {
+    /// CPU seconds (kernel and children).
+    pub cpu_seconds: f64,
+    /// Peak resident set size, KiB.
+    pub peak_rss_kb: u64,
+}
+
+/// A file produced for display.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Display {
+    /// MIME type.
+    pub mime: String,
+    /// Absolute path.
+    pub path: String,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The SPEC §6 object. Field names and order are the contract; optional
+/// fields are omitted when empty.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecuteResult {
+    /// How the cell ended.
+    pub status: Status,
+    /// Cleaned stdout, then `"\n--- stderr ---\n"` + stderr + traceback when
+    /// either is non-empty.
+    pub output: String,
+    /// 0 success, 1 exception, the `SystemExit` code, -1 timeout/interrupt/death.
+    pub exit_code: i64,
+    /// Tool calls dispatched during the cell.
+    pub tool_calls_made: u32,
+    /// Wall time, 2 decimals.
+    pub duration_seconds: f64,
+    /// Which kernel ran it.
+    pub kernel: KernelInfo,
+    /// One sentence: what went wrong and whether state was lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Recovery advice for a well-known failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// Truncation / spill notice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+    /// Stdout was cut.
+    pub stdout_truncated: bool,
+    /// Stdout bytes in `output`.
+    pub stdout_bytes_captured: u64,
+    /// Stdout bytes in all.
+    pub stdout_bytes_total: u64,
+    /// Stdout bytes left out.
+    pub stdout_bytes_omitted: u64,
+    /// The file with the whole stdout, when it was cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_spill_path: Option<String>,
+    /// True when the cell tried to read input.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub stdin_requested: bool,
+    /// CPU and memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Files produced for display.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub display: Vec<Display>,
+}
+
+impl ExecuteResult {
+    /// A result for a cell none of whose code ran.
+    pub fn not_run(status: Status, error: impl Into<String>, kernel: KernelInfo) -> Self {
+        Self {
+            status,
+            output: String::new(),
+            exit_code: -1,
+            tool_calls_made: 0,
+            duration_seconds: 0.0,
+            kernel,
+            error: Some(error.into()),
+            hint: None,
+            warning: None,
+            stdout_truncated: false,
+            stdout_bytes_captured: 0,
+            stdout_bytes_total: 0,
+            stdout_bytes_omitted: 0,
+            stdout_spill_path: None,
+            stdin_requested: false,
+            usage: None,
+            display: Vec::new(),
+        }
+    }
+
+    /// The exit code a CLI should use for this result (SPEC §9): 0
+    /// success, 1 cell error, 124 timeout, 130 interrupted.
+    pub fn cli_exit_code(&self) -> u8 {
+        match self.status {
+            Status::Success => 0,
+            Status::Timeout => 124,
+            Status::Interrupted => 130,
+            Status::Error | Status::Refused => 1,
+        }
+    }
+}
+
+/// Rounds to 2 decimals.
+pub fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn optional_fields_are_omitted_and_order_is_the_contract() {
+        let r = ExecuteResult::not_run(Status::Refused, "denied by rule x", KernelInfo::default());
+        let v = serde_json::to_value(&r).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "status",
+                "output",
+                "exit_code",
+                "tool_calls_made",
+                "duration_seconds",
+                "kernel",
+                "error",
+                "stdout_truncated",
+                "stdout_bytes_captured",
+                "stdout_bytes_total",
+                "stdout_bytes_omitted"
+            ]
+        );
+        assert_eq!(v["status"], "refused");
+        let k: Vec<&str> = v["kernel"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            k,
+            ["id", "mode", "python", "reused", "execution_count", "state_reset"]
+        );
+    }
+
+    #[test]
+    fn cli_exit_codes() {
+        let mut r = ExecuteResult::not_run(Status::Timeout, "x", KernelInfo::default());
+        assert_eq!(r.cli_exit_code(), 124);
+        r.status = Status::Interrupted;
+        assert_eq!(r.cli_exit_code(), 130);
+        r.status = Status::Success;
+        assert_eq!(r.cli_exit_code(), 0);
+    }
+}
