@@ -112,10 +112,12 @@ pub fn is_allowed_name(name: &OsStr) -> bool {
 /// the entry ends in `*`).
 fn is_passed_through(name: &OsStr, passthrough: &[String]) -> bool {
     let bytes = name.as_bytes();
-    passthrough.iter().any(|entry| match entry.strip_suffix('*') {
-        Some(prefix) => bytes.starts_with(prefix.as_bytes()),
-        None => bytes == entry.as_bytes(),
-    })
+    passthrough
+        .iter()
+        .any(|entry| match entry.strip_suffix('*') {
+            Some(prefix) => bytes.starts_with(prefix.as_bytes()),
+            None => bytes == entry.as_bytes(),
+        })
 }
 
 /// The host variables a kernel inherits (SPEC §4): those whose names start
@@ -314,11 +316,20 @@ mod tests {
             ("MY_TOKEN", "t"),
             ("PATH", "/bin"),
         ]);
-        let pass = ["OPENAI_API_KEY".to_string(), "AWS_*".to_string(), "NOT_SET".to_string()];
+        let pass = [
+            "OPENAI_API_KEY".to_string(),
+            "AWS_*".to_string(),
+            "NOT_SET".to_string(),
+        ];
         let env = child_env(host, &pass);
         assert_eq!(
             names(&env),
-            ["OPENAI_API_KEY", "AWS_REGION", "AWS_SECRET_ACCESS_KEY", "PATH"]
+            [
+                "OPENAI_API_KEY",
+                "AWS_REGION",
+                "AWS_SECRET_ACCESS_KEY",
+                "PATH"
+            ]
         );
         assert_eq!(value(&env, "OPENAI_API_KEY").as_deref(), Some("sk-abc"));
     }
@@ -346,7 +357,10 @@ mod tests {
             ("PATH", "/bin"),
         ]);
         toolcell_vars(&mut env, Path::new("/k/dir"), "tcp://127.0.0.1:4000", "tok");
-        assert_eq!(value(&env, "TOOLCELL_RPC").as_deref(), Some("tcp://127.0.0.1:4000"));
+        assert_eq!(
+            value(&env, "TOOLCELL_RPC").as_deref(),
+            Some("tcp://127.0.0.1:4000")
+        );
         assert_eq!(value(&env, "TOOLCELL_RPC_TOKEN").as_deref(), Some("tok"));
         assert_eq!(value(&env, "PYTHONDONTWRITEBYTECODE").as_deref(), Some("1"));
         assert_eq!(value(&env, "PYTHONUNBUFFERED").as_deref(), Some("1"));
@@ -396,7 +410,10 @@ mod tests {
         let host = vec![
             (bad.clone(), OsString::from_vec(vec![0xff; 20])),
             (OsString::from("PATH"), OsString::from_vec(vec![b'/', 0xff])),
-            (OsString::from("API_KEY"), OsString::from_vec(vec![0xc3; 20])),
+            (
+                OsString::from("API_KEY"),
+                OsString::from_vec(vec![0xc3; 20]),
+            ),
         ];
         let env = child_env(host.clone(), &[]);
         assert_eq!(names(&env), ["PATH"]);
