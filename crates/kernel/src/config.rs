@@ -812,6 +812,37 @@ impl Config {
         self.write_toml(true)
     }
 
+    /// The limits the `execute_code` schema description states (SPEC §8).
+    pub fn execute_code_options(&self) -> toolcell_tools::schema::ExecuteCodeOptions {
+        toolcell_tools::schema::ExecuteCodeOptions {
+            timeout_secs: self.execution.timeout,
+            max_tool_calls: self.execution.max_tool_calls,
+            max_stdout_bytes: self.output.max_stdout_bytes,
+            max_stderr_bytes: self.output.max_stderr_bytes,
+            mode: self.execution.mode,
+            on_timeout: self.execution.on_timeout,
+            interrupt_grace_secs: self.execution.interrupt_grace,
+        }
+    }
+
+    /// The `[web]` settings for the tools crate, the API key read from the
+    /// host variable named by `search_api_key_env` through `env` (the host
+    /// keeps it; it never reaches a kernel).
+    pub fn web_settings(
+        &self,
+        env: impl Fn(&str) -> Option<OsString>,
+    ) -> toolcell_tools::WebSettings {
+        let settings = toolcell_tools::WebSettings::new(
+            self.web.search_provider.as_str(),
+            self.web.search_url.as_str(),
+        );
+        let name = self.web.search_api_key_env.as_str();
+        match (!name.is_empty()).then(|| env(name)).flatten() {
+            Some(key) => settings.api_key(key.to_string_lossy().into_owned()),
+            None => settings,
+        }
+    }
+
     /// `[execution] timeout` as a [`Duration`].
     pub fn timeout(&self) -> Duration {
         duration(self.execution.timeout)
@@ -954,10 +985,15 @@ impl Config {
             }
             "output.spill_dir" => {
                 let dir = text(value, TextRule::Path).map_err(invalid)?;
-                self.output.spill_dir = if dir.starts_with("~/") {
-                    dir
-                } else {
-                    anchored(dir, base_dir)
+                self.output.spill_dir = match base_dir {
+                    Some(base)
+                        if !dir.is_empty()
+                            && !dir.starts_with("~/")
+                            && Path::new(&dir).is_relative() =>
+                    {
+                        base.join(&dir).to_string_lossy().into_owned()
+                    }
+                    _ => dir,
                 };
             }
             "output.spill_cap_bytes" => {
@@ -1235,16 +1271,11 @@ fn seconds(value: &Value, allow_zero: bool) -> Result<f64, String> {
 }
 
 fn count(value: &Value, max: u64) -> Result<u64, String> {
-    let expected = || {
-        if max >= i64::MAX as u64 {
-            "a whole number >= 1".to_string()
-        } else {
-            format!("a whole number >= 1 and <= {max}")
-        }
-    };
     match value {
         Value::Integer(i) if *i >= 1 && (*i as u64) <= max => Ok(*i as u64),
-        _ => Err(expected()),
+        // Only a value over the top mentions the top.
+        Value::Integer(i) if *i >= 1 => Err(format!("a whole number >= 1 and <= {max}")),
+        _ => Err("a whole number >= 1".to_string()),
     }
 }
 

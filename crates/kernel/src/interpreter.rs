@@ -122,7 +122,6 @@ impl fmt::Display for Rule {
 /// The host variables resolution reads, taken explicitly so tests (and
 /// embedders) can resolve for an environment other than the process's.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct HostEnv {
     /// `$VIRTUAL_ENV`.
     pub virtual_env: Option<OsString>,
@@ -574,6 +573,11 @@ fn run_probe(candidate: &Path, timeout: Duration) -> Result<Probe, Reason> {
         }
     };
     let status = status.map_err(|e| Reason::ProbeFailed(format!("waiting for it: {e}")))?;
+    if out.len() as u64 >= PROBE_OUTPUT_LIMIT {
+        return Err(Reason::ProbeFailed(format!(
+            "it printed more than {PROBE_OUTPUT_LIMIT} bytes (not a Python interpreter?)"
+        )));
+    }
     let stdout = String::from_utf8_lossy(&out);
     let stderr = String::from_utf8_lossy(&err);
     if !status.success() {
