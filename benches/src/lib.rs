@@ -3,5 +3,7 @@
 //! Inputs are deterministic (a fixed xorshift seed), so figures are
 //! comparable from run to run.
 
+pub mod files;
 pub mod frames;
 pub mod text;
+pub mod web;
