@@ -11,12 +11,16 @@ use toolcell_kernel::{ExecuteRequest, KernelMode, Status};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_persists_across_cells_in_one_kernel() {
     let f = Fixture::new();
-    let a = f.run("import math\ndata = [1, 2, 3]\ndef total():\n    return sum(data)").await;
+    let a = f
+        .run("import math\ndata = [1, 2, 3]\ndef total():\n    return sum(data)")
+        .await;
     assert_success(&a);
     assert!(!a.kernel.reused);
     assert!(!a.kernel.state_reset);
     assert_eq!(a.kernel.execution_count, 1);
-    let b = f.run("data.append(4)\nprint(total(), math.floor(2.5))").await;
+    let b = f
+        .run("data.append(4)\nprint(total(), math.floor(2.5))")
+        .await;
     assert_success(&b);
     assert_eq!(b.output, "10 2\n");
     assert!(b.kernel.reused);
@@ -31,7 +35,10 @@ async fn reset_discards_the_kernel_and_its_variables() {
     let f = Fixture::new();
     let a = f.run("secret_state = 42").await;
     assert_success(&a);
-    let r = f.reg.execute(ExecuteRequest::new("print('secret_state' in globals())").reset(true)).await;
+    let r = f
+        .reg
+        .execute(ExecuteRequest::new("print('secret_state' in globals())").reset(true))
+        .await;
     assert_success(&r);
     assert_eq!(r.output, "False\n");
     assert!(r.kernel.state_reset, "{}", show(&r));
@@ -66,7 +73,11 @@ async fn top_level_await_runs_on_one_persistent_loop() {
         .await;
     assert_eq!(out, "'awaited'\n");
     // The same loop serves the next cell with an await.
-    assert_eq!(f.ok("await asyncio.sleep(0)\nasyncio.get_running_loop() is loop").await, "True\n");
+    assert_eq!(
+        f.ok("await asyncio.sleep(0)\nasyncio.get_running_loop() is loop")
+            .await,
+        "True\n"
+    );
     // A task started in one cell keeps running on the loop across cells.
     f.ok("async def tick():\n    await asyncio.sleep(0)\n    return 'done'\ntask = loop.create_task(tick())").await;
     assert_eq!(f.ok("await task").await, "'done'\n");
@@ -79,35 +90,61 @@ async fn shell_lines_run_in_a_shell_and_stream_like_output() {
     let f = Fixture::new();
     assert_eq!(f.ok("!echo hi").await, "hi\n");
     // Mixed with Python, in order; a failing command does not raise.
-    let out = f.ok("print('before')\n!echo from-shell; exit 3\nprint('after')").await;
+    let out = f
+        .ok("print('before')\n!echo from-shell; exit 3\nprint('after')")
+        .await;
     assert_eq!(out, "before\nfrom-shell\nafter\n");
     // Inside a block, indentation kept.
-    assert_eq!(f.ok("for i in range(2):\n    !echo loop").await, "loop\nloop\n");
+    assert_eq!(
+        f.ok("for i in range(2):\n    !echo loop").await,
+        "loop\nloop\n"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tracebacks_show_the_cell_line_and_no_runner_or_stub_frame() {
     let f = Fixture::new();
-    let r = f.run("def inner(d):\n    return d['missing']\n\ninner({})").await;
+    let r = f
+        .run("def inner(d):\n    return d['missing']\n\ninner({})")
+        .await;
     assert_eq!(r.status, Status::Error, "{}", show(&r));
     assert_eq!(r.exit_code, 1);
     let out = &r.output;
-    assert!(out.starts_with("\n--- stderr ---\nTraceback (most recent call last):"), "{out}");
-    assert!(out.contains("File \"<cell-1>\", line 4, in <module>"), "{out}");
+    assert!(
+        out.starts_with("\n--- stderr ---\nTraceback (most recent call last):"),
+        "{out}"
+    );
+    assert!(
+        out.contains("File \"<cell-1>\", line 4, in <module>"),
+        "{out}"
+    );
     assert!(out.contains("File \"<cell-1>\", line 2, in inner"), "{out}");
     assert!(out.contains("    return d['missing']"), "{out}");
     assert!(out.contains("KeyError: 'missing'"), "{out}");
     assert!(!out.contains("runner.py"), "{out}");
     let err = r.error.as_deref().unwrap();
-    assert!(err.contains("KeyError") && err.contains("state are kept"), "{err}");
+    assert!(
+        err.contains("KeyError") && err.contains("state are kept"),
+        "{err}"
+    );
     // The kernel survived with its state.
     assert_eq!(f.ok("inner({'missing': 1})").await, "1\n");
 
     // A refused tool call: ToolError from the stub, with no frame of the stub.
-    let r = f.run("from toolcell_tools import read_file\ncontent = read_file('no/such/file.txt')").await;
+    let r = f
+        .run("from toolcell_tools import read_file\ncontent = read_file('no/such/file.txt')")
+        .await;
     assert_eq!(r.status, Status::Error, "{}", show(&r));
-    assert!(r.output.contains("File \"<cell-3>\", line 2, in <module>"), "{}", r.output);
-    assert!(r.output.contains("content = read_file('no/such/file.txt')"), "{}", r.output);
+    assert!(
+        r.output.contains("File \"<cell-3>\", line 2, in <module>"),
+        "{}",
+        r.output
+    );
+    assert!(
+        r.output.contains("content = read_file('no/such/file.txt')"),
+        "{}",
+        r.output
+    );
     assert!(r.output.contains("ToolError"), "{}", r.output);
     assert!(!r.output.contains("toolcell_tools.py"), "{}", r.output);
     assert!(!r.output.contains("runner.py"), "{}", r.output);
@@ -115,7 +152,11 @@ async fn tracebacks_show_the_cell_line_and_no_runner_or_stub_frame() {
     // A syntax error points into the cell too.
     let r = f.run("x = (1,\ny = 2 +").await;
     assert_eq!(r.status, Status::Error);
-    assert!(r.output.contains("<cell-4>") && r.output.contains("SyntaxError"), "{}", r.output);
+    assert!(
+        r.output.contains("<cell-4>") && r.output.contains("SyntaxError"),
+        "{}",
+        r.output
+    );
     assert!(!r.output.contains("runner.py"), "{}", r.output);
 }
 
@@ -145,7 +186,11 @@ async fn system_exit_ends_the_kernel_with_its_code() {
     assert_eq!(r.status, Status::Error, "{}", show(&r));
     assert_eq!(r.exit_code, 3);
     assert_eq!(r.kernel.ended, Some(true));
-    assert!(r.error.as_deref().unwrap().contains("SystemExit(3)"), "{}", show(&r));
+    assert!(
+        r.error.as_deref().unwrap().contains("SystemExit(3)"),
+        "{}",
+        show(&r)
+    );
     let r = f.run("print('kept' in globals())").await;
     assert_eq!(r.output, "False\n");
     assert!(r.kernel.state_reset, "{}", show(&r));
@@ -163,7 +208,11 @@ async fn input_is_refused_at_once_with_a_hint() {
     let r = f.run("name = input('your name? ')").await;
     assert_eq!(r.status, Status::Error, "{}", show(&r));
     assert!(r.stdin_requested);
-    assert!(r.output.contains("interactive input is not supported"), "{}", r.output);
+    assert!(
+        r.output.contains("interactive input is not supported"),
+        "{}",
+        r.output
+    );
     let hint = r.hint.as_deref().unwrap_or_default();
     assert!(hint.contains("input()"), "{}", show(&r));
     // A direct read of sys.stdin is refused the same way; state is kept.
@@ -183,7 +232,9 @@ async fn per_call_mode_runs_each_cell_in_a_fresh_kernel() {
     let f = Fixture::with(|o| o.kernel_mode = KernelMode::PerCall);
     let a = f.run("import os\nx = 1\nprint(os.getpid())").await;
     assert_success(&a);
-    let b = f.run("import os\nprint('x' in globals(), os.getpid())").await;
+    let b = f
+        .run("import os\nprint('x' in globals(), os.getpid())")
+        .await;
     assert_success(&b);
     assert!(b.output.starts_with("False "), "{}", b.output);
     assert_ne!(a.output, b.output.trim_start_matches("False "));

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 use tokio::sync::mpsc;
-use toolcell_kernel::{ExecuteRequest, ExecuteResult, LiveSink, Registry, RegistryOptions, Status, StreamKind};
+use toolcell_kernel::{
+    ExecuteRequest, ExecuteResult, LiveSink, Registry, RegistryOptions, Status, StreamKind,
+};
 
 /// Options whose every directory is under `tmp`, so a test never touches the
 /// user's runtime, cache or working directories.
@@ -71,7 +73,9 @@ impl Fixture {
 
     /// Runs `code` for `owner`.
     pub async fn run_as(&self, owner: &str, code: &str) -> ExecuteResult {
-        self.reg.execute(ExecuteRequest::new(code).owner(owner)).await
+        self.reg
+            .execute(ExecuteRequest::new(code).owner(owner))
+            .await
     }
 
     /// Runs `code` in the default session, asserts success, returns the output.
@@ -162,7 +166,11 @@ pub fn live_channel() -> (LiveSink, mpsc::UnboundedReceiver<(StreamKind, String)
 
 /// Reads live chunks until their concatenated stdout contains `needle`;
 /// panics after `within`.
-pub async fn wait_live(rx: &mut mpsc::UnboundedReceiver<(StreamKind, String)>, needle: &str, within: Duration) -> String {
+pub async fn wait_live(
+    rx: &mut mpsc::UnboundedReceiver<(StreamKind, String)>,
+    needle: &str,
+    within: Duration,
+) -> String {
     let mut seen = String::new();
     let found = tokio::time::timeout(within, async {
         while let Some((kind, chunk)) = rx.recv().await {
@@ -176,7 +184,10 @@ pub async fn wait_live(rx: &mut mpsc::UnboundedReceiver<(StreamKind, String)>, n
         false
     })
     .await;
-    assert!(matches!(found, Ok(true)), "no live {needle:?} within {within:?}; saw {seen:?}");
+    assert!(
+        matches!(found, Ok(true)),
+        "no live {needle:?} within {within:?}; saw {seen:?}"
+    );
     seen
 }
 
@@ -238,4 +249,21 @@ pub fn entries(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default()
+}
+
+/// Python that atomically writes `text` (a Python expression) to `path`, for
+/// a cell to announce that it is running.
+pub fn py_mark(path: &Path, text: &str) -> String {
+    let p = path.display().to_string();
+    format!(
+        "open({tmp:?}, 'w').write(str({text}))\n__import__('os').rename({tmp:?}, {p:?})\n",
+        tmp = format!("{p}.tmp")
+    )
+}
+
+/// Waits until `path` exists and returns its contents; panics after `within`.
+pub async fn wait_file(path: &Path, within: Duration) -> String {
+    let found = eventually(within, || path.exists()).await;
+    assert!(found, "{} did not appear within {within:?}", path.display());
+    std::fs::read_to_string(path).unwrap()
 }
