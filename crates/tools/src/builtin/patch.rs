@@ -185,17 +185,115 @@ fn line_of(text: &str, at: usize) -> usize {
         + 1
 }
 
+/// Lines of context around each change in diffs.
+const DIFF_CONTEXT: usize = 3;
+
 /// A unified diff of `old` → `new` (line endings shown as `\n`).
+///
+/// Only the changed region (plus context) is handed to the diff algorithm,
+/// so a small edit of a large file costs little; hunk headers are shifted
+/// back to the file's line numbers.
 fn unified(old: &str, new: &str, from: &str, to: &str) -> String {
     let old = old.replace("\r\n", "\n");
     let new = new.replace("\r\n", "\n");
+    let (skipped, o, n) = diff_window(&old, &new);
+    let text = full_diff(o, n, from, to);
+    if skipped == 0 {
+        text
+    } else {
+        shift_hunk_headers(&text, skipped)
+    }
+}
+
+fn full_diff(old: &str, new: &str, from: &str, to: &str) -> String {
     let diff = TextDiff::configure()
         .timeout(Duration::from_secs(2))
-        .diff_lines(&old, &new);
+        .diff_lines(old, new);
     diff.unified_diff()
-        .context_radius(3)
+        .context_radius(DIFF_CONTEXT)
         .header(from, to)
         .to_string()
+}
+
+/// The part of `old` and `new` that differs, widened to whole lines plus
+/// [`DIFF_CONTEXT`] lines each side, and the number of lines before it.
+fn diff_window<'a>(old: &'a str, new: &'a str) -> (usize, &'a str, &'a str) {
+    let (ob, nb) = (old.as_bytes(), new.as_bytes());
+    let prefix = ob.iter().zip(nb).take_while(|(a, b)| a == b).count();
+    let line_start = |end: usize| {
+        ob[..end]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1)
+    };
+    let mut start = line_start(prefix);
+    for _ in 0..DIFF_CONTEXT {
+        if start == 0 {
+            break;
+        }
+        start = line_start(start - 1);
+    }
+    let skipped = ob[..start].iter().filter(|&&b| b == b'\n').count();
+    // The common suffix of what is left, cut to whole lines (the bytes
+    // after its first newline), keeping DIFF_CONTEXT lines of it.
+    let room = (ob.len() - start).min(nb.len() - start);
+    let suffix = ob
+        .iter()
+        .rev()
+        .zip(nb.iter().rev())
+        .take(room)
+        .take_while(|(a, b)| a == b)
+        .count();
+    let tail = &ob[ob.len() - suffix..];
+    let mut keep = match tail.iter().position(|&b| b == b'\n') {
+        Some(i) => i + 1,
+        None => suffix,
+    };
+    for _ in 0..DIFF_CONTEXT {
+        match tail[keep..].iter().position(|&b| b == b'\n') {
+            Some(i) => keep += i + 1,
+            None => {
+                keep = suffix;
+                break;
+            }
+        }
+    }
+    let cut = suffix - keep;
+    // Every boundary is just after a newline or at an end: char boundaries.
+    let o = old.get(start..old.len() - cut).unwrap_or(old);
+    let n = new.get(start..new.len() - cut).unwrap_or(new);
+    if o.len() == old.len() - cut && n.len() == new.len() - cut {
+        (skipped, o, n)
+    } else {
+        (0, old, new)
+    }
+}
+
+/// Adds `by` to the line numbers of every `@@ -a,b +c,d @@` header.
+fn shift_hunk_headers(diff: &str, by: usize) -> String {
+    let shift = |range: &str| -> Option<String> {
+        let (start, len) = match range.split_once(',') {
+            Some((s, l)) => (s.parse::<usize>().ok()?, Some(l)),
+            None => (range.parse::<usize>().ok()?, None),
+        };
+        Some(match len {
+            Some(l) => format!("{},{l}", start + by),
+            None => format!("{}", start + by),
+        })
+    };
+    let mut out = String::with_capacity(diff.len() + 64);
+    for line in diff.split_inclusive('\n') {
+        let header = line
+            .strip_prefix("@@ -")
+            .and_then(|rest| rest.strip_suffix(" @@\n"))
+            .and_then(|ranges| ranges.split_once(" +"))
+            .and_then(|(a, b)| Some(format!("@@ -{} +{} @@\n", shift(a)?, shift(b)?)));
+        match header {
+            Some(h) => out.push_str(&h),
+            None => out.push_str(line),
+        }
+    }
+    out
 }
 
 /// Cuts `diff` to about `max` bytes, keeping head and tail.
@@ -1148,6 +1246,19 @@ mod tests {
     }
 
     #[test]
+    fn a_deep_edit_gets_the_file_line_numbers() {
+        let old: String = (1..=10_000).map(|i| format!("line {i}\n")).collect();
+        let new = old.replace("line 5000\n", "line 5000 changed\n");
+        let d = unified(&old, &new, "a/f", "b/f");
+        assert_eq!(
+            d,
+            "--- a/f\n+++ b/f\n@@ -4997,7 +4997,7 @@\n line 4997\n line 4998\n line 4999\n\
+             -line 5000\n+line 5000 changed\n line 5001\n line 5002\n line 5003\n"
+        );
+        assert_eq!(d, full_diff(&old, &new, "a/f", "b/f"));
+    }
+
+    #[test]
     fn diff_is_capped_on_char_boundaries() {
         let d = "é".repeat(1000);
         let c = cap_diff(d, 101);
@@ -1236,6 +1347,33 @@ mod tests {
                 let want = render(&want);
                 let want = if original.contains('\n') { want } else { want.replace("\r\n", "\n") };
                 prop_assert_eq!(got, want);
+            }
+
+            // Distinct lines: with repeated lines several diffs are equally
+            // right, and similar's Myers can pick differently (or emit
+            // inconsistent ops) depending on the surroundings.
+            #[test]
+            fn windowed_diffs_equal_full_diffs(
+                n in 0usize..40,
+                edits in prop::collection::vec((0usize..40, 0usize..3, 0usize..3), 0..3),
+                final_newline in any::<bool>(),
+            ) {
+                let old: Vec<String> = (0..n).map(|i| format!("line {i}")).collect();
+                let mut new = old.clone();
+                for (k, (at, del, ins)) in edits.into_iter().enumerate() {
+                    let at = at.min(new.len());
+                    let del = del.min(new.len() - at);
+                    new.splice(at..at + del, (0..ins).map(|j| format!("new {k}.{j}")));
+                }
+                let join = |ls: &[String]| {
+                    let mut t = ls.join("\n");
+                    if final_newline && !ls.is_empty() {
+                        t.push('\n');
+                    }
+                    t
+                };
+                let (o, n) = (join(&old), join(&new));
+                prop_assert_eq!(unified(&o, &n, "a/f", "b/f"), full_diff(&o, &n, "a/f", "b/f"));
             }
 
             #[test]
