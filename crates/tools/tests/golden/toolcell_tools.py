@@ -111,8 +111,13 @@ def _call(tool, args):
     try:
         sock.sendall(line)
         reply = rfile.readline()
-    except OSError as e:
+    except BaseException as e:
+        # Whatever stops us between sending and reading (a lost connection,
+        # KeyboardInterrupt) leaves this connection's next reply unaccounted
+        # for: never reuse it.
         _drop()
+        if not isinstance(e, OSError):
+            raise
         raise ToolError(
             "lost the connection to the toolcell host during %s (%s); the outcome is unknown "
             "and the call was not repeated: check its effect before calling again" % (tool, e),

@@ -1,0 +1,101 @@
+//! End-to-end kernel figures (issue 6 targets): a warm `x += 1` cell
+//! through `Registry::execute` (≤ 40 µs median), tool calls inside a cell
+//! (≤ 25 µs each), and spawn-to-first-result against the interpreter's own
+//! `-u -c pass` start (≤ 1.25×).
+//!
+//! `cargo bench -p toolcell-benches --bench kernel`
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use toolcell_kernel::{ExecuteRequest, Registry, RegistryOptions, Status};
+
+struct Env {
+    rt: tokio::runtime::Runtime,
+    reg: Registry,
+    _tmp: tempfile::TempDir,
+}
+
+fn env() -> Env {
+    env_with(|_| {})
+}
+
+fn env_with(tweak: impl FnOnce(&mut RegistryOptions)) -> Env {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("f.txt"), "hello\n").unwrap();
+    let opts = RegistryOptions {
+        kernels_root: Some(tmp.path().join("kernels")),
+        spill_dir: tmp.path().join("spill"),
+        default_cwd: tmp.path().to_path_buf(),
+        max_tool_calls: 1000,
+        ..RegistryOptions::default()
+    };
+    let mut opts = opts;
+    tweak(&mut opts);
+    let reg = rt.block_on(async { Registry::new(opts) }).unwrap();
+    Env { rt, reg, _tmp: tmp }
+}
+
+fn run(e: &Env, req: ExecuteRequest) {
+    let r = e.rt.block_on(e.reg.execute(req));
+    assert_eq!(r.status, Status::Success, "{}", r.output);
+}
+
+fn bench(c: &mut Criterion) {
+    let e = env();
+    run(&e, ExecuteRequest::new("x = 0\nfrom toolcell_tools import read_file"));
+    let mut g = c.benchmark_group("kernel");
+    g.bench_function("warm_cell_x_plus_1", |b| {
+        b.iter(|| run(&e, ExecuteRequest::new("x += 1")));
+    });
+    g.bench_function("cell_with_1_tool_call", |b| {
+        b.iter(|| run(&e, ExecuteRequest::new("read_file('f.txt')")));
+    });
+    g.bench_function("cell_with_100_tool_calls", |b| {
+        b.iter(|| {
+            run(
+                &e,
+                ExecuteRequest::new("for _ in range(100):\n    read_file('f.txt')"),
+            );
+        });
+    });
+    g.sample_size(10);
+    // New sessions (no kernel to kill first), in a registry with room for
+    // all of them.
+    let spawn_env = env_with(|o| o.max_kernels = 10_000);
+    let mut n = 0u64;
+    g.bench_function("spawn_to_first_result", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                n += 1;
+                let t = Instant::now();
+                run(&spawn_env, ExecuteRequest::new("1").owner(format!("s{n}")));
+                total += t.elapsed();
+            }
+            spawn_env.rt.block_on(spawn_env.reg.shutdown_all());
+            total
+        });
+    });
+    // The baseline: the same interpreter starting with the same flags.
+    let python = e.reg.sessions()[0].interpreter.clone();
+    g.bench_function("python_u_c_pass", |b| {
+        b.iter(|| {
+            let s = std::process::Command::new(&python)
+                .args(["-u", "-c", "pass"])
+                .status()
+                .unwrap();
+            assert!(s.success());
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
