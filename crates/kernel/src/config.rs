@@ -452,14 +452,16 @@ pub enum ConfigError {
         message: String,
     },
     /// A `[section]` toolcell does not know.
-    #[error("{}unknown section `[{section}]` (known sections: {})", Prefix(.origin), .known.join(", "))]
+    #[error("{}unknown section `[{section}]` (known sections: {}){}", Prefix(.origin), .known.join(", "), Hint(.hint.as_deref()))]
     UnknownSection {
         /// Where it came from.
         origin: Source,
-        /// The section name as written.
+        /// The section name as written (a top-level key counts as one).
         section: String,
         /// The sections toolcell knows.
         known: Vec<&'static str>,
+        /// What was probably meant, if anything is close.
+        hint: Option<String>,
     },
     /// A key toolcell does not know in a known section.
     #[error("{}unknown key `{key}` (known keys in [{section}]: {}){}", Prefix(.origin), .known.join(", "), Suggestion(.suggestion.as_deref()))]
@@ -497,6 +499,17 @@ pub enum ConfigError {
         /// The registry's tool names.
         known: Vec<String>,
     },
+}
+
+struct Hint<'a>(Option<&'a str>);
+
+impl fmt::Display for Hint<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(hint) => write!(f, "; {hint}"),
+            None => Ok(()),
+        }
+    }
 }
 
 struct Suggestion<'a>(Option<&'a str>);
@@ -639,11 +652,7 @@ impl Config {
                     message: e.to_string().trim_end().to_string(),
                 })?;
         if let Some(section) = table.keys().find(|s| !SECTIONS.contains(&s.as_str())) {
-            return Err(ConfigError::UnknownSection {
-                origin,
-                section: section.clone(),
-                known: SECTIONS.to_vec(),
-            });
+            return Err(unknown_section(origin, section));
         }
         let base_dir = path.and_then(Path::parent);
         let mut config = Self::default();
@@ -1124,11 +1133,7 @@ fn kind_of(key: &str) -> Kind {
 fn unknown_key(origin: Source, key: &str) -> ConfigError {
     let (section, name) = key.split_once('.').unwrap_or(("", key));
     if !section.is_empty() && !SECTIONS.contains(&section) {
-        return ConfigError::UnknownSection {
-            origin,
-            section: section.to_string(),
-            known: SECTIONS.to_vec(),
-        };
+        return unknown_section(origin, section);
     }
     let known: Vec<&'static str> = KEYS
         .iter()
@@ -1156,6 +1161,31 @@ fn unknown_key(origin: Source, key: &str) -> ConfigError {
         section: section.to_string(),
         known,
         suggestion,
+    }
+}
+
+fn unknown_section(origin: Source, section: &str) -> ConfigError {
+    // A key written outside its section (`timeout = 30` at the top), or a
+    // section name misspelt or shortened.
+    let hint = KEYS
+        .iter()
+        .find_map(|(k, _)| {
+            let (sec, name) = k.split_once('.')?;
+            (name == section).then(|| format!("did you mean `{name}` under [{sec}]?"))
+        })
+        .or_else(|| {
+            SECTIONS
+                .iter()
+                .map(|s| (*s, edit_distance(s, section)))
+                .filter(|(s, d)| *d <= 2 || (section.len() >= 3 && s.starts_with(section)))
+                .min_by_key(|(_, d)| *d)
+                .map(|(s, _)| format!("did you mean [{s}]?"))
+        });
+    ConfigError::UnknownSection {
+        origin,
+        section: section.to_string(),
+        known: SECTIONS.to_vec(),
+        hint,
     }
 }
 

@@ -73,6 +73,10 @@ pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const PROBE_CODE: &str =
     "import sys; print(sys.executable); print('.'.join(map(str, sys.version_info[:3])))";
 
+/// Candidate paths remembered at most; past this, idle entries are dropped
+/// (they are re-probed if seen again), so memory stays bounded.
+const MAX_CACHE_ENTRIES: usize = 4096;
+
 /// Bytes kept of a probe's stdout and of its stderr.
 const PROBE_OUTPUT_LIMIT: u64 = 16 * 1024;
 
@@ -350,6 +354,11 @@ impl ProbeCache {
         let fingerprint = Fingerprint::of(&meta);
         let entry = {
             let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+            if entries.len() >= MAX_CACHE_ENTRIES && !entries.contains_key(candidate) {
+                // A long-lived host that has seen very many project dirs:
+                // forget the entries nobody is probing right now.
+                entries.retain(|_, entry| Arc::strong_count(entry) > 1);
+            }
             Arc::clone(entries.entry(candidate.to_path_buf()).or_default())
         };
         // Held across the probe: a concurrent first probe of the same path

@@ -378,12 +378,21 @@ fn unknown_sections_and_non_table_sections_are_errors() {
     assert!(
         msg.ends_with(
             "unknown section `[exec]` (known sections: execution, kernels, output, env, tools, \
-             rpc, web, guard, daemon)"
+             rpc, web, guard, daemon); did you mean [execution]?"
         ),
         "{msg}"
     );
+    let (_, msg) = file_error("[kernel]\nmax_kernels = 3\n");
+    assert!(msg.ends_with("did you mean [kernels]?"), "{msg}");
+    // A key written above any section.
     let (_, msg) = file_error("timeout = 3\n");
     assert!(msg.contains("unknown section `[timeout]`"), "{msg}");
+    assert!(
+        msg.ends_with("did you mean `timeout` under [execution]?"),
+        "{msg}"
+    );
+    let (_, msg) = file_error("[zzz]\n");
+    assert!(msg.ends_with("guard, daemon)"), "{msg}");
     let (_, msg) = file_error("execution = 3\n");
     assert!(
         msg.ends_with("execution: expected a table [execution], got 3"),
