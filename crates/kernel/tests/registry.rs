@@ -1,0 +1,292 @@
+//! The registry with real kernels (SPEC §4): isolation under concurrency,
+//! LRU eviction, idle reaping, the `sessions` listing, and admission (guard
+//! and `[guard] deny`) before any kernel is touched.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Fixture, alive, assert_success, eventually, show};
+use toolcell_kernel::{ExecuteRequest, Guard, Registry, Status};
+use toolcell_tools::ToolRegistry;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_owners_run_fifty_cells_each_concurrently_with_isolated_state() {
+    const OWNERS: usize = 8;
+    const CELLS: usize = 50;
+    let f = Arc::new(Fixture::with(|o| o.max_kernels = OWNERS));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..OWNERS {
+        let f = Arc::clone(&f);
+        tasks.spawn(async move {
+            let owner = format!("owner-{i}");
+            let r = f.run_as(&owner, &format!("me = {owner:?}\nn = 0")).await;
+            assert_success(&r);
+            for k in 1..=CELLS {
+                let r = f.run_as(&owner, "n += 1\nprint(me, n)").await;
+                assert_success(&r);
+                assert_eq!(r.output, format!("{owner} {k}\n"), "{}", show(&r));
+                assert_eq!(r.kernel.execution_count, k as u64 + 1);
+                assert!(!r.kernel.state_reset);
+            }
+            (owner, r.kernel.id)
+        });
+    }
+    let mut ids = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        ids.push(done.unwrap());
+    }
+    ids.sort();
+    ids.dedup_by(|a, b| a.1 == b.1);
+    assert_eq!(ids.len(), OWNERS, "owners shared kernels: {ids:?}");
+    let sessions = f.reg.sessions();
+    assert_eq!(sessions.len(), OWNERS);
+    assert!(
+        sessions
+            .iter()
+            .all(|s| s.execution_count == CELLS as u64 + 1 && s.busy == 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_cells_of_one_session_share_one_spawn_and_run_in_order() {
+    let f = Fixture::new();
+    let cells = (0..5).map(|i| {
+        f.reg.execute(ExecuteRequest::new(format!(
+            "import os\nlog = globals().get('log', []) + [{i}]\nprint(os.getpid(), log)"
+        )))
+    });
+    let results = futures_join(cells.collect()).await;
+    let pids: Vec<&str> = results
+        .iter()
+        .map(|r| r.output.split(' ').next().unwrap())
+        .collect();
+    assert!(pids.iter().all(|p| *p == pids[0]), "{pids:?}");
+    // Strict arrival order: the i-th cell saw 0..=i.
+    for (i, r) in results.iter().enumerate() {
+        assert_success(r);
+        let expected: Vec<String> = (0..=i).map(|k| k.to_string()).collect();
+        assert!(
+            r.output.ends_with(&format!("[{}]\n", expected.join(", "))),
+            "{}",
+            show(r)
+        );
+    }
+    assert_eq!(f.reg.live_kernels(), 1);
+}
+
+/// Polls every future in order on one task (like `join_all`), preserving
+/// the order in which they first reach the registry.
+async fn futures_join<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
+    let mut futs: Vec<_> = futs.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in futs.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(Option::unwrap).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_least_recently_used_idle_kernel_is_evicted_at_max_kernels() {
+    let f = Fixture::with(|o| o.max_kernels = 2);
+    assert_success(&f.run_as("a", "v = 'a'").await);
+    assert_success(&f.run_as("b", "v = 'b'").await);
+    // a is used again, so b is now the least recently used.
+    assert_success(&f.run_as("a", "v").await);
+    let pid_of = |owner: &str| {
+        f.reg
+            .sessions()
+            .iter()
+            .find(|s| s.session == owner)
+            .map(|s| s.pid)
+    };
+    let b_pid = pid_of("b").unwrap();
+    let c = f.run_as("c", "v = 'c'").await;
+    assert_success(&c);
+    assert!(
+        !c.kernel.state_reset,
+        "a first spawn is not a reset: {}",
+        show(&c)
+    );
+    let mut live: Vec<String> = f.reg.sessions().into_iter().map(|s| s.session).collect();
+    live.sort();
+    assert_eq!(live, ["a", "c"]);
+    assert_eq!(f.reg.live_kernels(), 2);
+    assert!(
+        eventually(Duration::from_secs(2), || !alive(b_pid)).await,
+        "the evicted kernel still runs"
+    );
+    // a kept its state; b starts over and is told so.
+    assert_eq!(f.run_as("a", "v").await.output, "'a'\n");
+    let b = f.run_as("b", "print('v' in globals())").await;
+    assert_success(&b);
+    assert_eq!(b.output, "False\n");
+    assert!(b.kernel.state_reset, "{}", show(&b));
+    assert_eq!(f.reg.live_kernels(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_kernel_is_never_evicted() {
+    let f = Fixture::with(|o| o.max_kernels = 1);
+    let started = f.work().join("started");
+    let long = f.reg.execute(
+        ExecuteRequest::new(format!(
+            "import time\nv = 'kept'\n{}time.sleep(0.5)\nprint(v)",
+            common::py_mark(&started, "1")
+        ))
+        .owner("a"),
+    );
+    let other = async {
+        common::wait_file(&started, Duration::from_secs(10)).await;
+        // b has to wait until a is idle, then evicts it.
+        f.run_as("b", "print('b ran')").await
+    };
+    let (a, b) = tokio::join!(long, other);
+    assert_success(&a);
+    assert_eq!(a.output, "kept\n");
+    assert_success(&b);
+    assert_eq!(b.output, "b ran\n");
+    assert_eq!(f.reg.live_kernels(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_kernels_are_reaped_in_the_background() {
+    let f = Fixture::with(|o| o.idle_timeout = Duration::from_millis(300));
+    let r = f.run("v = 1").await;
+    assert_success(&r);
+    let pid = f.reg.sessions()[0].pid;
+    assert!(alive(pid));
+    // No other cell arrives: the reaper alone must retire the kernel.
+    assert!(
+        eventually(Duration::from_secs(3), || f.reg.sessions().is_empty()).await,
+        "the idle kernel was not reaped: {:?}",
+        f.reg.sessions()
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || !alive(pid)).await,
+        "the reaped kernel still runs"
+    );
+    assert_eq!(f.reg.live_kernels(), 0);
+    let root = f.kernels_root();
+    assert!(
+        eventually(Duration::from_secs(2), || common::entries(&root).is_empty()).await,
+        "the reaped kernel's directory was kept: {:?}",
+        common::entries(&root)
+    );
+    let n = f.run("print('v' in globals())").await;
+    assert_eq!(n.output, "False\n");
+    assert!(n.kernel.state_reset, "{}", show(&n));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_lists_each_live_kernel_with_pid_and_execution_count() {
+    let f = Fixture::new();
+    let mut last = None;
+    for _ in 0..3 {
+        last = Some(f.run_as("alpha", "import os\nos.getpid()").await);
+    }
+    let alpha = last.unwrap();
+    f.run_as("beta", "pass").await;
+    let sessions = f.reg.sessions();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    let a = sessions.iter().find(|s| s.session == "alpha").unwrap();
+    assert_eq!(a.pid.to_string(), alpha.output.trim());
+    assert_eq!(a.execution_count, 3);
+    assert_eq!(a.kernel_id, alpha.kernel.id);
+    assert_eq!(a.mode, "project");
+    assert_eq!(a.busy, 0);
+    assert!(a.idle_seconds >= 0.0);
+    assert!(a.tools.contains(&"read_file".to_string()));
+    assert_eq!(std::path::Path::new(&a.cwd), f.work());
+    assert!(alive(a.pid));
+    let b = sessions.iter().find(|s| s.session == "beta").unwrap();
+    assert_eq!(b.execution_count, 1);
+    assert_ne!(b.pid, a.pid);
+    // Shutting one owner down removes only its kernel.
+    assert_eq!(f.reg.shutdown("alpha").await, 1);
+    let left: Vec<String> = f.reg.sessions().into_iter().map(|s| s.session).collect();
+    assert_eq!(left, ["beta"]);
+    assert!(eventually(Duration::from_secs(2), || !alive(a.pid)).await);
+}
+
+struct NoNetwork;
+
+impl Guard for NoNetwork {
+    fn check(&self, req: &ExecuteRequest) -> Result<(), String> {
+        if req.code.contains("socket") {
+            Err("no-network: cells may not open sockets".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_and_a_deny_rule_refuse_cells_before_any_kernel_exists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut o = common::opts(tmp.path());
+    o.default_cwd = tmp.path().to_path_buf();
+    o.deny = vec![regex::Regex::new(r"rm\s+-rf").unwrap()];
+    let reg = Registry::with_tools(
+        o,
+        ToolRegistry::builtin().unwrap(),
+        Some(Arc::new(NoNetwork)),
+    )
+    .unwrap();
+    let witness = tmp.path().join("ran");
+    let mark = common::py_mark(&witness, "1");
+
+    let r = reg
+        .execute(ExecuteRequest::new(format!("{mark}import socket")))
+        .await;
+    assert_eq!(r.status, Status::Refused, "{}", show(&r));
+    assert_eq!(r.exit_code, -1);
+    let err = r.error.as_deref().unwrap();
+    assert!(
+        err.contains("no-network") && err.contains("none of its code ran"),
+        "{err}"
+    );
+
+    let r = reg
+        .execute(ExecuteRequest::new(format!("{mark}!rm   -rf /nonexistent")))
+        .await;
+    assert_eq!(r.status, Status::Refused, "{}", show(&r));
+    assert_eq!(r.exit_code, -1);
+    assert!(
+        r.error.as_deref().unwrap().contains(r"rm\s+-rf"),
+        "{}",
+        show(&r)
+    );
+    assert_eq!(serde_json::to_value(&r).unwrap()["status"], "refused");
+
+    // Nothing was spawned and nothing ran.
+    assert_eq!(reg.live_kernels(), 0);
+    assert!(reg.sessions().is_empty());
+    assert!(common::entries(&tmp.path().join("kernels")).is_empty());
+    assert!(!witness.exists());
+
+    // An admitted cell still runs.
+    let r = reg
+        .execute(ExecuteRequest::new(format!("{mark}print('fine')")))
+        .await;
+    assert_success(&r);
+    assert_eq!(r.output, "fine\n");
+    assert!(witness.exists());
+    assert_eq!(reg.live_kernels(), 1);
+}
