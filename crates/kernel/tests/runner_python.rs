@@ -1,0 +1,46 @@
+//! Runs the runner's own Python test suite (`runner/tests`, stdlib
+//! unittest) so `cargo test` covers it, under the default `python3` and,
+//! when installed, the oldest supported Python (3.8) too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+fn run_suite(python: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("runner/tests");
+    let out = Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s"])
+        .arg(&dir)
+        .env("TOOLCELL_TEST_PYTHON", python)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "runner suite failed under {python}:\n{}",
+        &err[err.len().saturating_sub(6000)..]
+    );
+    assert!(err.contains("\nOK"), "{err}");
+}
+
+#[test]
+fn runner_suite_passes_under_python3() {
+    let exe = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    run_suite(String::from_utf8_lossy(&exe.stdout).trim());
+}
+
+#[test]
+fn runner_suite_passes_under_python38_when_installed() {
+    let candidates = [
+        std::env::var("HOME").unwrap_or_default() + "/.pyenv/versions/3.8.18/bin/python3.8",
+        "/usr/bin/python3.8".to_string(),
+    ];
+    match candidates.iter().find(|p| Path::new(p).exists()) {
+        Some(p) => run_suite(p),
+        None => eprintln!("SKIPPED: no Python 3.8 found ({candidates:?}); the 3.8 run is not checked here"),
+    }
+}
