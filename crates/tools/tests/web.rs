@@ -765,3 +765,34 @@ async fn slow_provider_times_out_before_the_cell_deadline() {
     assert!(started.elapsed() < Duration::from_millis(500));
     assert!(e.to_string().contains("did not answer"), "{e}");
 }
+
+#[tokio::test]
+async fn https_goes_through_rustls_and_handshake_failures_are_per_url() {
+    // A server that answers any connection with plain HTTP at once: the TLS
+    // client starts (rustls, the process-wide client), gets garbage for a
+    // ServerHello, and that URL alone fails.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt as _;
+        while let Ok((mut s, _)) = listener.accept().await {
+            let _ = s
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                .await;
+            let _ = s.shutdown().await;
+        }
+    });
+    let server = Server::start(|_| Reply::html("<title>plain</title>")).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let rs = extract(
+        tmp.path(),
+        &[format!("https://127.0.0.1:{port}/"), server.url("/")],
+        None,
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let e = error_of(&rs[0]);
+    assert!(e.contains("TLS handshake failed"), "{e}");
+    assert_ok(&rs[1]);
+}

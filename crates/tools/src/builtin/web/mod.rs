@@ -169,7 +169,24 @@ fn describe_reqwest(err: &reqwest::Error) -> String {
     } else if err.is_timeout() {
         format!("timed out: {chain}")
     } else if err.is_connect() {
-        format!("could not connect (check the host name and that the server is up): {chain}")
+        let lower = chain.to_ascii_lowercase();
+        let tls = [
+            "certificate",
+            "tls",
+            "handshake",
+            "corrupt message",
+            "alert",
+        ]
+        .iter()
+        .any(|w| lower.contains(w));
+        if tls {
+            format!(
+                "TLS handshake failed (the server's certificate is not trusted or does not \
+                 match the host, or it does not speak https on this port): {chain}"
+            )
+        } else {
+            format!("could not connect (check the host name and that the server is up): {chain}")
+        }
     } else {
         chain
     }
