@@ -208,27 +208,28 @@ impl Provider {
 
     /// The request URL for `query`.
     fn request_url(&self, query: &str, limit: u32) -> Result<reqwest::Url, String> {
-        let (raw, kind) = match self {
-            Self::SearXng { base } => {
-                let base = base.trim_end_matches('/');
-                if base.ends_with("/search") {
-                    (base.to_string(), "search_url")
-                } else {
-                    (format!("{base}/search"), "search_url")
-                }
-            }
-            Self::Brave { url, .. } => (url.clone(), "search_url"),
+        let raw = match self {
+            Self::SearXng { base } => base,
+            Self::Brave { url, .. } => url,
         };
-        let mut url = reqwest::Url::parse(&raw).map_err(|e| {
+        let mut url = reqwest::Url::parse(raw).map_err(|e| {
             format!(
-                "the configured {kind} `{}` is not a valid URL ({e}); fix [web] {kind}",
-                snippet(&raw, 200)
+                "the configured search_url `{}` is not a valid URL ({e}); fix [web] search_url",
+                snippet(raw, 200)
             )
         })?;
+        if let Self::SearXng { .. } = self {
+            // The instance's base URL (any path prefix and query kept), with
+            // `/search` appended unless it is already there.
+            let path = url.path().trim_end_matches('/').to_string();
+            if !path.ends_with("/search") {
+                url.set_path(&format!("{path}/search"));
+            }
+        }
         if !matches!(url.scheme(), "http" | "https") {
             return Err(format!(
-                "the configured {kind} `{}` must be an http:// or https:// URL",
-                snippet(&raw, 200)
+                "the configured search_url `{}` must be an http:// or https:// URL",
+                snippet(raw, 200)
             ));
         }
         {
@@ -477,6 +478,25 @@ mod tests {
             let u = p.request_url("a b&c", 3).unwrap();
             assert_eq!(u.as_str(), "http://h:1/search?q=a+b%26c&format=json");
         }
+        let p = Provider::SearXng {
+            base: "https://h/searx/?language=en".into(),
+        };
+        let u = p.request_url("x", 3).unwrap();
+        assert_eq!(
+            u.as_str(),
+            "https://h/searx/search?language=en&q=x&format=json"
+        );
+        let p = Provider::Brave {
+            url: "http://h:2/res/v1/web/search".into(),
+            key: "k".into(),
+        };
+        let u = p.request_url("x y", 7).unwrap();
+        assert_eq!(u.as_str(), "http://h:2/res/v1/web/search?q=x+y&count=7");
+        let p = Provider::Brave {
+            url: "ftp://h/".into(),
+            key: "k".into(),
+        };
+        assert!(p.request_url("x", 1).unwrap_err().contains("http://"));
     }
 
     #[test]
