@@ -296,7 +296,9 @@ async fn slow_page_times_out_at_the_cell_deadline_without_failing_others() {
     })
     .await;
     let tmp = tempfile::tempdir().unwrap();
-    let deadline = Duration::from_millis(600);
+    // Long enough that the margin kept before it (a tenth) absorbs
+    // scheduling delays on a loaded machine.
+    let deadline = Duration::from_millis(1500);
     let started = std::time::Instant::now();
     let out = call_with(
         "web_extract",
@@ -757,12 +759,12 @@ async fn slow_provider_times_out_before_the_cell_deadline() {
         "web_search",
         json!({ "query": "x" }),
         s,
-        Duration::from_millis(500),
+        Duration::from_millis(1500),
         CancellationToken::new(),
     )
     .await
     .unwrap_err();
-    assert!(started.elapsed() < Duration::from_millis(500));
+    assert!(started.elapsed() < Duration::from_millis(1500));
     assert!(e.to_string().contains("did not answer"), "{e}");
 }
 
