@@ -260,12 +260,12 @@ fn diff_window<'a>(old: &'a str, new: &'a str) -> (usize, &'a str, &'a str) {
     }
     let cut = suffix - keep;
     // Every boundary is just after a newline or at an end: char boundaries.
-    let o = old.get(start..old.len() - cut).unwrap_or(old);
-    let n = new.get(start..new.len() - cut).unwrap_or(new);
-    if o.len() == old.len() - cut && n.len() == new.len() - cut {
-        (skipped, o, n)
-    } else {
-        (0, old, new)
+    match (
+        old.get(start..old.len() - cut),
+        new.get(start..new.len() - cut),
+    ) {
+        (Some(o), Some(n)) => (skipped, o, n),
+        _ => (0, old, new),
     }
 }
 
@@ -1256,6 +1256,14 @@ mod tests {
              -line 5000\n+line 5000 changed\n line 5001\n line 5002\n line 5003\n"
         );
         assert_eq!(d, full_diff(&old, &new, "a/f", "b/f"));
+        // Only the changed region (with its context) goes to the diff.
+        let (skipped, o, n) = diff_window(&old, &new);
+        assert_eq!(skipped, 4996);
+        assert_eq!(
+            o,
+            "line 4997\nline 4998\nline 4999\nline 5000\nline 5001\nline 5002\nline 5003\n"
+        );
+        assert_eq!(n, o.replace("line 5000", "line 5000 changed"));
     }
 
     #[test]
