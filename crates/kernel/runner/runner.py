@@ -676,8 +676,12 @@ def _make_namespace():
     except BaseException as e:
         _raw_stderr("toolcell_tools failed to import: %s: %s" % (type(e).__name__, e))
         return
-    for name in ("json_parse", "shell_quote", "retry"):
-        if hasattr(toolcell_tools, name):
+    # Every tool and helper the stub exports is defined in the namespace
+    # (the execute_code description promises it); `from toolcell_tools
+    # import …` works too.
+    names = getattr(toolcell_tools, "__all__", None) or ("json_parse", "shell_quote", "retry")
+    for name in names:
+        if isinstance(name, str) and hasattr(toolcell_tools, name):
             ns[name] = getattr(toolcell_tools, name)
 
 

@@ -297,7 +297,12 @@ fn idx(s: StreamKind) -> usize {
     }
 }
 
-async fn pump(mut rd: impl AsyncRead + Unpin, which: StreamKind, sentinel: Sentinel, tx: mpsc::Sender<Ev>) {
+async fn pump(
+    mut rd: impl AsyncRead + Unpin,
+    which: StreamKind,
+    sentinel: Sentinel,
+    tx: mpsc::Sender<Ev>,
+) {
     let mut dec = Decoder::new(&sentinel);
     let mut buf = vec![0u8; READ_CHUNK];
     loop {
@@ -309,7 +314,12 @@ async fn pump(mut rd: impl AsyncRead + Unpin, which: StreamKind, sentinel: Senti
         for ev in dec.feed(&buf[..n]) {
             match ev {
                 Event::Frame(body) => {
-                    if !raw.is_empty() && tx.send(Ev::Raw(which, std::mem::take(&mut raw))).await.is_err() {
+                    if !raw.is_empty()
+                        && tx
+                            .send(Ev::Raw(which, std::mem::take(&mut raw)))
+                            .await
+                            .is_err()
+                    {
                         return;
                     }
                     if tx.send(Ev::Frame(which, body)).await.is_err() {
@@ -331,7 +341,10 @@ async fn pump(mut rd: impl AsyncRead + Unpin, which: StreamKind, sentinel: Senti
 
 /// Creates `dir` with mode 0700 (parents too, also 0700).
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
@@ -345,7 +358,10 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 fn signal_name(sig: i32) -> String {
-    Signal::try_from(sig).map_or_else(|_| format!("signal {sig}"), |s| format!("signal {sig} ({s})"))
+    Signal::try_from(sig).map_or_else(
+        |_| format!("signal {sig}"),
+        |s| format!("signal {sig} ({s})"),
+    )
 }
 
 impl Kernel {
@@ -375,10 +391,10 @@ impl Kernel {
             Server::bind_unix(&dir, Arc::clone(&spec.dispatch), ServerConfig::default())?
         };
         let mut env = spec.env.clone();
-        crate::shim::toolcell_vars(&mut env, &dir, server.endpoint(), server.token().expose());
+        crate::env::toolcell_vars(&mut env, &dir, server.endpoint(), server.token().expose());
 
-        let (req_r, req_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| SpawnError::Io {
+        let (req_r, req_w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SpawnError::Io {
                 what: "creating the request pipe".into(),
                 source: e.into(),
             })?;
@@ -467,7 +483,10 @@ impl Kernel {
         if self.requests.write_all(&line).await.is_err() {
             // The child died at once; collect what it said.
             let _ = tokio::time::timeout(Duration::from_secs(2), self.drain_early()).await;
-            return Err(not_ready(self, "it exited before reading its first request".into()));
+            return Err(not_ready(
+                self,
+                "it exited before reading its first request".into(),
+            ));
         }
         let deadline = Instant::now() + self.spec.startup_timeout;
         loop {
@@ -492,7 +511,8 @@ impl Kernel {
                     self.eof[idx(s)] = true;
                     if self.eof == [true, true] {
                         let status = self.child.wait().await.ok();
-                        let how = status.map_or_else(|| "it exited".to_string(), |s| describe_exit(&s));
+                        let how =
+                            status.map_or_else(|| "it exited".to_string(), |s| describe_exit(&s));
                         return Err(not_ready(self, format!("{how} before saying ready")));
                     }
                 }
@@ -628,12 +648,27 @@ impl Kernel {
     /// Runs one cell.
     pub async fn execute(&mut self, code: &str, opts: &CellOptions) -> CellOutcome {
         let started = Instant::now();
-        let id = toolcell_protocol::random_hex(8).unwrap_or_else(|_| format!("{:x}", self.execution_count + 1));
+        let id = toolcell_protocol::random_hex(8)
+            .unwrap_or_else(|_| format!("{:x}", self.execution_count + 1));
         let deadline = started + opts.timeout;
         let next_count = self.execution_count + 1;
         let mut streams = [
-            StreamOut::new(&self.spec.redactor, opts.max_stdout_bytes, opts, &self.spec.id, next_count, "stdout"),
-            StreamOut::new(&self.spec.redactor, opts.max_stderr_bytes, opts, &self.spec.id, next_count, "stderr"),
+            StreamOut::new(
+                &self.spec.redactor,
+                opts.max_stdout_bytes,
+                opts,
+                &self.spec.id,
+                next_count,
+                "stdout",
+            ),
+            StreamOut::new(
+                &self.spec.redactor,
+                opts.max_stderr_bytes,
+                opts,
+                &self.spec.id,
+                next_count,
+                "stderr",
+            ),
         ];
         let handle = match self.server.open_cell(
             CellSpec::new(id.clone(), deadline)
@@ -676,7 +711,11 @@ impl Kernel {
         })
         .to_line();
         let sent = match line {
-            Ok(l) => !self.dead && self.eof == [false, false] && self.requests.write_all(&l).await.is_ok(),
+            Ok(l) => {
+                !self.dead
+                    && self.eof == [false, false]
+                    && self.requests.write_all(&l).await.is_ok()
+            }
             Err(_) => false,
         };
         if !sent {

@@ -23,7 +23,9 @@ use toolcell_tools::schema::Mode;
 use toolcell_tools::{ToolRegistry, ToolSettings, WebSettings, stubs};
 
 use crate::capture::Captured;
-use crate::kernel::{CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, TimeoutPolicy, last_lines};
+use crate::kernel::{
+    CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, TimeoutPolicy, last_lines,
+};
 use crate::result::{Display, ExecuteResult, KernelInfo, Status, Usage, round2};
 
 /// Keys remembered after their kernel is gone, for `state_reset`.
@@ -129,6 +131,50 @@ impl Default for RegistryOptions {
     }
 }
 
+impl RegistryOptions {
+    /// The options a configuration file (SPEC §11) describes, for a host
+    /// whose project-mode sessions default to `default_cwd`.
+    ///
+    /// # Errors
+    /// A `[guard] deny` pattern that is not a valid regex.
+    pub fn from_config(
+        config: &crate::config::Config,
+        default_cwd: PathBuf,
+    ) -> Result<Self, crate::config::ConfigError> {
+        use crate::config;
+        Ok(Self {
+            timeout: config.timeout(),
+            max_tool_calls: config.execution.max_tool_calls,
+            mode: config.execution.mode,
+            python: config.execution.python.clone(),
+            on_timeout: match config.execution.on_timeout {
+                toolcell_tools::schema::OnTimeout::Kill => TimeoutPolicy::Kill,
+                _ => TimeoutPolicy::Interrupt,
+            },
+            interrupt_grace: config.interrupt_grace(),
+            kill_grace: config.kill_grace(),
+            max_kernels: config.kernels.max_kernels,
+            idle_timeout: config.idle_timeout(),
+            max_stdout_bytes: config.output.max_stdout_bytes,
+            max_stderr_bytes: config.output.max_stderr_bytes,
+            spill_dir: config.spill_dir(),
+            spill_cap_bytes: config.output.spill_cap_bytes,
+            passthrough: config.env.passthrough.clone(),
+            tools: config.tools.enabled.clone(),
+            rpc_tcp: config.rpc.transport == config::Transport::Tcp,
+            web: config.web_settings(|name| std::env::var_os(name)),
+            kernel_mode: match config.execution.kernel_mode {
+                config::KernelMode::PerCall => KernelMode::PerCall,
+                _ => KernelMode::Session,
+            },
+            deny: config.guard_deny()?,
+            default_cwd,
+            kernels_root: None,
+            startup_timeout: Duration::from_secs(60),
+        })
+    }
+}
+
 /// `$XDG_CACHE_HOME/toolcell/spill` or `~/.cache/toolcell/spill`.
 pub fn default_spill_dir() -> PathBuf {
     if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
@@ -137,7 +183,9 @@ pub fn default_spill_dir() -> PathBuf {
     if let Some(h) = std::env::var_os("HOME").filter(|x| !x.is_empty()) {
         return PathBuf::from(h).join(".cache/toolcell/spill");
     }
-    std::env::temp_dir().join(format!("toolcell-{}", nix::unistd::getuid())).join("spill")
+    std::env::temp_dir()
+        .join(format!("toolcell-{}", nix::unistd::getuid()))
+        .join("spill")
 }
 
 /// `$XDG_RUNTIME_DIR/toolcell/kernels` or `<tmp>/toolcell-<uid>/kernels`.
@@ -318,7 +366,9 @@ struct Slot {
 
 impl Slot {
     fn meta(&self) -> std::sync::MutexGuard<'_, SlotMeta> {
-        self.meta.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.meta
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -357,7 +407,9 @@ struct Inner {
 
 impl Inner {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -452,7 +504,10 @@ impl Registry {
     ) -> Result<Self, RegistryError> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| RegistryError::NoRuntime)?;
         tools.select(&opts.tools)?;
-        let root = opts.kernels_root.clone().unwrap_or_else(default_kernels_root);
+        let root = opts
+            .kernels_root
+            .clone()
+            .unwrap_or_else(default_kernels_root);
         crate::kernel::private_dir(&root).map_err(|source| RegistryError::Root {
             path: root.clone(),
             source,
@@ -462,8 +517,8 @@ impl Registry {
             tracing::info!("removed {swept} kernel directories left by a crashed host");
         }
         let host: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-        let base_env = crate::shim::child_env(host.clone(), &opts.passthrough);
-        let secrets = crate::shim::host_secret_values(host);
+        let base_env = crate::env::child_env(host.clone(), &opts.passthrough);
+        let secrets = crate::env::host_secret_values(host);
         let redactor = Redactor::new(secrets).unwrap_or_else(|_| Redactor::builtin());
         let inner = Arc::new(Inner {
             opts,
@@ -514,29 +569,50 @@ impl Registry {
             );
         }
         let tool_names: Vec<String> = {
-            let mut t = req.tools.clone().unwrap_or_else(|| inner.opts.tools.clone());
+            let mut t = req
+                .tools
+                .clone()
+                .unwrap_or_else(|| inner.opts.tools.clone());
             t.sort();
             t.dedup();
             t
         };
         let tools = match inner.tools.select(&tool_names) {
             Ok(t) => t,
-            Err(e) => return ExecuteResult::not_run(Status::Error, format!("{e}; none of the code ran"), blank),
+            Err(e) => {
+                return ExecuteResult::not_run(
+                    Status::Error,
+                    format!("{e}; none of the code ran"),
+                    blank,
+                );
+            }
         };
         let cwd = match mode {
             Mode::Strict => PathBuf::new(),
-            _ => req.cwd.clone().unwrap_or_else(|| inner.opts.default_cwd.clone()),
+            _ => req
+                .cwd
+                .clone()
+                .unwrap_or_else(|| inner.opts.default_cwd.clone()),
         };
         if mode != Mode::Strict && !cwd.is_dir() {
             return ExecuteResult::not_run(
                 Status::Error,
-                format!("the working directory {} does not exist; none of the code ran", cwd.display()),
+                format!(
+                    "the working directory {} does not exist; none of the code ran",
+                    cwd.display()
+                ),
                 blank,
             );
         }
         let (interpreter, version) = match self.interpreter(mode, &cwd) {
             Ok(i) => i,
-            Err(e) => return ExecuteResult::not_run(Status::Error, format!("{e}; none of the code ran"), blank),
+            Err(e) => {
+                return ExecuteResult::not_run(
+                    Status::Error,
+                    format!("{e}; none of the code ran"),
+                    blank,
+                );
+            }
         };
         let per_call = inner.opts.kernel_mode == KernelMode::PerCall;
         let owner = if per_call {
@@ -606,7 +682,12 @@ impl Registry {
                 blank,
             );
         }
-        if !inner.state().slots.get(&key).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+        if !inner
+            .state()
+            .slots
+            .get(&key)
+            .is_some_and(|s| Arc::ptr_eq(s, &slot))
+        {
             return ExecuteResult::not_run(
                 Status::Interrupted,
                 "the session was shut down before the cell started; none of its code ran",
@@ -644,7 +725,9 @@ impl Registry {
                     inner.freed.notify_waiters();
                     return ExecuteResult::not_run(
                         Status::Error,
-                        format!("cannot create a private working directory: {e}; none of the code ran"),
+                        format!(
+                            "cannot create a private working directory: {e}; none of the code ran"
+                        ),
                         blank,
                     );
                 }
@@ -688,7 +771,11 @@ impl Registry {
                     }
                     slot.meta().live = false;
                     inner.freed.notify_waiters();
-                    return ExecuteResult::not_run(Status::Error, format!("{e}; none of the code ran"), blank);
+                    return ExecuteResult::not_run(
+                        Status::Error,
+                        format!("{e}; none of the code ran"),
+                        blank,
+                    );
                 }
             }
         }
@@ -737,7 +824,10 @@ impl Registry {
         }
         drop(guard);
         inner.freed.notify_waiters();
-        let mut importable: Vec<String> = stubs::HELPERS[1..].iter().map(|s| (*s).to_string()).collect();
+        let mut importable: Vec<String> = stubs::HELPERS[1..]
+            .iter()
+            .map(|s| (*s).to_string())
+            .collect();
         importable.extend(tool_names.iter().cloned());
         let mut result = build_result(
             outcome,
@@ -776,7 +866,7 @@ impl Registry {
         if let Some(hit) = cached {
             return Ok(hit);
         }
-        let found = crate::shim::resolve_for_host(&self.inner.opts.python, mode, cwd)
+        let found = crate::interpreter::resolve_for_host(&self.inner.opts.python, mode, cwd)
             .map(|i| (i.executable, i.version))
             .map_err(|e| e.to_string())?;
         self.inner
@@ -842,7 +932,11 @@ impl Registry {
     pub fn interrupt(&self, owner: &str) -> usize {
         let st = self.inner.state();
         let mut n = 0;
-        for slot in st.slots.values().filter(|s| s.key.owner == owner || s.key.owner.starts_with(&format!("{owner}\u{0}"))) {
+        for slot in st
+            .slots
+            .values()
+            .filter(|s| s.key.owner == owner || s.key.owner.starts_with(&format!("{owner}\u{0}")))
+        {
             let mut m = slot.meta();
             m.interrupt.cancel();
             m.interrupt = CancellationToken::new();
@@ -919,7 +1013,13 @@ impl Registry {
                 let m = s.meta();
                 let tree = m.tree.as_ref()?;
                 Some(SessionInfo {
-                    session: s.key.owner.split('\u{0}').next().unwrap_or_default().to_string(),
+                    session: s
+                        .key
+                        .owner
+                        .split('\u{0}')
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
                     kernel_id: m.kernel_id.clone(),
                     mode: s.key.mode.to_string(),
                     cwd: s.key.cwd.display().to_string(),
@@ -932,7 +1032,11 @@ impl Registry {
                 })
             })
             .collect();
-        out.sort_by(|a, b| a.session.cmp(&b.session).then(a.kernel_id.cmp(&b.kernel_id)));
+        out.sort_by(|a, b| {
+            a.session
+                .cmp(&b.session)
+                .then(a.kernel_id.cmp(&b.kernel_id))
+        });
         out
     }
 
@@ -979,12 +1083,16 @@ impl Drop for BusyGuard {
 
 async fn reap_loop(inner: Weak<Inner>) {
     loop {
-        let Some(strong) = inner.upgrade() else { return };
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
         let idle = strong.opts.idle_timeout;
         let period = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
         drop(strong);
         tokio::time::sleep(period).await;
-        let Some(strong) = inner.upgrade() else { return };
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
         let victims: Vec<Arc<Slot>> = {
             let mut st = strong.state();
             let keys: Vec<SessionKey> = st
@@ -1101,7 +1209,8 @@ fn build_result(
                     1,
                     Some(format!(
                         "{} (the kernel and its state are kept)",
-                        exception_line(&traceback).unwrap_or_else(|| "the cell raised an exception".into())
+                        exception_line(&traceback)
+                            .unwrap_or_else(|| "the cell raised an exception".into())
                     )),
                     false,
                 ),
@@ -1196,7 +1305,9 @@ fn build_result(
     let budget_exhausted = tools
         .as_ref()
         .is_some_and(|t| t.refused(ErrorCode::BudgetExhausted) > 0);
-    let tool_calls_made = tools.as_ref().map_or(0, toolcell_rpc::CellReport::dispatched);
+    let tool_calls_made = tools
+        .as_ref()
+        .map_or(0, toolcell_rpc::CellReport::dispatched);
 
     let mut output = stdout.text.clone();
     if !stderr.text.is_empty() || !traceback.is_empty() {
@@ -1233,7 +1344,11 @@ fn build_result(
         kernel,
         error,
         hint,
-        warning: if warning.is_empty() { None } else { Some(warning.join(" ")) },
+        warning: if warning.is_empty() {
+            None
+        } else {
+            Some(warning.join(" "))
+        },
         stdout_truncated: stdout.truncated,
         stdout_bytes_captured: stdout.bytes_captured,
         stdout_bytes_total: stdout.bytes_total,

@@ -8,13 +8,10 @@ connection. A call is never sent twice: if the connection is lost after a
 request was sent, ToolError says the outcome is unknown.
 """
 
-import json as _json
+# Imported lazily where they are used, so that importing this module (which
+# every kernel does at start) stays cheap: json, socket, random, shlex, time.
+import _thread
 import os as _os
-import random as _random
-import shlex as _shlex
-import socket as _socket
-import threading as _threading
-import time as _time
 from typing import Any, Callable, Dict, List, Literal, Optional, Union  # noqa: F401
 
 
@@ -37,10 +34,11 @@ _FINAL_CODES = frozenset(
      "not_allowed", "blocked_param", "budget_exhausted", "bad_args")
 )
 
-_local = _threading.local()
+_local = _thread._local()
 
 
 def _connect(endpoint):
+    import socket as _socket
     if endpoint.startswith("unix:"):
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
@@ -59,6 +57,7 @@ def _connect(endpoint):
 
 def _peer_closed(sock):
     """True if the host closed this connection (checked before sending)."""
+    import socket as _socket
     try:
         data = sock.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
     except (BlockingIOError, InterruptedError):
@@ -105,6 +104,7 @@ def _drop():
 
 
 def _call(tool, args):
+    import json as _json
     _pid, _ep, sock, rfile, token = _connection()
     line = _json.dumps({"tool": tool, "args": args, "token": token},
                        ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
@@ -143,6 +143,7 @@ def _call(tool, args):
 def json_parse(text):
     """Parse JSON leniently: bytes or str, a leading BOM, stray control
     characters and surrounding prose or ``` fences are tolerated."""
+    import json as _json
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", "replace")
     if not isinstance(text, str):
@@ -168,6 +169,7 @@ def json_parse(text):
 
 def shell_quote(s):
     """Quote a value for safe use as one word in a shell command."""
+    import shlex as _shlex
     return _shlex.quote(str(s))
 
 
@@ -177,6 +179,8 @@ def retry(fn, *args, attempts=3, delay=0.5, backoff=2.0, max_delay=30.0,
     (delay, delay*backoff, ... up to max_delay, with jitter). ToolErrors that
     cannot succeed when repeated (bad arguments, budget exhausted, ...) are
     raised at once. Returns fn's result or raises its last exception."""
+    import random as _random
+    import time as _time
     if attempts < 1:
         raise ValueError("retry(): attempts must be at least 1")
     wait = delay
