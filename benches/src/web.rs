@@ -19,9 +19,35 @@ impl Rng {
 }
 
 const WORDS: &[&str] = &[
-    "kernel", "cell", "tool", "the", "of", "and", "request", "socket", "token", "deadline",
-    "output", "variable", "persistent", "markdown", "converter", "page", "search", "result",
-    "agent", "budget", "python", "stub", "schema", "with", "for", "a", "is", "runs", "keeps",
+    "kernel",
+    "cell",
+    "tool",
+    "the",
+    "of",
+    "and",
+    "request",
+    "socket",
+    "token",
+    "deadline",
+    "output",
+    "variable",
+    "persistent",
+    "markdown",
+    "converter",
+    "page",
+    "search",
+    "result",
+    "agent",
+    "budget",
+    "python",
+    "stub",
+    "schema",
+    "with",
+    "for",
+    "a",
+    "is",
+    "runs",
+    "keeps",
 ];
 
 fn sentence(rng: &mut Rng, words: usize) -> String {
@@ -74,7 +100,10 @@ pub fn html_page(len: usize) -> String {
             1 => {
                 out.push_str("<table><thead><tr><th>name</th><th>value</th></tr></thead><tbody>");
                 for i in 0..4 {
-                    out.push_str(&format!("<tr><td>{}</td><td>{i}</td></tr>", rng.pick(WORDS)));
+                    out.push_str(&format!(
+                        "<tr><td>{}</td><td>{i}</td></tr>",
+                        rng.pick(WORDS)
+                    ));
                 }
                 out.push_str("</tbody></table>\n");
             }
