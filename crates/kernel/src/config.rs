@@ -1413,10 +1413,13 @@ fn list(value: &Value, rule: ListRule) -> Result<Vec<String>, String> {
 }
 
 /// A relative path with a directory part, anchored at the config file's
-/// directory; bare names (`python3.12`) and absolute paths unchanged.
+/// directory; bare names (`python3.12`), `~/…` (expanded later against
+/// `$HOME`) and absolute paths unchanged.
 fn anchored(path: String, base_dir: Option<&Path>) -> String {
     match base_dir {
-        Some(base) if path.contains('/') && !Path::new(&path).is_absolute() => {
+        Some(base)
+            if path.contains('/') && !path.starts_with("~/") && !Path::new(&path).is_absolute() =>
+        {
             base.join(&path).to_string_lossy().into_owned()
         }
         _ => path,

@@ -473,6 +473,14 @@ fn relative_paths_in_a_file_are_taken_from_its_directory() {
     // A bare name is looked up on PATH later, so it stays a name.
     let c = Config::from_toml_str("[execution]\npython = \"python3.12\"\n", Some(&path)).unwrap();
     assert_eq!(c.execution.python, "python3.12");
+    // `~/` is the home dir, expanded when used, never glued to the file's dir.
+    let c = Config::from_toml_str(
+        "[execution]\npython = \"~/py/bin/python\"\n[output]\nspill_dir = \"~/spill\"\n",
+        Some(&path),
+    )
+    .unwrap();
+    assert_eq!(c.execution.python, "~/py/bin/python");
+    assert_eq!(c.output.spill_dir, "~/spill");
 }
 
 #[test]

@@ -182,7 +182,21 @@ fn explicit_interpreters_by_path_relative_path_and_name() {
     // A bare name is looked up on PATH.
     let named = resolve("python", Mode::Project, Path::new("/"), &env, &cache).unwrap();
     assert_eq!(named.executable, venv.join("bin/python"));
-    // All three were the same candidate file: one probe.
+    // `~/` is $HOME.
+    let home_env = HostEnv {
+        home: Some(dir.path().into()),
+        ..HostEnv::default()
+    };
+    let tilde = resolve(
+        "~/env/bin/python",
+        Mode::Strict,
+        Path::new("/"),
+        &home_env,
+        &cache,
+    )
+    .unwrap();
+    assert_eq!(tilde.executable, venv.join("bin/python"));
+    // All four were the same candidate file: one probe.
     assert_eq!(cache.probe_count(), 1);
 }
 
