@@ -123,6 +123,15 @@ async fn replace_all_replaces_every_occurrence() {
     )
     .await;
     assert_eq!(read(dir.path(), "a.txt"), "baz baz\nbaz\n");
+    // Occurrences never overlap, as with str::replace.
+    write(dir.path(), "o.txt", "aaaaa\n");
+    let v = ok(
+        dir.path(),
+        json!({"path": "o.txt", "old_string": "aa", "new_string": "b", "replace_all": true}),
+    )
+    .await;
+    assert_eq!(v["replacements"], 2);
+    assert_eq!(read(dir.path(), "o.txt"), "bba\n");
 }
 
 #[tokio::test]

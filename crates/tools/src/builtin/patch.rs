@@ -11,6 +11,7 @@
 //! Line endings are kept: a CRLF file stays CRLF even when the strings or
 //! the patch use `\n`. Both modes return a unified diff of what changed.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -173,7 +174,16 @@ fn edit_target(path: PathBuf) -> PathBuf {
 }
 
 fn uses_crlf(text: &str) -> bool {
-    text.contains("\r\n")
+    memchr::memmem::find(text.as_bytes(), b"\r\n").is_some()
+}
+
+/// `text` with CRLF line endings as LF (borrowed when there are none).
+fn lf(text: &str) -> Cow<'_, str> {
+    if memchr::memchr(b'\r', text.as_bytes()).is_some() {
+        Cow::Owned(text.replace("\r\n", "\n"))
+    } else {
+        Cow::Borrowed(text)
+    }
 }
 
 /// 1-based line number of byte offset `at`.
@@ -194,8 +204,7 @@ const DIFF_CONTEXT: usize = 3;
 /// so a small edit of a large file costs little; hunk headers are shifted
 /// back to the file's line numbers.
 fn unified(old: &str, new: &str, from: &str, to: &str) -> String {
-    let old = old.replace("\r\n", "\n");
-    let new = new.replace("\r\n", "\n");
+    let (old, new) = (lf(old), lf(new));
     let (skipped, o, n) = diff_window(&old, &new);
     let text = full_diff(o, n, from, to);
     if skipped == 0 {
@@ -386,7 +395,7 @@ fn replace_mode(
     } else {
         (old_arg.clone(), new_arg.clone())
     };
-    let starts: Vec<usize> = text.match_indices(old.as_str()).map(|(i, _)| i).collect();
+    let starts: Vec<usize> = memchr::memmem::find_iter(text.as_bytes(), old.as_bytes()).collect();
     if starts.is_empty() {
         return Err(ToolError::failed(not_found_message(shown, &text, old_arg)));
     }
@@ -407,7 +416,14 @@ fn replace_mode(
             lines.join(", ")
         )));
     }
-    let updated = text.replace(old.as_str(), &new);
+    let mut updated = String::with_capacity(text.len() + starts.len() * new.len());
+    let mut from = 0;
+    for &at in &starts {
+        updated.push_str(&text[from..at]);
+        updated.push_str(&new);
+        from = at + old.len();
+    }
+    updated.push_str(&text[from..]);
     write_atomic(&path, updated.as_bytes()).map_err(|e| ToolError::io("write", &path, &e))?;
     let diff = unified(
         &text,
