@@ -185,6 +185,9 @@ impl fmt::Display for Reason {
         match self {
             Self::NotSet(var) => write!(f, "${var} is not set"),
             Self::NotFound => f.write_str("not found"),
+            Self::NotOnPath(path) if path.is_empty() => {
+                f.write_str("not found: PATH is empty or unset")
+            }
             Self::NotOnPath(path) => write!(f, "not found on PATH ({path})"),
             Self::NotExecutable => f.write_str("not executable"),
             Self::TooOld(version) => write!(

@@ -278,6 +278,11 @@ fn every_candidate_is_named_when_none_works() {
     .unwrap_err();
     assert_eq!(attempts(&err).len(), 1, "{err}");
     assert!(err.to_string().contains("in strict mode"), "{err}");
+    assert!(
+        err.to_string()
+            .ends_with("1) \"python3\" on PATH: not found: PATH is empty or unset"),
+        "{err}"
+    );
 }
 
 #[test]
