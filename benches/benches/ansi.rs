@@ -34,9 +34,13 @@ fn bench(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new(*name, "whole"), input, |b, input| {
             b.iter(|| strip_ansi(black_box(input)).len());
         });
-        g.bench_with_input(BenchmarkId::new(*name, "stream_64KiB"), input, |b, input| {
-            b.iter(|| stream(black_box(input), 64 * 1024, &mut out));
-        });
+        g.bench_with_input(
+            BenchmarkId::new(*name, "stream_64KiB"),
+            input,
+            |b, input| {
+                b.iter(|| stream(black_box(input), 64 * 1024, &mut out));
+            },
+        );
     }
     g.finish();
 }

@@ -48,23 +48,31 @@ fn bench(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new(*name, "whole"), input, |b, input| {
             b.iter(|| red.redact(black_box(input)).len());
         });
-        g.bench_with_input(BenchmarkId::new(*name, "stream_64KiB"), input, |b, input| {
-            b.iter(|| stream(&red, black_box(input), 64 * 1024, &mut out));
-        });
+        g.bench_with_input(
+            BenchmarkId::new(*name, "stream_64KiB"),
+            input,
+            |b, input| {
+                b.iter(|| stream(&red, black_box(input), 64 * 1024, &mut out));
+            },
+        );
     }
     let colored = text::colored_output(len);
     g.throughput(Throughput::Bytes(colored.len() as u64));
-    g.bench_with_input(BenchmarkId::new("cleaner_colored", "stream_64KiB"), &colored, |b, input| {
-        b.iter(|| {
-            out.clear();
-            let mut cl = Cleaner::new(&red);
-            for ch in input.chunks(64 * 1024) {
-                cl.push(black_box(ch), &mut out);
-            }
-            cl.finish(&mut out);
-            out.len()
-        });
-    });
+    g.bench_with_input(
+        BenchmarkId::new("cleaner_colored", "stream_64KiB"),
+        &colored,
+        |b, input| {
+            b.iter(|| {
+                out.clear();
+                let mut cl = Cleaner::new(&red);
+                for ch in input.chunks(64 * 1024) {
+                    cl.push(black_box(ch), &mut out);
+                }
+                cl.finish(&mut out);
+                out.len()
+            });
+        },
+    );
     g.finish();
 }
 

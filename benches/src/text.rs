@@ -113,7 +113,10 @@ pub fn progress_output(len: usize) -> Vec<u8> {
             for pct in (0..=100).step_by(5) {
                 let bar = "█".repeat(pct / 10);
                 let pad = " ".repeat(10 - pct / 10);
-                let line = format!("\r{pct:3}%|{bar}{pad}| {}/1000 [00:01<00:01, 812.33it/s]", pct * 10);
+                let line = format!(
+                    "\r{pct:3}%|{bar}{pad}| {}/1000 [00:01<00:01, 812.33it/s]",
+                    pct * 10
+                );
                 v.extend_from_slice(line.as_bytes());
             }
             v.push(b'\n');
@@ -137,5 +140,10 @@ pub fn progress_output(len: usize) -> Vec<u8> {
 /// Input size for a bench: `full` under `cargo bench`, 1 MiB when criterion
 /// runs the bench as a test (`cargo test --benches`), so that stays fast.
 pub fn bench_len(full: usize) -> usize {
-    if std::env::args().any(|a| a == "--bench") { full } else { 1 << 20 }
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test") {
+        full
+    } else {
+        1 << 20
+    }
 }

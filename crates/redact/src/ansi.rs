@@ -81,8 +81,11 @@ pub struct AnsiStripper {
     str_c2: bool,
     /// A `\r` was seen and not yet resolved (by `\n` or by new text).
     cr: bool,
-    /// The current, still erasable line.
+    /// The current, still erasable line, held between pushes.
     line: String,
+    /// During a push: a lower bound of where the current line starts in
+    /// `out` (exact after [`settle`](Self::settle)).
+    ls: usize,
 }
 
 impl fmt::Debug for AnsiStripper {
@@ -128,6 +131,43 @@ fn clean_prefix_len(bytes: &[u8]) -> usize {
     i
 }
 
+/// Length of one complete, valid, non-C1 UTF-8 multi-byte character at the
+/// start of `bytes`, or 0.
+#[inline]
+fn utf8_char_len(bytes: &[u8]) -> usize {
+    let n = match bytes.first() {
+        Some(0xc2..=0xdf) => 2,
+        Some(0xe0..=0xef) => 3,
+        Some(0xf0..=0xf4) => 4,
+        _ => return 0,
+    };
+    match bytes.get(..n) {
+        Some(s) if std::str::from_utf8(s).is_ok() => {
+            if s[0] == 0xc2 && s[1] <= 0x9f {
+                0
+            } else {
+                n
+            }
+        }
+        _ => 0,
+    }
+}
+
+/// Length of the longest prefix of `bytes` that is visible text: printable
+/// ASCII, `\n`, `\t` and complete valid UTF-8 characters other than C1 controls.
+#[inline]
+fn clean_run_len(bytes: &[u8]) -> usize {
+    let mut i = 0;
+    loop {
+        i += clean_prefix_len(&bytes[i..]);
+        let n = utf8_char_len(&bytes[i..]);
+        if n == 0 {
+            return i;
+        }
+        i += n;
+    }
+}
+
 /// Smallest char boundary of `s` that is `>= at` (or `s.len()`).
 fn ceil_boundary(s: &str, at: usize) -> usize {
     let mut i = at.min(s.len());
@@ -149,6 +189,7 @@ impl AnsiStripper {
             str_c2: false,
             cr: false,
             line: String::new(),
+            ls: 0,
         }
     }
 
@@ -159,19 +200,46 @@ impl AnsiStripper {
 
     /// Process one chunk, appending finished text to `out`.
     pub fn push(&mut self, input: &[u8], out: &mut String) {
+        // The held line is written to `out` tentatively and taken back at the
+        // end, so text is copied once, straight into `out`.
+        self.ls = out.len();
+        out.push_str(&self.line);
+        self.line.clear();
+        self.push_inner(input, out);
+        self.settle(out);
+        self.line.push_str(&out[self.ls..]);
+        out.truncate(self.ls);
+    }
+
+    fn push_inner(&mut self, input: &[u8], out: &mut String) {
         let mut i = 0;
         while i < input.len() {
             if self.state == State::Ground && self.utf8_len == 0 {
-                let n = clean_prefix_len(&input[i..]);
+                let n = clean_run_len(&input[i..]);
                 if n > 0 {
-                    // The run is ASCII, hence valid UTF-8 on char boundaries.
-                    let run = match std::str::from_utf8(&input[i..i + n]) {
-                        Ok(s) => s,
-                        Err(_) => "",
-                    };
+                    // `clean_run_len` only accepts printable ASCII, `\n`, `\t`
+                    // and complete valid UTF-8 characters.
+                    let bytes = &input[i..i + n];
+                    debug_assert!(std::str::from_utf8(bytes).is_ok());
+                    // SAFETY: `clean_run_len` only accepts printable ASCII,
+                    // `\n`, `\t` and complete characters that passed
+                    // `str::from_utf8`, so `bytes` is valid UTF-8.
+                    let run = unsafe { std::str::from_utf8_unchecked(bytes) };
                     self.text(run, out);
                     i += n;
                     continue;
+                }
+                // Fast path for a complete CSI sequence (the bulk of colored
+                // output): skip parameters and intermediates in a tight loop.
+                if input[i] == 0x1b && input.get(i + 1) == Some(&b'[') {
+                    let mut j = i + 2;
+                    while j < input.len() && (0x20..=0x3f).contains(&input[j]) {
+                        j += 1;
+                    }
+                    if j < input.len() && (0x40..=0x7e).contains(&input[j]) {
+                        i = j + 1;
+                        continue;
+                    }
                 }
             }
             let b = input[i];
@@ -185,17 +253,30 @@ impl AnsiStripper {
     /// sequence, turn an incomplete UTF-8 sequence into U+FFFD, and reset the
     /// stripper so it can be reused.
     pub fn finish(&mut self, out: &mut String) {
+        self.ls = out.len();
+        out.push_str(&self.line);
+        self.line.clear();
         if self.utf8_len > 0 {
             self.utf8_len = 0;
             self.utf8_need = 0;
             self.text("\u{FFFD}", out);
         }
-        out.push_str(&self.line);
-        self.line.clear();
         self.state = State::Ground;
         self.str_need = 0;
         self.str_c2 = false;
         self.cr = false;
+    }
+
+    /// Make `self.ls` exact: the start of the current line in `out`, after
+    /// committing every full [`HELD_LINE_LIMIT`] bytes of it (the same cut
+    /// points as committing char by char, so chunking never matters).
+    fn settle(&mut self, out: &str) {
+        if let Some(k) = memchr::memrchr(b'\n', &out.as_bytes()[self.ls..]) {
+            self.ls += k + 1;
+        }
+        while out.len() - self.ls >= HELD_LINE_LIMIT {
+            self.ls += ceil_boundary(&out[self.ls..], HELD_LINE_LIMIT);
+        }
     }
 
     /// Append visible text (no controls except `\n` and `\t`).
@@ -207,34 +288,11 @@ impl AnsiStripper {
             self.cr = false;
             if !s.starts_with('\n') {
                 // `\r` not followed by `\n`: the line starts over.
-                self.line.clear();
+                self.settle(out);
+                out.truncate(self.ls);
             }
         }
-        match memchr::memrchr(b'\n', s.as_bytes()) {
-            Some(k) => {
-                out.push_str(&self.line);
-                self.line.clear();
-                out.push_str(&s[..=k]);
-                self.hold(&s[k + 1..], out);
-            }
-            None => self.hold(s, out),
-        }
-    }
-
-    /// Append newline-free text to the held line, committing it each time it
-    /// reaches [`HELD_LINE_LIMIT`].
-    fn hold(&mut self, mut s: &str, out: &mut String) {
-        while self.line.len() + s.len() >= HELD_LINE_LIMIT {
-            let take = ceil_boundary(s, HELD_LINE_LIMIT - self.line.len());
-            self.line.push_str(&s[..take]);
-            out.push_str(&self.line);
-            self.line.clear();
-            s = &s[take..];
-            if s.is_empty() {
-                return;
-            }
-        }
-        self.line.push_str(s);
+        out.push_str(s);
     }
 
     fn char_out(&mut self, c: char, out: &mut String) {
@@ -375,7 +433,10 @@ impl AnsiStripper {
                 let n = usize::from(self.utf8_len);
                 self.utf8_len = 0;
                 let bytes = self.utf8;
-                match std::str::from_utf8(&bytes[..n]).ok().and_then(|s| s.chars().next()) {
+                match std::str::from_utf8(&bytes[..n])
+                    .ok()
+                    .and_then(|s| s.chars().next())
+                {
                     Some(c) if ('\u{80}'..='\u{9f}').contains(&c) => self.c1(c as u8),
                     Some(c) => self.char_out(c, out),
                     None => self.text("\u{FFFD}", out),
@@ -388,7 +449,10 @@ impl AnsiStripper {
             b'\r' => self.cr = true,
             0x08 => {
                 if !self.cr {
-                    self.line.pop();
+                    self.settle(out);
+                    if out.len() > self.ls {
+                        out.pop();
+                    }
                 }
             }
             b'\n' | b'\t' | 0x20..=0x7e => {
@@ -467,7 +531,10 @@ mod tests {
         assert_eq!(s(b"tab\there\n"), "tab\there\n");
         assert_eq!(s(b"x\x85y\x8dz"), "xyz");
         assert_eq!(s("x\u{85}y".as_bytes()), "xy");
-        assert_eq!(s(b"bad \xff\xfe utf8 \xe2\x28"), "bad \u{FFFD}\u{FFFD} utf8 \u{FFFD}(");
+        assert_eq!(
+            s(b"bad \xff\xfe utf8 \xe2\x28"),
+            "bad \u{FFFD}\u{FFFD} utf8 \u{FFFD}("
+        );
     }
 
     #[test]

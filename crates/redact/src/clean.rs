@@ -31,7 +31,11 @@ pub struct Cleaner {
 impl Cleaner {
     /// A cleaner using `redactor`'s rules (shared, not copied).
     pub fn new(redactor: &Redactor) -> Self {
-        Self { strip: AnsiStripper::new(), redact: redactor.stream(), buf: String::new() }
+        Self {
+            strip: AnsiStripper::new(),
+            redact: redactor.stream(),
+            buf: String::new(),
+        }
     }
 
     /// Clean one chunk of raw output, appending finished text to `out`.

@@ -7,7 +7,9 @@
 use crate::{AnsiStripper, Cleaner, Redactor, strip_ansi};
 
 fn split(data: &[u8]) -> (Vec<usize>, &[u8]) {
-    let Some((&first, rest)) = data.split_first() else { return (vec![1], data) };
+    let Some((&first, rest)) = data.split_first() else {
+        return (vec![1], data);
+    };
     let n = usize::from(first % 8) + 1;
     let n = n.min(rest.len());
     let sizes: Vec<usize> = rest[..n].iter().map(|&b| usize::from(b % 64) + 1).collect();
@@ -72,22 +74,34 @@ pub fn check_ansi_stream(data: &[u8]) {
     let mut out = String::new();
     for c in chunks(payload, &sizes) {
         st.push(c, &mut out);
-        assert!(st.held_len() <= crate::HELD_LINE_LIMIT + 4, "held line over its bound");
+        assert!(
+            st.held_len() <= crate::HELD_LINE_LIMIT + 4,
+            "held line over its bound"
+        );
     }
     st.finish(&mut out);
-    assert_eq!(out, whole, "chunked stripping differs from whole-text stripping");
+    assert_eq!(
+        out, whole,
+        "chunked stripping differs from whole-text stripping"
+    );
     let mut out1 = String::new();
     for b in payload {
         st.push(std::slice::from_ref(b), &mut out1);
     }
     st.finish(&mut out1);
-    assert_eq!(out1, whole, "byte-by-byte stripping differs from whole-text stripping");
+    assert_eq!(
+        out1, whole,
+        "byte-by-byte stripping differs from whole-text stripping"
+    );
     for ch in whole.chars() {
         let bad = (ch < ' ' && ch != '\n' && ch != '\t') || ('\u{7f}'..='\u{9f}').contains(&ch);
         assert!(!bad, "control character {ch:?} in output");
     }
     let fffd = whole.matches('\u{FFFD}').count();
-    assert!(whole.len() <= payload.len() + 2 * fffd, "output longer than input");
+    assert!(
+        whole.len() <= payload.len() + 2 * fffd,
+        "output longer than input"
+    );
 }
 
 /// Redaction: a [`RedactStream`](crate::RedactStream) fed the derived chunks
@@ -95,25 +109,38 @@ pub fn check_ansi_stream(data: &[u8]) {
 /// strip-then-redact; output minus masks is never longer than the input.
 pub fn check_redact_stream(data: &[u8]) {
     let (sizes, payload) = split(data);
-    let red = match Redactor::new(["exact-Secret-1234", "tok3nValue99"]) {
-        Ok(r) => r,
-        Err(e) => panic!("redactor must build: {e}"),
-    };
+    static RED: once_cell::sync::Lazy<Redactor> = once_cell::sync::Lazy::new(
+        || match Redactor::new(["exact-Secret-1234", "tok3nValue99"]) {
+            Ok(r) => r,
+            Err(e) => panic!("redactor must build: {e}"),
+        },
+    );
+    let red = &*RED;
     let text = String::from_utf8_lossy(payload);
     let whole = red.redact(&text);
     let mut st = red.stream();
     let mut out = String::new();
     for c in str_chunks(&text, &sizes) {
         st.push(c, &mut out);
-        assert!(st.held_len() <= crate::MAX_HELD + 4, "redact stream held over its bound");
+        assert!(
+            st.held_len() <= crate::MAX_HELD + 4,
+            "redact stream held over its bound"
+        );
     }
     st.finish(&mut out);
-    assert_eq!(out, whole.as_ref(), "chunked redaction differs from whole-text redaction");
-    assert!(out.len() - mask_bytes(&out) <= text.len(), "output minus masks longer than input");
+    assert_eq!(
+        out,
+        whole.as_ref(),
+        "chunked redaction differs from whole-text redaction"
+    );
+    assert!(
+        out.len() - mask_bytes(&out) <= text.len(),
+        "output minus masks longer than input"
+    );
     assert!(!out.contains("exact-Secret-1234"), "exact secret leaked");
 
     let cleaned = red.clean(payload);
-    let mut c = Cleaner::new(&red);
+    let mut c = Cleaner::new(red);
     let mut out2 = String::new();
     for ch in chunks(payload, &sizes) {
         c.push(ch, &mut out2);

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, Input, MatchKind};
 
 use crate::rules::{
-    self, COMPILED, EXACT_KIND, How, IDX_APIHDR, IDX_AUTH, IDX_ENV, IDX_JWT, IDX_PEM, IDX_URL, LITERALS,
-    RULES, URL_TOKEN_KIND, Verify, is_token_byte,
+    self, COMPILED, EXACT_KIND, How, IDX_APIHDR, IDX_AUTH, IDX_ENV, IDX_JWT, IDX_PEM, IDX_URL,
+    LITERALS, RULES, URL_TOKEN_KIND, Verify, is_token_byte,
 };
 
 /// Longest line segment judged as one unit. A line longer than this is cut
@@ -33,13 +33,16 @@ pub enum RedactError {
     /// secrets are too large in total).
     #[error("cannot build the redaction prefilter: {0}")]
     Prefilter(#[from] aho_corasick::BuildError),
+    /// No literal searcher could be built for the built-in patterns on this target.
+    #[error("no literal searcher available for the built-in patterns")]
+    NoSearcher,
 }
 
 const EXACT_BIT: u64 = 1 << 63;
 
 struct Inner {
-    /// Case-insensitive prefilter over the built-in literals and the exact secrets.
-    scan: AhoCorasick,
+    /// SIMD (Teddy) search for the built-in literals.
+    scan: aho_corasick::packed::Searcher,
     /// Per scan pattern: rule mask it enables and how to verify it.
     pat: Vec<(u64, Verify)>,
     /// Number of builtin literal patterns (exact secrets come after).
@@ -102,17 +105,31 @@ impl Redactor {
             pat.push((rules::mask_of(kinds), *verify));
         }
         let n_builtin = patterns.len();
-        let scan = AhoCorasickBuilder::new()
-            .ascii_case_insensitive(true)
-            .match_kind(MatchKind::LeftmostFirst)
-            .build(&patterns)?;
+        let scan = aho_corasick::packed::Config::new()
+            .match_kind(aho_corasick::packed::MatchKind::LeftmostFirst)
+            .builder()
+            .extend(&patterns)
+            .build()
+            .ok_or(RedactError::NoSearcher)?;
         let exact = if exact_values.is_empty() {
             None
         } else {
-            Some(AhoCorasickBuilder::new().match_kind(MatchKind::LeftmostLongest).build(&exact_values)?)
+            Some(
+                AhoCorasickBuilder::new()
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(&exact_values)?,
+            )
         };
         once_cell::sync::Lazy::force(&COMPILED);
-        Ok(Self { inner: Arc::new(Inner { scan, pat, n_builtin, exact, exact_values }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                scan,
+                pat,
+                n_builtin,
+                exact,
+                exact_values,
+            }),
+        })
     }
 
     /// The built-in rules only (no exact secrets). Compiled once per process.
@@ -149,70 +166,77 @@ impl Redactor {
         let mut st = self.stream();
         st.push(&text[ls..], &mut out);
         st.finish(&mut out);
-        if out == text { Cow::Borrowed(text) } else { Cow::Owned(out) }
+        if out == text {
+            Cow::Borrowed(text)
+        } else {
+            Cow::Owned(out)
+        }
     }
 
     /// A streaming redactor sharing this compiled rule set.
     pub fn stream(&self) -> RedactStream {
-        RedactStream { red: self.clone(), pending: String::new(), pem: Pem::None }
+        RedactStream {
+            red: self.clone(),
+            pending: String::new(),
+            pem: Pem::None,
+        }
     }
 
     /// Position of the first literal hit that passes its cheap check, from `at`.
     fn first_candidate(&self, hay: &str, at: usize) -> Option<usize> {
-        let mut cache = ExactCache::default();
+        let mut cache = Cands::default();
         self.first_candidate_cached(hay, at, &mut cache)
     }
 
-    /// [`first_candidate`](Self::first_candidate) remembering the next exact
-    /// secret hit across calls on the same haystack.
-    fn first_candidate_cached(&self, hay: &str, at: usize, cache: &mut ExactCache) -> Option<usize> {
+    /// [`first_candidate`](Self::first_candidate) remembering the next hit
+    /// of each source (literals, separators, exact secrets) across calls on
+    /// the same haystack with growing `at`.
+    fn first_candidate_cached(&self, hay: &str, at: usize, cache: &mut Cands) -> Option<usize> {
         let inner = &*self.inner;
+        let lit = cache.lit.get(at, |at| self.next_literal(hay, at));
+        let sep = cache.sep.get(at, |at| next_separator(hay.as_bytes(), at));
         let exact = match &inner.exact {
             None => None,
-            Some(ac) => {
-                if cache.searched_from.is_none_or(|from| from > at || cache.hit.is_some_and(|h| h < at)) {
-                    cache.hit = ac.find(Input::new(hay).range(at..)).map(|m| m.start());
-                    cache.searched_from = Some(at);
-                }
-                cache.hit
-            }
+            Some(ac) => cache.exact.get(at, |at| {
+                ac.find(Input::new(hay).range(at..)).map(|m| m.start())
+            }),
         };
-        let limit = exact.unwrap_or(hay.len());
-        let mut pos = at;
-        while pos < limit {
-            let Some(m) = inner.scan.find(Input::new(hay).range(pos..limit)) else { break };
+        [lit, sep, exact].into_iter().flatten().min()
+    }
+
+    /// Next literal hit at or after `at` that passes its cheap check.
+    fn next_literal(&self, hay: &str, mut at: usize) -> Option<usize> {
+        while at < hay.len() {
+            let m = self
+                .inner
+                .scan
+                .find_in(hay, aho_corasick::Span::from(at..hay.len()))?;
             if self.verify(hay, m.start(), m.end(), m.pattern().as_usize()) != 0 {
                 return Some(m.start());
             }
-            pos = m.start() + 1;
+            at = m.start() + 1;
         }
-        exact
+        None
     }
 
     /// Rule mask a literal hit enables after its cheap check (0 = not a candidate).
     fn verify(&self, hay: &str, start: usize, end: usize, pattern: usize) -> u64 {
         let inner = &*self.inner;
-        let Some(&(mask, how)) = inner.pat.get(pattern) else { return 0 };
+        let Some(&(mask, how)) = inner.pat.get(pattern) else {
+            return 0;
+        };
         let b = hay.as_bytes();
         let ok = match how {
             Verify::Always => true,
             Verify::TokenStart => start == 0 || !is_token_byte(b[start - 1]),
             Verify::UrlAt => {
                 let tail = &b[end..b.len().min(end + 512)];
-                let stop = tail.iter().position(|c| c.is_ascii_whitespace()).unwrap_or(tail.len());
+                let stop = tail
+                    .iter()
+                    .position(|c| c.is_ascii_whitespace())
+                    .unwrap_or(tail.len());
                 memchr::memchr(b'@', &tail[..stop]).is_some()
             }
-            Verify::HeaderSep => {
-                let mut i = end;
-                if i < b.len() && matches!(b[i], b'"' | b'\'' | b'`') {
-                    i += 1;
-                }
-                while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
-                    i += 1;
-                }
-                i < b.len() && (b[i] == b':' || b[i] == b'=')
-            }
-            Verify::NameSep => name_sep_follows(b, end),
         };
         if ok { mask } else { 0 }
     }
@@ -222,43 +246,64 @@ impl Redactor {
         let mut mask = 0;
         let mut at = 0;
         while at < line.len() {
-            let Some(m) = self.inner.scan.find(Input::new(line).range(at..)) else { break };
+            let Some(m) = self
+                .inner
+                .scan
+                .find_in(line, aho_corasick::Span::from(at..line.len()))
+            else {
+                break;
+            };
             mask |= self.verify(line, m.start(), m.end(), m.pattern().as_usize());
             at = m.start() + 1;
         }
-        if let Some(ac) = &self.inner.exact {
-            if ac.is_match(line) {
-                mask |= EXACT_BIT;
-            }
+        let b = line.as_bytes();
+        if memchr::memchr2_iter(b'=', b':', b).any(|p| rules::separator_candidate(b, p)) {
+            mask |= (1 << *IDX_ENV) | (1 << *IDX_AUTH) | (1 << *IDX_APIHDR);
+        }
+        if let Some(ac) = &self.inner.exact
+            && ac.is_match(line)
+        {
+            mask |= EXACT_BIT;
         }
         mask
     }
 }
 
-/// After a secret word: the rest of the name, an optional closing quote or
-/// `]`, blanks, then `=` or `:`.
-fn name_sep_follows(b: &[u8], mut i: usize) -> bool {
-    let limit = b.len().min(i + 128);
-    while i < limit && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'-' | b'.')) {
-        i += 1;
-    }
-    if i < b.len() && matches!(b[i], b'"' | b'\'' | b'`') {
-        i += 1;
-    }
-    if i < b.len() && b[i] == b']' {
-        i += 1;
-    }
-    while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
-        i += 1;
-    }
-    i < b.len() && (b[i] == b'=' || b[i] == b':')
+/// Next separator (`=`/`:`) at or after `at` that may start a name/header match.
+fn next_separator(b: &[u8], at: usize) -> Option<usize> {
+    memchr::memchr2_iter(b'=', b':', b.get(at..)?)
+        .map(|p| at + p)
+        .find(|&p| rules::separator_candidate(b, p))
 }
 
-/// Next exact-secret hit found by an earlier search of the same haystack.
+/// The next hit of one candidate source, remembered between searches of the
+/// same haystack (positions only grow).
 #[derive(Default)]
-struct ExactCache {
-    searched_from: Option<usize>,
+struct NextHit {
+    from: Option<usize>,
     hit: Option<usize>,
+}
+
+impl NextHit {
+    fn get(&mut self, at: usize, search: impl FnOnce(usize) -> Option<usize>) -> Option<usize> {
+        let fresh = match (self.from, self.hit) {
+            (Some(from), Some(h)) => from <= at && h >= at,
+            (Some(from), None) => from <= at,
+            (None, _) => false,
+        };
+        if !fresh {
+            self.hit = search(at);
+            self.from = Some(at);
+        }
+        self.hit
+    }
+}
+
+#[derive(Default)]
+struct Cands {
+    lit: NextHit,
+    sep: NextHit,
+    exact: NextHit,
 }
 
 #[derive(Clone, Debug)]
@@ -268,7 +313,9 @@ enum Pem {
     Pending(String, usize),
     /// Inside a key block whose mask was already written; `headers` once a
     /// `Proc-Type:`-style header was seen (a blank line may follow it).
-    In { headers: bool },
+    In {
+        headers: bool,
+    },
 }
 
 /// Streaming redaction of one output stream.
@@ -311,7 +358,23 @@ fn cut_point(s: &str) -> usize {
     let lo = w.saturating_sub(4096);
     let b = s.as_bytes();
     for i in (lo..w).rev() {
-        if matches!(b[i], b' ' | b'\t' | b',' | b';' | b'(' | b')' | b'[' | b']' | b'{' | b'}' | b'<' | b'>' | b'"' | b'\'' | b'|') {
+        if matches!(
+            b[i],
+            b' ' | b'\t'
+                | b','
+                | b';'
+                | b'('
+                | b')'
+                | b'['
+                | b']'
+                | b'{'
+                | b'}'
+                | b'<'
+                | b'>'
+                | b'"'
+                | b'\''
+                | b'|'
+        ) {
             return i + 1;
         }
     }
@@ -327,7 +390,12 @@ pub(crate) fn push_mask(out: &mut String, kind: &str) {
 impl RedactStream {
     /// Bytes currently held back.
     pub fn held_len(&self) -> usize {
-        self.pending.len() + if let Pem::Pending(l, _) = &self.pem { l.len() } else { 0 }
+        self.pending.len()
+            + if let Pem::Pending(l, _) = &self.pem {
+                l.len()
+            } else {
+                0
+            }
     }
 
     /// Process one chunk, appending finished text to `out`.
@@ -402,15 +470,18 @@ impl RedactStream {
     /// A region made of complete lines: copy lines without candidates in bulk.
     fn region(&mut self, region: &str, out: &mut String) {
         let mut pos = 0;
-        let mut cache = ExactCache::default();
+        let mut cache = Cands::default();
         while pos < region.len() {
             if !matches!(self.pem, Pem::None) {
-                let le = memchr::memchr(b'\n', &region.as_bytes()[pos..]).map_or(region.len(), |i| pos + i + 1);
+                let le = memchr::memchr(b'\n', &region.as_bytes()[pos..])
+                    .map_or(region.len(), |i| pos + i + 1);
                 self.line(&region[pos..le], out);
                 pos = le;
                 continue;
             }
-            let Some(hit) = self.red.first_candidate_cached(region, pos, &mut cache) else { break };
+            let Some(hit) = self.red.first_candidate_cached(region, pos, &mut cache) else {
+                break;
+            };
             let b = region.as_bytes();
             let ls = memchr::memrchr(b'\n', &b[pos..hit]).map_or(pos, |i| pos + i + 1);
             let le = memchr::memchr(b'\n', &b[hit..]).map_or(region.len(), |i| hit + i + 1);
@@ -459,7 +530,9 @@ impl RedactStream {
                 let t = seg.trim();
                 if is_pem_header(t) || (is_base64_line(t) && t.len() >= 16) {
                     self.plain(&held, out, Some((ms, held.len())), false);
-                    self.pem = Pem::In { headers: is_pem_header(t) };
+                    self.pem = Pem::In {
+                        headers: is_pem_header(t),
+                    };
                     return;
                 }
                 self.plain(&held, out, None, false);
@@ -470,7 +543,13 @@ impl RedactStream {
 
     /// Apply the single-line rules to `seg` (plus an extra private-key span),
     /// or hold it if it opens a multi-line private key block.
-    fn plain(&mut self, seg: &str, out: &mut String, extra: Option<(usize, usize)>, allow_pem_hold: bool) {
+    fn plain(
+        &mut self,
+        seg: &str,
+        out: &mut String,
+        extra: Option<(usize, usize)>,
+        allow_pem_hold: bool,
+    ) {
         if seg.is_empty() {
             return;
         }
@@ -482,15 +561,20 @@ impl RedactStream {
         }
         let mut spans: Vec<Span> = Vec::new();
         if let Some((s, e)) = extra {
-            spans.push(Span { start: s, end: e, prio: *IDX_PEM, kind: RULES[*IDX_PEM].kind });
+            spans.push(Span {
+                start: s,
+                end: e,
+                prio: *IDX_PEM,
+                kind: RULES[*IDX_PEM].kind,
+            });
         }
-        if mask & (1 << *IDX_PEM) != 0 && extra.is_none() {
-            if let Some(ms) = pem_spans(seg, &mut spans) {
-                if allow_pem_hold {
-                    self.pem = Pem::Pending(seg.to_string(), ms);
-                    return;
-                }
-            }
+        if mask & (1 << *IDX_PEM) != 0
+            && extra.is_none()
+            && let Some(ms) = pem_spans(seg, &mut spans)
+            && allow_pem_hold
+        {
+            self.pem = Pem::Pending(seg.to_string(), ms);
+            return;
         }
         collect_spans(red, seg, mask, &mut spans);
         write_spans(seg, spans, out);
@@ -527,7 +611,12 @@ fn pem_spans(seg: &str, spans: &mut Vec<Span>) -> Option<usize> {
             i += 1;
         }
         if b64 >= 32 {
-            spans.push(Span { start: m.start(), end: end.unwrap_or(i), prio: *IDX_PEM, kind: RULES[*IDX_PEM].kind });
+            spans.push(Span {
+                start: m.start(),
+                end: end.unwrap_or(i),
+                prio: *IDX_PEM,
+                kind: RULES[*IDX_PEM].kind,
+            });
         } else if seg[m.end()..].trim().is_empty() {
             hold = Some(m.start());
         }
@@ -536,11 +625,15 @@ fn pem_spans(seg: &str, spans: &mut Vec<Span>) -> Option<usize> {
 }
 
 fn is_pem_header(t: &str) -> bool {
-    ["Proc-Type:", "DEK-Info:", "Comment:"].iter().any(|h| t.starts_with(h))
+    ["Proc-Type:", "DEK-Info:", "Comment:"]
+        .iter()
+        .any(|h| t.starts_with(h))
 }
 
 fn is_base64_line(t: &str) -> bool {
-    !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+    !t.is_empty()
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
 }
 
 fn before_ok(b: &[u8], start: usize) -> bool {
@@ -560,7 +653,9 @@ fn collect_spans(red: &Redactor, seg: &str, mask: u64, spans: &mut Vec<Span>) {
         }
         match rule.how {
             How::Vendor(_) => {
-                let Some(Some(re)) = c.vendor.get(idx) else { continue };
+                let Some(Some(re)) = c.vendor.get(idx) else {
+                    continue;
+                };
                 for caps in re.captures_iter(seg) {
                     let Some(whole) = caps.get(0) else { continue };
                     if !before_ok(b, whole.start()) || !after_ok(b, whole.end()) {
@@ -571,13 +666,23 @@ fn collect_spans(red: &Redactor, seg: &str, mask: u64, spans: &mut Vec<Span>) {
                     if !rules::random_looking(body) {
                         continue;
                     }
-                    spans.push(Span { start: part.start(), end: part.end(), prio: idx, kind: rule.kind });
+                    spans.push(Span {
+                        start: part.start(),
+                        end: part.end(),
+                        prio: idx,
+                        kind: rule.kind,
+                    });
                 }
             }
             How::Jwt => {
                 for m in c.jwt.find_iter(seg) {
                     if before_ok(b, m.start()) && after_ok(b, m.end()) {
-                        spans.push(Span { start: m.start(), end: m.end(), prio: *IDX_JWT, kind: rule.kind });
+                        spans.push(Span {
+                            start: m.start(),
+                            end: m.end(),
+                            prio: *IDX_JWT,
+                            kind: rule.kind,
+                        });
                     }
                 }
             }
@@ -588,11 +693,16 @@ fn collect_spans(red: &Redactor, seg: &str, mask: u64, spans: &mut Vec<Span>) {
             How::Assignment => assignment_spans(seg, spans),
         }
     }
-    if mask & EXACT_BIT != 0 {
-        if let Some(ac) = &red.inner.exact {
-            for m in ac.find_iter(seg) {
-                spans.push(Span { start: m.start(), end: m.end(), prio: RULES.len(), kind: EXACT_KIND });
-            }
+    if mask & EXACT_BIT != 0
+        && let Some(ac) = &red.inner.exact
+    {
+        for m in ac.find_iter(seg) {
+            spans.push(Span {
+                start: m.start(),
+                end: m.end(),
+                prio: RULES.len(),
+                kind: EXACT_KIND,
+            });
         }
     }
 }
@@ -604,7 +714,12 @@ fn url_spans(seg: &str, spans: &mut Vec<Span>) {
         match caps.get(2) {
             Some(pw) => {
                 if !rules::is_template(pw.as_str()) {
-                    spans.push(Span { start: pw.start(), end: pw.end(), prio: *IDX_URL, kind: "url_password" });
+                    spans.push(Span {
+                        start: pw.start(),
+                        end: pw.end(),
+                        prio: *IDX_URL,
+                        kind: "url_password",
+                    });
                 }
             }
             None => {
@@ -615,9 +730,16 @@ fn url_spans(seg: &str, spans: &mut Vec<Span>) {
                     && cl.letter()
                     && cl.digit
                     && !rules::is_template(v)
-                    && v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'~' | b'+'))
+                    && v.bytes().all(|b| {
+                        b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'~' | b'+')
+                    })
                 {
-                    spans.push(Span { start: u.start(), end: u.end(), prio: *IDX_URL, kind: URL_TOKEN_KIND });
+                    spans.push(Span {
+                        start: u.start(),
+                        end: u.end(),
+                        prio: *IDX_URL,
+                        kind: URL_TOKEN_KIND,
+                    });
                 }
             }
         }
@@ -630,14 +752,20 @@ fn header_value(seg: &str, i: usize, key_quoted: bool) -> Option<(usize, usize)>
     let b = seg.as_bytes();
     // String prefixes (only when a quote follows): an f-string is a template.
     let mut j = i;
-    while j < b.len() && j < i + 2 && matches!(b[j], b'r' | b'R' | b'b' | b'B' | b'u' | b'U' | b'f' | b'F') {
+    while j < b.len()
+        && j < i + 2
+        && matches!(b[j], b'r' | b'R' | b'b' | b'B' | b'u' | b'U' | b'f' | b'F')
+    {
         j += 1;
     }
     if !matches!(b.get(j), Some(b'"' | b'\'' | b'`')) {
         j = i;
     }
     let fprefix = b[i..j].iter().any(|c| matches!(c, b'f' | b'F'));
-    let quote = b.get(j).copied().filter(|q| matches!(q, b'"' | b'\'' | b'`'));
+    let quote = b
+        .get(j)
+        .copied()
+        .filter(|q| matches!(q, b'"' | b'\'' | b'`'));
     match quote {
         Some(q) => {
             if fprefix || q == b'`' {
@@ -665,17 +793,29 @@ fn header_value(seg: &str, i: usize, key_quoted: bool) -> Option<(usize, usize)>
     }
 }
 
-const PARAM_SCHEMES: &[&str] = &["digest", "aws4-hmac-sha256", "oauth", "signature", "hoba", "mutual", "vapid"];
+const PARAM_SCHEMES: &[&str] = &[
+    "digest",
+    "aws4-hmac-sha256",
+    "oauth",
+    "signature",
+    "hoba",
+    "mutual",
+    "vapid",
+];
 
 fn header_spans(seg: &str, re: &regex::Regex, authorization: bool, spans: &mut Vec<Span>) {
     let b = seg.as_bytes();
     for caps in re.captures_iter(seg) {
         let Some(whole) = caps.get(0) else { continue };
-        if whole.start() > 0 && (b[whole.start() - 1].is_ascii_alphanumeric() || b[whole.start() - 1] == b'_') {
+        if whole.start() > 0
+            && (b[whole.start() - 1].is_ascii_alphanumeric() || b[whole.start() - 1] == b'_')
+        {
             continue;
         }
         let key_quoted = caps.get(1).is_some_and(|q| !q.as_str().is_empty());
-        let Some((vs, ve)) = header_value(seg, whole.end(), key_quoted) else { continue };
+        let Some((vs, ve)) = header_value(seg, whole.end(), key_quoted) else {
+            continue;
+        };
         let v = &seg[vs..ve];
         if v.is_empty() || rules::is_template(v) || v.contains(['{', '}', '$', '<', '>']) {
             continue;
@@ -685,26 +825,43 @@ fn header_spans(seg: &str, re: &regex::Regex, authorization: bool, spans: &mut V
         } else {
             (*IDX_APIHDR, "api_key_header")
         };
-        if authorization {
-            if let Some(sp) = v.find(' ') {
-                let scheme = &v[..sp];
-                let cred = v[sp..].trim_start();
-                let cs = ve - cred.len();
-                if scheme.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-') && !scheme.is_empty() {
-                    let lower = scheme.to_ascii_lowercase();
-                    if PARAM_SCHEMES.contains(&lower.as_str()) {
-                        if cred.contains('=') && cred.len() >= 16 {
-                            spans.push(Span { start: cs, end: ve, prio, kind });
-                        }
-                    } else if !cred.contains(char::is_whitespace) && single_token_cred(cred) {
-                        spans.push(Span { start: cs, end: ve, prio, kind });
+        if authorization && let Some(sp) = v.find(' ') {
+            let scheme = &v[..sp];
+            let cred = v[sp..].trim_start();
+            let cs = ve - cred.len();
+            if scheme
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-')
+                && !scheme.is_empty()
+            {
+                let lower = scheme.to_ascii_lowercase();
+                if PARAM_SCHEMES.contains(&lower.as_str()) {
+                    if cred.contains('=') && cred.len() >= 16 {
+                        spans.push(Span {
+                            start: cs,
+                            end: ve,
+                            prio,
+                            kind,
+                        });
                     }
+                } else if !cred.contains(char::is_whitespace) && single_token_cred(cred) {
+                    spans.push(Span {
+                        start: cs,
+                        end: ve,
+                        prio,
+                        kind,
+                    });
                 }
-                continue;
             }
+            continue;
         }
         if rules::credential_shaped(v) || (!authorization && header_key_shaped(v)) {
-            spans.push(Span { start: vs, end: ve, prio, kind });
+            spans.push(Span {
+                start: vs,
+                end: ve,
+                prio,
+                kind,
+            });
         }
     }
 }
@@ -730,7 +887,9 @@ fn assignment_spans(seg: &str, spans: &mut Vec<Span>) {
     let b = seg.as_bytes();
     let mut at = 0;
     while at < seg.len() {
-        let Some(caps) = c.assignment.captures_at(seg, at) else { break };
+        let Some(caps) = c.assignment.captures_at(seg, at) else {
+            break;
+        };
         let (Some(name), Some(nq), Some(sp1), Some(sep), Some(sp2), Some(vq), Some(val)) = (
             caps.get(1),
             caps.get(2),
@@ -748,7 +907,10 @@ fn assignment_spans(seg: &str, spans: &mut Vec<Span>) {
         if sep != "=" && sep != ":" {
             continue;
         }
-        if name.start() > 0 && (matches!(b[name.start() - 1], b'$' | b'%' | b'{') || is_token_byte(b[name.start() - 1])) {
+        if name.start() > 0
+            && (matches!(b[name.start() - 1], b'$' | b'%' | b'{')
+                || is_token_byte(b[name.start() - 1]))
+        {
             continue;
         }
         if !rules::secret_name(name.as_str()) {
@@ -758,7 +920,10 @@ fn assignment_spans(seg: &str, spans: &mut Vec<Span>) {
         if vqs.contains(['f', 'F']) {
             continue;
         }
-        let quote = vqs.bytes().last().filter(|q| matches!(q, b'"' | b'\'' | b'`'));
+        let quote = vqs
+            .bytes()
+            .last()
+            .filter(|q| matches!(q, b'"' | b'\'' | b'`'));
         let v = val.as_str();
         match quote {
             Some(q) => {
@@ -794,7 +959,12 @@ fn assignment_spans(seg: &str, spans: &mut Vec<Span>) {
         if !rules::credential_shaped(v) {
             continue;
         }
-        spans.push(Span { start: val.start(), end: val.end(), prio: *IDX_ENV, kind: "env_secret" });
+        spans.push(Span {
+            start: val.start(),
+            end: val.end(),
+            prio: *IDX_ENV,
+            kind: "env_secret",
+        });
         at = val.end();
     }
 }
@@ -811,17 +981,17 @@ fn write_spans(seg: &str, mut spans: Vec<Span>, out: &mut String) {
         if s.start >= s.end || s.end > seg.len() {
             continue;
         }
-        if let Some(last) = merged.last_mut() {
-            if s.start < last.end {
-                if s.end > last.end {
-                    last.end = s.end;
-                }
-                if s.prio < last.prio {
-                    last.prio = s.prio;
-                    last.kind = s.kind;
-                }
-                continue;
+        if let Some(last) = merged.last_mut()
+            && s.start < last.end
+        {
+            if s.end > last.end {
+                last.end = s.end;
             }
+            if s.prio < last.prio {
+                last.prio = s.prio;
+                last.kind = s.kind;
+            }
+            continue;
         }
         merged.push(s);
     }

@@ -5,7 +5,9 @@
 use std::path::Path;
 
 fn replay(target: &str, check: fn(&[u8])) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(target);
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.unwrap().path();
@@ -26,5 +28,8 @@ fn ansi_stream_corpus() {
 
 #[test]
 fn redact_stream_corpus() {
-    replay("redact_stream", toolcell_redact::fuzzing::check_redact_stream);
+    replay(
+        "redact_stream",
+        toolcell_redact::fuzzing::check_redact_stream,
+    );
 }

@@ -134,7 +134,8 @@ proptest! {
 fn long_lines_are_split_invariant_and_bounded() {
     let red = Redactor::builtin();
     let filler = "lorem ipsum dolor sit amet ".repeat(LINE_MAX / 10);
-    let input = format!("{filler}GITHUB_TOKEN=ghp_D53X83RZJzzzzgEOzdmenCkhvMdgaKjIg8xN {filler}\nend");
+    let input =
+        format!("{filler}GITHUB_TOKEN=ghp_D53X83RZJzzzzgEOzdmenCkhvMdgaKjIg8xN {filler}\nend");
     let whole = red.redact(&input).into_owned();
     assert!(!whole.contains("ghp_D53X83RZ"));
     for step in [1usize, 7, 4093, LINE_MAX - 1, LINE_MAX + 1] {
