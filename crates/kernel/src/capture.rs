@@ -59,31 +59,82 @@ struct Spill {
     written: u64,
     cap: u64,
     capped: bool,
+    /// The newest bytes, held back from the file (at most the notice's
+    /// length) so that the capped notice fits within `cap` if it is needed.
+    pending: Vec<u8>,
+}
+
+/// What ends a spill file that hit its cap.
+fn capped_notice(cap: u64) -> String {
+    format!(
+        "\n\n... [spill file capped at {cap} bytes; the rest of the output was not saved] ...\n"
+    )
 }
 
 impl Spill {
+    /// Bytes kept back for the notice.
+    fn reserve(&self) -> usize {
+        let cap = usize::try_from(self.cap).unwrap_or(usize::MAX);
+        capped_notice(self.cap).len().min(cap)
+    }
+
+    /// Appends `bytes`; the file never grows past `cap`, notice included.
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        if self.capped {
+        if self.capped || bytes.is_empty() {
             return Ok(());
         }
-        let room = self.cap.saturating_sub(self.written);
-        let take = usize::try_from(room).unwrap_or(usize::MAX).min(bytes.len());
+        let accepted = self.written + self.pending.len() as u64;
+        if accepted + bytes.len() as u64 <= self.cap {
+            self.pending.extend_from_slice(bytes);
+            let keep = self.reserve();
+            if self.pending.len() > keep {
+                // Flush on a character boundary, so a later cut can stop here.
+                let mut n = self.pending.len() - keep;
+                while n > 0 && (self.pending[n] & 0xC0) == 0x80 {
+                    n -= 1;
+                }
+                self.file.write_all(&self.pending[..n])?;
+                self.written += n as u64;
+                self.pending.drain(..n);
+            }
+            return Ok(());
+        }
+        // Over the cap: what fits before the notice, then the notice.
+        self.capped = true;
+        let notice = capped_notice(self.cap);
+        let room = usize::try_from(
+            self.cap
+                .saturating_sub(self.reserve() as u64)
+                .saturating_sub(self.written),
+        )
+        .unwrap_or(usize::MAX);
+        let mut joined = std::mem::take(&mut self.pending);
+        // One byte past the cut too, to see whether it splits a character.
+        let more = room
+            .saturating_sub(joined.len())
+            .saturating_add(1)
+            .min(bytes.len());
+        joined.extend_from_slice(&bytes[..more]);
+        let mut end = room.min(joined.len());
         // Never cut a UTF-8 character in the file either.
-        let mut end = take;
-        while end > 0 && end < bytes.len() && (bytes[end] & 0xC0) == 0x80 {
+        while end > 0 && end < joined.len() && (joined[end] & 0xC0) == 0x80 {
             end -= 1;
         }
-        self.file.write_all(&bytes[..end])?;
+        self.file.write_all(&joined[..end])?;
         self.written += end as u64;
-        if end < bytes.len() {
-            self.capped = true;
-            writeln!(
-                self.file,
-                "\n\n... [spill file capped at {} bytes; the rest of the output was not saved] ...",
-                self.cap
-            )?;
-        }
+        let left = usize::try_from(self.cap.saturating_sub(self.written)).unwrap_or(usize::MAX);
+        let notice = &notice.as_bytes()[..notice.len().min(left)];
+        self.file.write_all(notice)?;
+        self.written += notice.len() as u64;
         Ok(())
+    }
+
+    /// Writes what was held back and flushes.
+    fn finish(&mut self) -> std::io::Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        self.file.write_all(&pending)?;
+        self.written += pending.len() as u64;
+        self.file.flush()
     }
 }
 
@@ -190,6 +241,7 @@ impl Capture {
                     written: 0,
                     cap: target.cap_bytes,
                     capped: false,
+                    pending: Vec::new(),
                 };
                 let (a, b) = self.tail.as_slices();
                 let res = spill
@@ -216,7 +268,7 @@ impl Capture {
         let mut spill_capped = false;
         let spill_path = self.spill.take().and_then(|mut s| {
             spill_capped = s.capped;
-            match s.file.flush() {
+            match s.finish() {
                 Ok(()) => Some(s.path),
                 Err(e) => {
                     self.spill_error = Some(e.to_string());
@@ -226,9 +278,13 @@ impl Capture {
         });
         let mut tail: Vec<u8> = self.tail.into_iter().collect();
         // The tail may start inside a character: drop the partial bytes.
-        let start = tail.iter().position(|&b| (b & 0xC0) != 0x80).unwrap_or(tail.len());
+        let start = tail
+            .iter()
+            .position(|&b| (b & 0xC0) != 0x80)
+            .unwrap_or(tail.len());
         tail.drain(..start);
-        let tail = String::from_utf8(tail).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        let tail = String::from_utf8(tail)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
         let captured = (self.head.len() + tail.len()) as u64;
         let omitted = self.total.saturating_sub(captured);
         let truncated = omitted > 0;
@@ -282,17 +338,27 @@ mod tests {
         let r = run(100, &["hello ", "world"], None);
         assert_eq!(r.text, "hello world");
         assert!(!r.truncated);
-        assert_eq!((r.bytes_captured, r.bytes_total, r.bytes_omitted), (11, 11, 0));
+        assert_eq!(
+            (r.bytes_captured, r.bytes_total, r.bytes_omitted),
+            (11, 11, 0)
+        );
     }
 
     #[test]
     fn over_the_cap_head_and_tail_with_notice() {
-        let text: String = (0..100).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let text: String = (0..100)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
         let r = run(10, &[&text], None);
         assert!(r.truncated);
-        assert!(r.text.starts_with("abcd\n\n... [OUTPUT TRUNCATED - 90 bytes omitted out of 100 total] ...\n\n"));
+        assert!(r.text.starts_with(
+            "abcd\n\n... [OUTPUT TRUNCATED - 90 bytes omitted out of 100 total] ...\n\n"
+        ));
         assert!(r.text.ends_with(&text[94..]));
-        assert_eq!((r.bytes_captured, r.bytes_total, r.bytes_omitted), (10, 100, 90));
+        assert_eq!(
+            (r.bytes_captured, r.bytes_total, r.bytes_omitted),
+            (10, 100, 90)
+        );
     }
 
     #[test]
@@ -311,7 +377,11 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), chunks.concat());
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        let dmode = std::fs::metadata(tmp.path().join("spill")).unwrap().permissions().mode() & 0o777;
+        let dmode = std::fs::metadata(tmp.path().join("spill"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
         assert_eq!(dmode, 0o700);
     }
 
@@ -321,14 +391,62 @@ mod tests {
         let target = SpillTarget {
             dir: tmp.path().to_path_buf(),
             name: "x.txt".into(),
-            cap_bytes: 100,
+            cap_bytes: 200,
         };
         let big = "y".repeat(1000);
         let r = run(10, &[&big], Some(target));
         assert!(r.spill_capped);
         let saved = std::fs::read_to_string(r.spill_path.unwrap()).unwrap();
-        assert!(saved.starts_with(&"y".repeat(100)));
-        assert!(saved.contains("spill file capped at 100 bytes"));
+        // The notice fits within the cap: the file is exactly the cap.
+        let notice = capped_notice(200);
+        assert!(notice.contains("spill file capped at 200 bytes"));
+        assert_eq!(saved.len(), 200);
+        assert_eq!(saved, "y".repeat(200 - notice.len()) + &notice);
+    }
+
+    #[test]
+    fn a_stream_exactly_at_the_spill_cap_is_saved_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = SpillTarget {
+            dir: tmp.path().to_path_buf(),
+            name: "x.txt".into(),
+            cap_bytes: 200,
+        };
+        let chunks = ["a".repeat(150), "b".repeat(50)];
+        let r = run(10, &[&chunks[0], &chunks[1]], Some(target));
+        assert!(!r.spill_capped);
+        let saved = std::fs::read_to_string(r.spill_path.unwrap()).unwrap();
+        assert_eq!(saved, chunks.concat());
+    }
+
+    proptest! {
+        #[test]
+        fn spill_files_never_pass_their_cap_nor_split_characters(
+            parts in proptest::collection::vec("[a-zé€😀\n]{0,40}", 1..30),
+            spill_cap in 80u64..400,
+        ) {
+            let tmp = tempfile::tempdir().unwrap();
+            let target = SpillTarget {
+                dir: tmp.path().to_path_buf(),
+                name: "x.txt".into(),
+                cap_bytes: spill_cap,
+            };
+            let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+            let r = run(4, &refs, Some(target));
+            let whole = parts.concat();
+            if let Some(path) = r.spill_path {
+                let saved = std::fs::read(path).unwrap();
+                prop_assert!(saved.len() as u64 <= spill_cap);
+                let saved = String::from_utf8(saved).unwrap();
+                if r.spill_capped {
+                    let notice = capped_notice(spill_cap);
+                    let kept = saved.strip_suffix(notice.as_str()).unwrap();
+                    prop_assert!(whole.starts_with(kept));
+                } else {
+                    prop_assert_eq!(saved, whole);
+                }
+            }
+        }
     }
 
     #[test]
