@@ -1,10 +1,14 @@
 //! `toolcell`: run Python cells that call the agent's tools.
 //!
 //! The binary is thin: argument parsing, configuration and wiring. Each
-//! subcommand lives in its own module under `cmd/`.
+//! subcommand lives in its own module under `cmd/`; `host.rs` builds the
+//! kernel registry from the configuration and handles signals.
 
 mod cmd;
+mod host;
+mod jsonrpc;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -17,19 +21,41 @@ const EXIT_USAGE: u8 = 2;
     name = "toolcell",
     version,
     about = "Run Python cells that call the agent's tools, in persistent kernels",
-    long_about = "toolcell runs Python code for an LLM agent in a persistent kernel (one Python \
-                  process per session, so state survives from one cell to the next). Code in a cell \
-                  calls the agent's tools through a generated stub module. Output is ANSI-stripped \
-                  and has secrets redacted.\n\nThis build offers the protocol debugging command \
-                  `frames`; the other commands of the product contract are being added."
+    long_about = "toolcell runs Python code for an LLM agent in a persistent kernel: one Python \
+                  process per session, so variables, imports and loaded data survive from one cell \
+                  to the next. Code in a cell calls the agent's tools (read_file, terminal, \
+                  web_extract, ...) as Python functions. Output is ANSI-stripped and has secrets \
+                  redacted; time, tool calls, output size and live kernels are bounded.\n\n\
+                  toolcell is not a sandbox: a kernel runs with your user's rights.\n\n\
+                  Configuration: --config FILE, else ./toolcell.toml, else the user config dir \
+                  (see `toolcell config`)."
 )]
 struct Cli {
+    /// Configuration file (default: ./toolcell.toml, else $XDG_CONFIG_HOME/toolcell/toolcell.toml).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run one cell (in a fresh kernel, or in a persistent session with --session).
+    Exec(cmd::exec::Args),
+    /// Serve JSON-RPC 2.0 over stdio (one message per line).
+    Serve(cmd::serve::Args),
+    /// Interactive session: type Python, see results; Ctrl-C interrupts the cell.
+    Repl(cmd::repl::Args),
+    /// Start, stop or inspect the background daemon that keeps `exec --session` kernels.
+    Daemon(cmd::daemon::Args),
+    /// Print the execute_code tool definition (OpenAI, Anthropic or MCP shape).
+    Schema(cmd::schema::Args),
+    /// List the tools cells can call.
+    Tools(cmd::tools::Args),
+    /// Print the generated Python stub module `toolcell_tools`.
+    Stubs(cmd::stubs::Args),
+    /// Print the effective configuration and where each value came from.
+    Config(cmd::config::Args),
     /// Decode a kernel byte stream from stdin into one JSON event per line.
     Frames(cmd::frames::Args),
 }
@@ -45,14 +71,29 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    host::init_logging();
+    let config = cli.config.as_deref();
     let result = match cli.command {
+        Command::Exec(args) => cmd::exec::run(config, args),
+        Command::Serve(args) => cmd::serve::run(config, args),
+        Command::Repl(args) => cmd::repl::run(config, args),
+        Command::Daemon(args) => cmd::daemon::run(config, args),
+        Command::Schema(args) => cmd::schema::run(config, &args),
+        Command::Tools(args) => cmd::tools::run(&args),
+        Command::Stubs(args) => cmd::stubs::run(config, &args),
+        Command::Config(args) => cmd::config::run(config, &args),
         Command::Frames(args) => cmd::frames::run(&args),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
+            let usage = e.downcast_ref::<host::UsageError>().is_some();
             eprintln_error(&e);
-            ExitCode::FAILURE
+            if usage {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

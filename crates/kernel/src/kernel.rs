@@ -2,7 +2,7 @@
 //! and the execution of one cell at a time (SPEC §2–§5).
 
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -432,7 +432,7 @@ impl Kernel {
             .map_err(io_err(format!("launching {}", spec.interpreter.display())))?;
         drop(req_r);
         let pid = child.id().unwrap_or(0);
-        let requests = tokio::net::unix::pipe::Sender::from_owned_fd(OwnedFd::from(req_w))
+        let requests = tokio::net::unix::pipe::Sender::from_owned_fd(req_w)
             .map_err(io_err("opening the request pipe"))?;
 
         let sentinel = Sentinel::generate().map_err(|e| SpawnError::Random(e.to_string()))?;

@@ -393,6 +393,9 @@ impl State {
     }
 }
 
+/// `(mode, cwd)`: what interpreter resolution depends on besides the host.
+type InterpreterKey = (&'static str, PathBuf);
+
 struct Inner {
     opts: RegistryOptions,
     tools: ToolRegistry,
@@ -402,7 +405,7 @@ struct Inner {
     guard: Option<Arc<dyn Guard>>,
     state: Mutex<State>,
     freed: Notify,
-    interpreters: Mutex<HashMap<(&'static str, PathBuf), (PathBuf, String)>>,
+    interpreters: Mutex<HashMap<InterpreterKey, (PathBuf, String)>>,
 }
 
 impl Inner {
@@ -866,9 +869,20 @@ impl Registry {
         if let Some(hit) = cached {
             return Ok(hit);
         }
-        let found = crate::interpreter::resolve_for_host(&self.inner.opts.python, mode, cwd)
-            .map(|i| (i.executable, i.version))
-            .map_err(|e| e.to_string())?;
+        // A first probe runs the interpreter (up to seconds through a
+        // version-manager shim): keep it off the async workers.
+        let explicit = self.inner.opts.python.clone();
+        let dir = cwd.to_path_buf();
+        let resolve = || crate::interpreter::resolve_for_host(&explicit, mode, &dir);
+        let multi = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let found = if multi {
+            tokio::task::block_in_place(resolve)
+        } else {
+            resolve()
+        }
+        .map(|i| (i.executable, i.version))
+        .map_err(|e| e.to_string())?;
         self.inner
             .interpreters
             .lock()

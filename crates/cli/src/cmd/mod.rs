@@ -1,3 +1,11 @@
 //! One module per subcommand.
 
+pub mod config;
+pub mod daemon;
+pub mod exec;
 pub mod frames;
+pub mod repl;
+pub mod schema;
+pub mod serve;
+pub mod stubs;
+pub mod tools;

@@ -1,0 +1,497 @@
+//! `toolcell daemon start|stop|status` and the daemon itself, which keeps
+//! the kernels of `toolcell exec --session` alive between commands.
+//!
+//! One daemon per user and configuration file: its socket and lock live in
+//! a private 0700 directory under `$XDG_RUNTIME_DIR/toolcell` (or
+//! `<tmp>/toolcell-<uid>`), named after a hash of the configuration path.
+//! The daemon holds an exclusive `flock` on its lock file for its whole
+//! life, so two starters racing end with one daemon, and a socket file
+//! whose lock is free is stale (its daemon crashed) and is replaced.
+//! Clients speak the JSON-RPC of `toolcell serve` over the socket; peers of
+//! another uid are refused.
+
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::cmd::exec;
+use crate::host::{self, Overrides};
+use crate::jsonrpc::{DaemonHooks, Service, serve_connection};
+
+/// Arguments of `toolcell daemon`.
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "The daemon keeps the kernels of `toolcell exec --session` alive between \
+                  commands. `exec --session` starts it on demand; it exits after [daemon] \
+                  idle_exit seconds (default 900) without sessions or clients, and `daemon stop` \
+                  kills every kernel and stops it. One daemon runs per user and configuration \
+                  file; its socket is in a private directory under $XDG_RUNTIME_DIR."
+)]
+pub struct Args {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Action {
+    /// Start the daemon in the background (no-op if it runs).
+    Start,
+    /// Stop the daemon, killing every kernel it keeps.
+    Stop,
+    /// Print whether the daemon runs, its pid, socket and sessions.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the daemon in the foreground (what `start` launches).
+    #[command(hide = true)]
+    Run,
+}
+
+/// Where one daemon's files are.
+struct Paths {
+    dir: PathBuf,
+    socket: PathBuf,
+    lock: PathBuf,
+    log: PathBuf,
+}
+
+fn runtime_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("toolcell");
+    }
+    std::env::temp_dir().join(format!("toolcell-{}", nix::unistd::getuid()))
+}
+
+/// FNV-1a: a stable short name for a configuration path.
+fn fnv(s: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+fn paths(config_file: Option<&Path>) -> anyhow::Result<Paths> {
+    let dir = runtime_dir();
+    toolcell_kernel::kernel::private_dir(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let meta = std::fs::metadata(&dir)?;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if meta.uid() != nix::unistd::getuid().as_raw() || meta.permissions().mode() & 0o077 != 0 {
+        anyhow::bail!(
+            "{} must be a directory of yours with mode 0700; fix or remove it",
+            dir.display()
+        );
+    }
+    let key = match config_file {
+        Some(p) => fnv(&std::fs::canonicalize(p)
+            .unwrap_or_else(|_| p.to_path_buf())
+            .display()
+            .to_string()),
+        None => "default".to_string(),
+    };
+    Ok(Paths {
+        socket: dir.join(format!("daemon-{key}.sock")),
+        lock: dir.join(format!("daemon-{key}.lock")),
+        log: dir.join(format!("daemon-{key}.log")),
+        dir,
+    })
+}
+
+/// Runs the command.
+pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
+    let cfg = host::load_config(config, &Overrides::default())?;
+    let p = paths(cfg.file())?;
+    match args.action {
+        Action::Run => run_daemon(cfg, &p),
+        Action::Start => {
+            let rt = host::runtime()?;
+            rt.block_on(async {
+                let pid = ensure_running(config, &p).await?;
+                println_out(&format!(
+                    "toolcell daemon running (pid {pid}, socket {})",
+                    p.socket.display()
+                ));
+                Ok(ExitCode::SUCCESS)
+            })
+        }
+        Action::Stop => {
+            let rt = host::runtime()?;
+            rt.block_on(async {
+                match Client::connect(&p.socket).await {
+                    Ok(mut c) => {
+                        // The daemon may close the connection as it exits.
+                        let r = c.call("shutdown", json!({})).await.unwrap_or(Value::Null);
+                        let n = r["result"]["kernels_killed"].as_u64().unwrap_or(0);
+                        // Wait until it is really gone (its lock is released).
+                        for _ in 0..100 {
+                            if lock_is_free(&p.lock) {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        println_out(&format!(
+                            "toolcell daemon stopped ({n} kernel{} killed)",
+                            if n == 1 { "" } else { "s" }
+                        ));
+                    }
+                    Err(_) => println_out("toolcell daemon is not running"),
+                }
+                Ok(ExitCode::SUCCESS)
+            })
+        }
+        Action::Status { json } => {
+            let rt = host::runtime()?;
+            rt.block_on(async {
+                let status = match Client::connect(&p.socket).await {
+                    Ok(mut c) => {
+                        let ping = c.call("ping", json!({})).await?;
+                        let sessions = c.call("sessions", json!({})).await?;
+                        json!({
+                            "running": true,
+                            "pid": ping["result"]["pid"],
+                            "socket": p.socket.display().to_string(),
+                            "sessions": sessions["result"]["sessions"],
+                        })
+                    }
+                    Err(_) => json!({"running": false, "socket": p.socket.display().to_string()}),
+                };
+                if json {
+                    println_out(&status.to_string());
+                } else if status["running"] == true {
+                    println_out(&format!(
+                        "toolcell daemon running (pid {}, socket {})",
+                        status["pid"],
+                        p.socket.display()
+                    ));
+                    for s in status["sessions"].as_array().into_iter().flatten() {
+                        println_out(&format!(
+                            "  session {}: kernel {} pid {} · {} cells · idle {}s",
+                            s["session"].as_str().unwrap_or("?"),
+                            s["kernel_id"].as_str().unwrap_or("?"),
+                            s["pid"],
+                            s["execution_count"],
+                            s["idle_seconds"]
+                        ));
+                    }
+                } else {
+                    println_out("toolcell daemon is not running");
+                }
+                Ok(if status["running"] == true {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(3)
+                })
+            })
+        }
+    }
+}
+
+fn println_out(s: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{s}");
+}
+
+/// Takes the daemon lock without blocking; `None` if another process holds it.
+fn try_lock(path: &Path) -> anyhow::Result<Option<std::fs::File>> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a valid fd we own.
+    let rc = unsafe { nix::libc::flock(f.as_raw_fd(), nix::libc::LOCK_EX | nix::libc::LOCK_NB) };
+    Ok(if rc == 0 { Some(f) } else { None })
+}
+
+fn lock_is_free(path: &Path) -> bool {
+    matches!(try_lock(path), Ok(Some(_)))
+}
+
+/// The daemon's main loop.
+fn run_daemon(cfg: toolcell_kernel::config::Config, p: &Paths) -> anyhow::Result<ExitCode> {
+    let Some(lock) = try_lock(&p.lock)? else {
+        // Another daemon for this user and config runs: nothing to do.
+        return Ok(ExitCode::SUCCESS);
+    };
+    let _ = std::fs::remove_file(&p.socket); // stale: its daemon is gone
+    let idle_exit = cfg.idle_exit();
+    let rt = host::runtime()?;
+    rt.block_on(async move {
+        let listener = {
+            let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+            let l = tokio::net::UnixListener::bind(&p.socket);
+            nix::sys::stat::umask(old);
+            l.with_context(|| format!("binding {}", p.socket.display()))?
+        };
+        let registry = Arc::new(host::registry(&cfg, |_| {})?);
+        let stop = CancellationToken::new();
+        let service = Arc::new(Service {
+            registry: Arc::clone(&registry),
+            config: cfg,
+            daemon: Some(DaemonHooks { stop: stop.clone() }),
+        });
+        let clients = Arc::new(AtomicUsize::new(0));
+        let mut last_active = Instant::now();
+        let me = nix::unistd::getuid().as_raw();
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        loop {
+            tokio::select! {
+                conn = listener.accept() => {
+                    let Ok((stream, _)) = conn else { continue };
+                    match stream.peer_cred() {
+                        Ok(c) if c.uid() == me => {}
+                        _ => {
+                            tracing::warn!("refused a daemon client of another uid");
+                            continue;
+                        }
+                    }
+                    clients.fetch_add(1, Ordering::SeqCst);
+                    let service = Arc::clone(&service);
+                    let clients = Arc::clone(&clients);
+                    tokio::spawn(async move {
+                        let (r, w) = stream.into_split();
+                        serve_connection(service, r, w).await;
+                        clients.fetch_sub(1, Ordering::SeqCst);
+                    });
+                }
+                () = stop.cancelled() => break,
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                () = tokio::time::sleep(Duration::from_millis(500)) => {
+                    if clients.load(Ordering::SeqCst) > 0 || registry.live_kernels() > 0 {
+                        last_active = Instant::now();
+                    } else if last_active.elapsed() >= idle_exit {
+                        tracing::info!("no sessions for {idle_exit:?}: exiting");
+                        break;
+                    }
+                }
+            }
+        }
+        registry.shutdown_all().await;
+        let _ = std::fs::remove_file(&p.socket);
+        // Let in-flight responses (e.g. to `shutdown`) reach their clients.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(lock);
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// A JSON-RPC client over the daemon socket.
+struct Client {
+    reader: BufReader<tokio::net::unix::OwnedReadHalf>,
+    writer: tokio::net::unix::OwnedWriteHalf,
+    next: u64,
+}
+
+impl Client {
+    async fn connect(socket: &Path) -> std::io::Result<Self> {
+        let s = UnixStream::connect(socket).await?;
+        let (r, w) = s.into_split();
+        Ok(Self {
+            reader: BufReader::new(r),
+            writer: w,
+            next: 1,
+        })
+    }
+
+    async fn send(&mut self, method: &str, params: Value) -> anyhow::Result<u64> {
+        let id = self.next;
+        self.next += 1;
+        let mut line =
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        line.push('\n');
+        self.writer.write_all(line.as_bytes()).await?;
+        Ok(id)
+    }
+
+    async fn read(&mut self) -> anyhow::Result<Value> {
+        let mut line = String::new();
+        let n = self.reader.read_line(&mut line).await?;
+        anyhow::ensure!(n > 0, "the daemon closed the connection");
+        Ok(serde_json::from_str(&line)?)
+    }
+
+    /// Sends a request; notifications before its response go to `on_note`.
+    async fn call_with(
+        &mut self,
+        method: &str,
+        params: Value,
+        mut on_note: impl FnMut(&Value),
+    ) -> anyhow::Result<Value> {
+        let id = self.send(method, params).await?;
+        loop {
+            let msg = self.read().await?;
+            if msg.get("id").and_then(Value::as_u64) == Some(id) {
+                return Ok(msg);
+            }
+            if msg.get("method").is_some() {
+                on_note(&msg);
+            }
+        }
+    }
+
+    async fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
+        self.call_with(method, params, |_| {}).await
+    }
+}
+
+/// Connects to the daemon, starting it if needed; returns its pid.
+async fn ensure_running(config: Option<&Path>, p: &Paths) -> anyhow::Result<u64> {
+    if let Ok(mut c) = Client::connect(&p.socket).await
+        && let Ok(r) = c.call("ping", json!({})).await
+    {
+        return Ok(r["result"]["pid"].as_u64().unwrap_or(0));
+    }
+    let exe = std::env::current_exe().context("finding the toolcell executable")?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&p.log)
+        .with_context(|| format!("opening {}", p.log.display()))?;
+    let mut cmd = std::process::Command::new(exe);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(std::path::absolute(c)?);
+    }
+    cmd.args(["daemon", "run"])
+        .current_dir(&p.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    // Its own session: it must not die with this terminal or process group.
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd.spawn().context("starting the daemon")?;
+    // Reap it in the background if it exits at once (e.g. lost the race).
+    std::thread::spawn(move || {
+        let _ = child.wait();
+    });
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(mut c) = Client::connect(&p.socket).await
+            && let Ok(r) = c.call("ping", json!({})).await
+        {
+            return Ok(r["result"]["pid"].as_u64().unwrap_or(0));
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "the daemon did not start within 15 s; see its log {}",
+                p.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `toolcell exec --session S`: run the cell in the daemon.
+pub fn exec_in_session(
+    config: Option<&Path>,
+    args: &exec::Args,
+    session: &str,
+    code: String,
+) -> anyhow::Result<ExitCode> {
+    let cfg = host::load_config(config, &Overrides::default())?;
+    let p = paths(cfg.file())?;
+    let cwd = match args.abs_cwd()? {
+        Some(d) => d,
+        None => host::cwd()?,
+    };
+    let rt = host::runtime()?;
+    rt.block_on(async {
+        ensure_running(config, &p).await?;
+        let mut client = Client::connect(&p.socket)
+            .await
+            .context("connecting to the daemon")?;
+        let mut params = json!({
+            "code": code,
+            "session": session,
+            "reset": args.reset,
+            "cwd": cwd.display().to_string(),
+            "stream": !args.json,
+        });
+        if let Some(t) = &args.overrides.timeout {
+            let secs: f64 = t.parse().map_err(|_| {
+                host::usage(format!(
+                    "--timeout: expected a number of seconds > 0, got {t}"
+                ))
+            })?;
+            params["timeout"] = json!(secs);
+        }
+        if let Some(m) = &args.overrides.mode {
+            params["mode"] = json!(m);
+        }
+        if let Some(t) = &args.overrides.tools {
+            params["tools"] = json!(
+                t.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+            );
+        }
+        // Ctrl-C interrupts the cell in the daemon (the session survives).
+        let sock = p.socket.clone();
+        let owner = session.to_string();
+        let interrupter = tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(mut int) = signal(SignalKind::interrupt()) else {
+                return;
+            };
+            while int.recv().await.is_some() {
+                if let Ok(mut c) = Client::connect(&sock).await {
+                    let _ = c.call("interrupt", json!({"session": owner})).await;
+                }
+            }
+        });
+        let reply = client
+            .call_with("execute", params, |note| {
+                let p = &note["params"];
+                if let Some(chunk) = p["chunk"].as_str() {
+                    if p["stream"] == "stderr" {
+                        let _ = std::io::stderr().lock().write_all(chunk.as_bytes());
+                    } else {
+                        let mut o = std::io::stdout().lock();
+                        let _ = o.write_all(chunk.as_bytes());
+                        let _ = o.flush();
+                    }
+                }
+            })
+            .await?;
+        interrupter.abort();
+        if let Some(err) = reply.get("error") {
+            let msg = err["message"]
+                .as_str()
+                .unwrap_or("the daemon refused the request");
+            return Err(host::usage(msg.to_string()));
+        }
+        let result: toolcell_kernel::ExecuteResult =
+            serde_json::from_value(reply["result"].clone())
+                .context("reading the daemon's result")?;
+        exec::report(&result, args.json, !args.json)
+    })
+}

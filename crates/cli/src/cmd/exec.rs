@@ -1,0 +1,189 @@
+//! `toolcell exec`: run one cell (SPEC §9).
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use toolcell_kernel::{ExecuteRequest, ExecuteResult, StreamKind};
+
+use crate::host::{self, Overrides};
+
+/// Arguments of `toolcell exec`.
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Run one cell of Python. Without --session it runs in a fresh kernel that ends \
+                  with the command. With --session NAME it runs in that session's persistent \
+                  kernel, kept by a background daemon (started on demand), so state survives \
+                  across separate exec commands:\n\n  toolcell exec --session a 'x = 41'\n  \
+                  toolcell exec --session a 'x + 1'      # prints 42\n\nOutput: the cell's output \
+                  on stdout as it streams, then one status line on stderr; --json prints the \
+                  result object instead.\n\nExit codes: 0 success, 1 cell error, 2 usage or \
+                  configuration error, 124 timeout, 130 interrupted."
+)]
+pub struct Args {
+    /// The code to run; `-` (or nothing, with stdin not a terminal) reads it from stdin.
+    #[arg(value_name = "CODE", conflicts_with = "file")]
+    pub code: Option<String>,
+    /// Read the code from FILE.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Run in this persistent session (kept by the daemon).
+    #[arg(long, value_name = "S")]
+    pub session: Option<String>,
+    /// Start the session over in a fresh kernel first.
+    #[arg(long)]
+    pub reset: bool,
+    /// Working directory of the kernel (project mode).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Print the SPEC §6 result object as JSON instead of the output.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub overrides: Overrides,
+}
+
+impl Args {
+    /// The code, from the argument, the file or stdin.
+    pub fn read_code(&self) -> anyhow::Result<String> {
+        if let Some(f) = &self.file {
+            return std::fs::read_to_string(f)
+                .map_err(|e| host::usage(format!("-f {}: {e}", f.display())));
+        }
+        match self.code.as_deref() {
+            Some("-") | None => {
+                let stdin = std::io::stdin();
+                if self.code.is_none() && stdin.is_terminal() {
+                    return Err(host::usage(
+                        "no code given: pass it as an argument, with -f FILE, or on stdin",
+                    ));
+                }
+                let mut s = String::new();
+                stdin
+                    .lock()
+                    .read_to_string(&mut s)
+                    .map_err(|e| host::usage(format!("reading code from stdin: {e}")))?;
+                Ok(s)
+            }
+            Some(code) => Ok(code.to_string()),
+        }
+    }
+
+    /// The working directory, absolute.
+    pub fn abs_cwd(&self) -> anyhow::Result<Option<PathBuf>> {
+        match &self.cwd {
+            None => Ok(None),
+            Some(d) => {
+                let d = std::path::absolute(d).context("resolving --cwd")?;
+                if !d.is_dir() {
+                    return Err(host::usage(format!(
+                        "--cwd {}: not a directory",
+                        d.display()
+                    )));
+                }
+                Ok(Some(d))
+            }
+        }
+    }
+}
+
+/// Runs the command.
+pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
+    let code = args.read_code()?;
+    if code.trim().is_empty() {
+        return Err(host::usage("the code is empty: give some Python to run"));
+    }
+    let cfg = host::load_config(config, &args.overrides)?;
+    let cwd = args.abs_cwd()?;
+    if let Some(session) = &args.session {
+        return crate::cmd::daemon::exec_in_session(config, &args, session, code);
+    }
+    let rt = host::runtime()?;
+    rt.block_on(async move {
+        let registry = Arc::new(host::registry(&cfg, |o| {
+            if let Some(d) = &cwd {
+                o.default_cwd.clone_from(d);
+            }
+        })?);
+        host::exit_on_signals(Arc::clone(&registry));
+        let mut req = ExecuteRequest::new(code);
+        if !args.json {
+            req = req.live(Arc::new(|stream: StreamKind, chunk: &str| match stream {
+                StreamKind::Stdout => {
+                    let mut o = std::io::stdout().lock();
+                    let _ = o.write_all(chunk.as_bytes());
+                    let _ = o.flush();
+                }
+                StreamKind::Stderr => {
+                    let _ = std::io::stderr().lock().write_all(chunk.as_bytes());
+                }
+            }));
+        }
+        let result = registry.execute(req).await;
+        registry.shutdown_all().await;
+        report(&result, args.json, true)
+    })
+}
+
+/// Prints a result: the JSON object, or (human mode) what was not streamed
+/// plus one status line on stderr. Returns the SPEC §9 exit code.
+pub fn report(result: &ExecuteResult, json: bool, streamed: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, result)?;
+        writeln!(out)?;
+        return Ok(ExitCode::from(result.cli_exit_code()));
+    }
+    let mut err = std::io::stderr().lock();
+    if !streamed {
+        std::io::stdout()
+            .lock()
+            .write_all(result.output.as_bytes())?;
+    } else if let Some((_, tail)) = result.output.split_once("\n--- stderr ---\n") {
+        // stderr was streamed; the traceback was not.
+        let _ = tail;
+    }
+    if streamed && let Some(tb) = traceback_of(result) {
+        err.write_all(tb.as_bytes())?;
+    }
+    if let Some(e) = &result.error {
+        writeln!(err, "error: {e}")?;
+    }
+    if let Some(h) = &result.hint {
+        writeln!(err, "hint: {h}")?;
+    }
+    if let Some(w) = &result.warning {
+        writeln!(err, "warning: {w}")?;
+    }
+    let k = &result.kernel;
+    let kernel = if k.state_reset {
+        "fresh kernel (earlier state was reset)"
+    } else if k.reused {
+        "reused kernel"
+    } else {
+        "new kernel"
+    };
+    writeln!(
+        err,
+        "[toolcell] {} in {:.2}s · {} tool call{} · {} {} · cell {}",
+        result.status.as_str(),
+        result.duration_seconds,
+        result.tool_calls_made,
+        if result.tool_calls_made == 1 { "" } else { "s" },
+        kernel,
+        k.id,
+        k.execution_count,
+    )?;
+    Ok(ExitCode::from(result.cli_exit_code()))
+}
+
+/// The traceback part of a result's output (it is not streamed live).
+fn traceback_of(result: &ExecuteResult) -> Option<String> {
+    let (_, tail) = result.output.split_once("\n--- stderr ---\n")?;
+    let start = tail
+        .find("Traceback (most recent call last):")
+        .or_else(|| tail.find("  File \"<cell-"))?;
+    Some(tail[start..].to_string())
+}

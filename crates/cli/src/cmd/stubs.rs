@@ -1,0 +1,32 @@
+//! `toolcell stubs`: the generated Python module `toolcell_tools`.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use toolcell_tools::{ToolRegistry, stubs};
+
+use crate::host::{self, Overrides};
+
+/// Arguments of `toolcell stubs`.
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Print the Python stub module `toolcell_tools` that kernels import: one function \
+                  per enabled tool (signature, type hints, defaults and docstring from the tool's \
+                  schema), ToolError, the helpers json_parse, shell_quote and retry, and the client \
+                  that talks to the host over TOOLCELL_RPC."
+)]
+pub struct Args {
+    #[command(flatten)]
+    overrides: Overrides,
+}
+
+/// Runs the command.
+pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
+    let config = host::load_config(config, &args.overrides)?;
+    let reg = ToolRegistry::builtin()?;
+    let tools = reg.select(&config.tools.enabled)?;
+    let module = stubs::stub_module(&tools)?;
+    std::io::stdout().lock().write_all(module.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,151 @@
+//! Shared wiring: configuration with CLI overrides, the kernel registry,
+//! logging, and signal handling.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use toolcell_kernel::config::Config;
+use toolcell_kernel::{Registry, RegistryOptions};
+use toolcell_tools::ToolRegistry;
+
+/// An error that is the user's to fix (bad flag, bad config): exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A usage error as an `anyhow::Error`.
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.into()))
+}
+
+/// Logs go to stderr only (stdout carries results); `TOOLCELL_LOG` sets the
+/// filter (default `warn`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLCELL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Flags that override configuration keys, shared by exec, serve and repl.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Overrides {
+    /// Seconds a cell may run ([execution] timeout).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<String>,
+    /// project: the project's directory and interpreter; strict: python3 in a private temp dir.
+    #[arg(long, value_name = "project|strict")]
+    pub mode: Option<String>,
+    /// Tools cells may call, comma-separated ([tools] enabled).
+    #[arg(long, value_name = "a,b")]
+    pub tools: Option<String>,
+    /// The Python interpreter ([execution] python).
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<String>,
+}
+
+impl Overrides {
+    fn pairs(&self) -> Vec<(&'static str, String, &'static str)> {
+        let mut v = Vec::new();
+        if let Some(t) = &self.timeout {
+            v.push(("execution.timeout", t.clone(), "--timeout"));
+        }
+        if let Some(m) = &self.mode {
+            v.push(("execution.mode", m.clone(), "--mode"));
+        }
+        if let Some(t) = &self.tools {
+            v.push(("tools.enabled", t.clone(), "--tools"));
+        }
+        if let Some(p) = &self.python {
+            // A relative path is relative to where the command was run.
+            let p = if p.contains('/') {
+                std::path::absolute(p).map_or_else(|_| p.clone(), |a| a.display().to_string())
+            } else {
+                p.clone()
+            };
+            v.push(("execution.python", p, "--python"));
+        }
+        v
+    }
+}
+
+/// The names of the tools linked into this binary.
+pub fn tool_names() -> anyhow::Result<Vec<String>> {
+    let reg = ToolRegistry::builtin().context("building the tool registry")?;
+    Ok(reg.names().map(str::to_string).collect())
+}
+
+/// Loads the configuration (SPEC §11 discovery) and applies CLI overrides;
+/// every problem is a [`UsageError`].
+pub fn load_config(path: Option<&Path>, overrides: &Overrides) -> anyhow::Result<Config> {
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let mut config = Config::discover(path, &cwd).map_err(|e| usage(e.to_string()))?;
+    for (key, value, flag) in overrides.pairs() {
+        config
+            .set_override_as(key, &value, flag)
+            .map_err(|e| usage(e.to_string()))?;
+    }
+    config.validate().map_err(|e| usage(e.to_string()))?;
+    let names = tool_names()?;
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    config
+        .validate_tools(&refs)
+        .map_err(|e| usage(e.to_string()))?;
+    Ok(config)
+}
+
+/// The current directory.
+pub fn cwd() -> anyhow::Result<PathBuf> {
+    std::env::current_dir().context("reading the current directory")
+}
+
+/// A registry for `config`; tweak its options with `adjust`.
+pub fn registry(
+    config: &Config,
+    adjust: impl FnOnce(&mut RegistryOptions),
+) -> anyhow::Result<Registry> {
+    let mut opts =
+        RegistryOptions::from_config(config, cwd()?).map_err(|e| usage(e.to_string()))?;
+    adjust(&mut opts);
+    Registry::new(opts).context("starting the kernel registry")
+}
+
+/// A multi-threaded tokio runtime for a command.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// On SIGINT or SIGTERM: kill every kernel of `registry`, then exit with
+/// 130 (SIGINT) or 143 (SIGTERM). For commands whose Ctrl-C means "stop".
+pub fn exit_on_signals(registry: Arc<Registry>) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return;
+        };
+        let code = tokio::select! {
+            _ = int.recv() => 130,
+            _ = term.recv() => 143,
+        };
+        registry.shutdown_all().await;
+        std::process::exit(code);
+    });
+}
