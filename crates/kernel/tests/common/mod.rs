@@ -223,6 +223,10 @@ pub fn run_child(test: &str, envs: &[(&str, &str)]) {
     let out = spawn_child(test, envs).wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // Figures the child printed (visible with --nocapture).
+    for line in stdout.lines().filter(|l| l.starts_with("measured:")) {
+        println!("{line}");
+    }
     assert!(
         out.status.success() && stdout.contains("1 passed"),
         "the child host process for {test} failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
