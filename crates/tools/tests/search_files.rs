@@ -466,3 +466,25 @@ async fn the_stub_signature_carries_the_contract_defaults() {
         "{sig}"
     );
 }
+
+#[tokio::test]
+async fn crlf_files_match_line_anchors_and_show_clean_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "w.txt", "one\r\ntwo\r\nthree two\r\n");
+    let v = ok(dir.path(), json!({"pattern": "two$", "context": 1})).await;
+    assert_eq!(v["total"], 2);
+    assert_eq!(v["matches"][0]["text"], "two");
+    assert_eq!(v["matches"][0]["before"], json!(["one"]));
+    assert_eq!(v["matches"][0]["after"], json!(["three two"]));
+    assert_eq!(v["matches"][1]["line"], 3);
+    let v = ok(dir.path(), json!({"pattern": "^t"})).await;
+    assert_eq!(v["total"], 2);
+}
+
+#[tokio::test]
+async fn a_hidden_directory_given_as_path_is_searched() {
+    let dir = tree();
+    write(dir.path(), ".github/workflows/ci.yml", "run: needle\n");
+    let v = ok(dir.path(), json!({"pattern": "needle", "path": ".github"})).await;
+    assert_eq!(paths(&v), [".github/workflows/ci.yml"]);
+}

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use grep_matcher::LineTerminator;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use ignore::WalkBuilder;
@@ -252,8 +253,9 @@ pub(crate) fn search(
             })?;
         }
         Target::Content => {
+            // CRLF mode: `$` matches before `\r\n` too, as `rg --crlf`.
             let matcher = RegexMatcherBuilder::new()
-                .line_terminator(Some(b'\n'))
+                .crlf(true)
                 .build(&args.pattern)
                 .map_err(|e| {
                     ToolError::failed(format!(
@@ -291,7 +293,8 @@ pub(crate) fn search(
 
 fn searcher_for(mode: OutputMode, context: usize) -> Searcher {
     let mut b = SearcherBuilder::new();
-    b.binary_detection(BinaryDetection::quit(0))
+    b.line_terminator(LineTerminator::crlf())
+        .binary_detection(BinaryDetection::quit(0))
         .heap_limit(Some(HEAP_LIMIT))
         .line_number(mode == OutputMode::Content);
     if mode == OutputMode::Content {
