@@ -121,7 +121,7 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
         Action::Start => {
             let rt = host::runtime()?;
             rt.block_on(async {
-                let pid = ensure_running(config, &p).await?;
+                let pid = ensure_running(cfg.file(), &p).await?;
                 println_out(&format!(
                     "toolcell daemon running (pid {pid}, socket {})",
                     p.socket.display()
@@ -355,6 +355,11 @@ impl Client {
 }
 
 /// Connects to the daemon, starting it if needed; returns its pid.
+///
+/// `config` is the configuration file the caller *discovered* (not only a
+/// `--config` flag): the daemon runs in its own directory, where discovery
+/// would not find `./toolcell.toml`, and it must bind the socket named
+/// after that same file.
 async fn ensure_running(config: Option<&Path>, p: &Paths) -> anyhow::Result<u64> {
     if let Ok(mut c) = Client::connect(&p.socket).await
         && let Ok(r) = c.call("ping", json!({})).await
@@ -424,7 +429,7 @@ pub fn exec_in_session(
     };
     let rt = host::runtime()?;
     rt.block_on(async {
-        ensure_running(config, &p).await?;
+        ensure_running(cfg.file(), &p).await?;
         let mut client = Client::connect(&p.socket)
             .await
             .context("connecting to the daemon")?;
