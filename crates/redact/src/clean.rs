@@ -82,3 +82,42 @@ impl Redactor {
         }
     }
 }
+
+/// Words that make an environment variable name secret (SPEC §4: such
+/// variables are scrubbed from a kernel's environment, and their values are
+/// redacted wherever they appear).
+pub const SECRET_ENV_WORDS: &[&str] = &[
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "CREDS",
+    "AUTH",
+    "BEARER",
+    "DSN",
+    "WEBHOOK",
+    "APIKEY",
+];
+
+/// Does this environment variable name contain a secret word (ASCII
+/// case-insensitive)? `OPENAI_API_KEY`, `GH_TOKEN`, `SENTRY_DSN` do.
+pub fn is_secret_env_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    SECRET_ENV_WORDS.iter().any(|w| upper.contains(w))
+}
+
+impl Redactor {
+    /// Built-in rules plus the values of this process's secret-named
+    /// environment variables ([`is_secret_env_name`], values of at least
+    /// [`MIN_EXACT_SECRET_LEN`](crate::MIN_EXACT_SECRET_LEN) bytes).
+    pub fn from_env() -> Result<Self, crate::RedactError> {
+        let values = std::env::vars_os().filter_map(|(k, v)| {
+            let k = k.to_str()?;
+            let v = v.into_string().ok()?;
+            is_secret_env_name(k).then_some(v)
+        });
+        Self::new(values)
+    }
+}

@@ -153,14 +153,27 @@
 //!
 //! ## Speed
 //!
-//! One Aho–Corasick automaton (ASCII case-insensitive) over all rule literals
-//! — vendor prefixes, `eyJ`, `-----BEGIN`, `://`, `authorization`,
-//! `api-key`…, and the secret words of names — scans the text; each hit gets
-//! a cheap check (token start, a `=`/`:` after the name, an `@` after `://`),
-//! and only lines with a checked hit run the regexes of the rules that hit
-//! enabled. Lines without hits are copied in bulk, and a text with no hit at
-//! all is returned borrowed. Exact secrets use a second, case-sensitive
-//! automaton. All patterns are compiled once per process.
+//! Redaction first looks for *candidate lines*, then runs regexes only there:
+//!
+//! - the vendor prefixes, `eyJ`, `-----BEGIN` and `://` (63 literals,
+//!   case-sensitive, since vendors print their prefixes in one case) are
+//!   found with one SIMD (Teddy) search; each hit gets a cheap check (a token
+//!   start, an `@` after `://`);
+//! - the name/header rules are anchored on their separator instead of on
+//!   words like `key` or `token` (which are everywhere in code): every `=`
+//!   and `:` (memchr) is checked for a header name before it, or for a secret
+//!   name before it *and* at least 16 value bytes after it;
+//! - exact secrets have their own case-sensitive Aho–Corasick search.
+//!
+//! Only a candidate line runs the regexes of the rules its hits enabled;
+//! everything between candidates is copied in bulk, and a text without
+//! candidates is returned borrowed. All patterns are compiled once per process.
+//!
+//! The stripper copies runs of printable ASCII and valid UTF-8 straight into
+//! the output (a vectorized scan finds the next byte that needs attention),
+//! skips complete CSI sequences in a tight loop, and tracks the start of the
+//! current line lazily (only `\r`, backspace and the 64 KiB commit need it).
+//! Figures are in `BENCHMARKS.md` ("redact / ansi").
 //!
 //! ## Deviations from the original API sketch
 //!
@@ -176,5 +189,5 @@ mod redact;
 mod rules;
 
 pub use ansi::{AnsiStripper, HELD_LINE_LIMIT, strip_ansi};
-pub use clean::Cleaner;
+pub use clean::{Cleaner, SECRET_ENV_WORDS, is_secret_env_name};
 pub use redact::{LINE_MAX, MAX_HELD, MIN_EXACT_SECRET_LEN, RedactError, RedactStream, Redactor};

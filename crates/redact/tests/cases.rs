@@ -574,3 +574,28 @@ fn exact_secrets_are_masked_wherever_they_appear() {
         "token «redacted:secret» api_key = x"
     );
 }
+
+#[test]
+fn clean_text_is_returned_borrowed() {
+    let r = Redactor::builtin();
+    let t = "fn main() {\n    let key = map.get(\"k\");\n}\n";
+    assert!(matches!(r.redact(t), std::borrow::Cow::Borrowed(_)));
+}
+
+#[test]
+fn secret_env_names_follow_spec_words() {
+    use toolcell_redact::is_secret_env_name;
+    for n in [
+        "OPENAI_API_KEY",
+        "gh_token",
+        "SENTRY_DSN",
+        "SLACK_WEBHOOK_URL",
+        "DB_PASSWD",
+        "AWS_CREDS",
+    ] {
+        assert!(is_secret_env_name(n), "{n}");
+    }
+    for n in ["PATH", "HOME", "LANG", "PYTHONPATH", "VIRTUAL_ENV"] {
+        assert!(!is_secret_env_name(n), "{n}");
+    }
+}
