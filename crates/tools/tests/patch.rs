@@ -649,3 +649,83 @@ async fn editing_through_a_symlink_keeps_the_link() {
     );
     assert_eq!(read(r, "real/target.txt"), "v3\n");
 }
+
+/// What a cell really does: Python calls the generated stubs, over a real
+/// rpc server, with the stub's own defaults filled in.
+#[test]
+fn search_then_patch_from_python_through_the_stub() {
+    use toolcell_rpc::{CellSpec, Server, ServerConfig};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    write(&work, "pkg/a.py", "def f():\n    return 1\n");
+    write(&work, "pkg/b.py", "from a import f\nprint(f())\n");
+    write(&work, ".gitignore", "build/\n");
+    write(&work, "build/a.py", "def f():\n    return 1\n");
+    let reg = ToolRegistry::builtin().unwrap();
+    let dispatcher = reg.dispatcher(ToolSettings::new(&work));
+    let _guard = rt.enter();
+    let server =
+        Server::bind_unix(tmp.path().join("k"), dispatcher, ServerConfig::default()).unwrap();
+    let cell = server
+        .open_cell(
+            CellSpec::new("c1", Instant::now() + Duration::from_secs(60))
+                .budget(10)
+                .enable(["search_files", "patch"]),
+        )
+        .unwrap();
+    let moddir = tmp.path().join("mod");
+    std::fs::create_dir(&moddir).unwrap();
+    let tools = reg.select(&["patch", "search_files"]).unwrap();
+    std::fs::write(
+        moddir.join("toolcell_tools.py"),
+        toolcell_tools::stubs::stub_module(&tools).unwrap(),
+    )
+    .unwrap();
+    let code = r#"
+from toolcell_tools import search_files, patch, ToolError
+hits = search_files("return 1")
+assert hits["total"] == 1 and hits["matches"][0]["path"] == "pkg/a.py", hits
+r = patch(hits["matches"][0]["path"], "return 1", "return 2")
+assert r["files_changed"] == ["pkg/a.py"] and r["replacements"] == 1, r
+r = patch(mode="patch", patch="""*** Begin Patch
+*** Update File: pkg/b.py
+ from a import f
+-print(f())
++print(f() + 1)
+*** End Patch""")
+assert "+print(f() + 1)" in r["diff"], r
+try:
+    patch("pkg/b.py", "nope", "x")
+except ToolError as e:
+    print(e.code)
+try:
+    search_files("(")
+except ToolError as e:
+    print(e.code, "regex" in str(e))
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(code)
+        .current_dir(&moddir)
+        .env("PYTHONPATH", &moddir)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("TOOLCELL_RPC", server.endpoint())
+        .env("TOOLCELL_RPC_TOKEN", server.token().expose())
+        .output()
+        .unwrap();
+    let report = cell.settle();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "tool_failed\ntool_failed True"
+    );
+    assert_eq!(report.dispatched(), 5);
+    assert_eq!(read(&work, "pkg/a.py"), "def f():\n    return 2\n");
+    assert_eq!(read(&work, "pkg/b.py"), "from a import f\nprint(f() + 1)\n");
+    assert_eq!(read(&work, "build/a.py"), "def f():\n    return 1\n");
+}
