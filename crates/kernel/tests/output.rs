@@ -3,7 +3,7 @@
 //! a capped file; head/tail truncation; ANSI and progress bars cleaned;
 //! stderr after stdout; live chunks while the cell runs; output written
 //! between cells.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 mod common;
 

@@ -5,7 +5,7 @@
 //!
 //! Every test uses real Python (the interpreter the registry resolves), real
 //! pipes and real sockets.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
