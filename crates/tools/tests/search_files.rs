@@ -274,6 +274,8 @@ async fn target_files_matches_globs_like_rg_files() {
     // No glob characters: file names containing the text.
     let v = ok(r, json!({"pattern": "mai", "target": "files"})).await;
     assert_eq!(paths(&v), ["src/main.rs"]);
+    let v = ok(r, json!({"pattern": "inner/mod", "target": "files"})).await;
+    assert_eq!(paths(&v), ["src/deep/inner/mod.rs"]);
     // file_glob narrows further.
     let v = ok(
         r,

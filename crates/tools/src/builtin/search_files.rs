@@ -238,7 +238,8 @@ pub(crate) fn search(
             let glob = if pattern.contains(['*', '?', '[', '{']) {
                 pattern.to_string()
             } else {
-                format!("*{pattern}*")
+                // Plain text: a name (or a path tail) containing it, at any depth.
+                format!("**/*{pattern}*")
             };
             let name_glob = build_glob(&glob_root, &glob, "pattern")?;
             walk(args, root, stop, |path, display| {
