@@ -56,7 +56,7 @@ async fn a_timeout_interrupts_and_keeps_state() {
     let r = f
         .reg
         .execute(
-            ExecuteRequest::new("counter += 1\ntime.sleep(20)").timeout(Duration::from_millis(300)),
+            ExecuteRequest::new("counter += 1\ntime.sleep(20)").timeout(Duration::from_millis(600)),
         )
         .await;
     assert_eq!(r.status, Status::Timeout, "{}", show(&r));
@@ -110,7 +110,7 @@ async fn a_sigint_ignoring_cell_is_killed_with_its_whole_tree_and_state_is_lost(
     f.ok("x = 1").await;
     let r = f
         .reg
-        .execute(ExecuteRequest::new(STUBBORN).timeout(Duration::from_millis(1500)))
+        .execute(ExecuteRequest::new(STUBBORN).timeout(Duration::from_secs(2)))
         .await;
     assert_eq!(r.status, Status::Timeout, "{}", show(&r));
     assert_eq!(r.exit_code, -1);
