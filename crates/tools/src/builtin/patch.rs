@@ -129,7 +129,7 @@ crate::register_tool!(Patch);
 
 /// Reads a text file for editing: it must exist, be a file, be at most
 /// [`MAX_FILE_BYTES`] and be UTF-8.
-fn read_text(path: &Path, shown: &str, cwd: &Path) -> Result<(Vec<u8>, String), ToolError> {
+fn read_text(path: &Path, shown: &str, cwd: &Path) -> Result<String, ToolError> {
     let meta = std::fs::metadata(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             ToolError::failed(format!(
@@ -156,7 +156,7 @@ fn read_text(path: &Path, shown: &str, cwd: &Path) -> Result<(Vec<u8>, String), 
     }
     let bytes = std::fs::read(path).map_err(|e| ToolError::io("read", path, &e))?;
     match String::from_utf8(bytes) {
-        Ok(text) => Ok((text.as_bytes().to_vec(), text)),
+        Ok(text) => Ok(text),
         Err(_) => Err(ToolError::failed(format!(
             "patch: `{shown}` is not UTF-8 text (binary or another encoding); patch edits text \
              files only"
@@ -381,7 +381,7 @@ fn replace_mode(
         ));
     }
     let path = edit_target(resolve(shown));
-    let (_, text) = read_text(&path, shown, cwd)?;
+    let text = read_text(&path, shown, cwd)?;
     // A CRLF file edited with \n strings: match and write CRLF.
     let (old, new) = if uses_crlf(&text) && !old_arg.contains('\r') {
         (
@@ -1013,9 +1013,8 @@ struct Change {
     shown_to: String,
     from: PathBuf,
     to: PathBuf,
-    /// Original bytes at `from` (None: the file is new).
-    before: Option<Vec<u8>>,
-    before_text: String,
+    /// Original text at `from` (None: the file is new).
+    before: Option<String>,
     /// New text at `to` (None: the file is deleted).
     after: Option<String>,
 }
@@ -1068,7 +1067,6 @@ fn patch_mode(
                     from: p.clone(),
                     to: p,
                     before: None,
-                    before_text: String::new(),
                     after: Some(content),
                 });
                 replacements += 1;
@@ -1076,14 +1074,13 @@ fn patch_mode(
             Op::Delete { path, line } => {
                 let p = resolve(path);
                 claim(&p, path, *line)?;
-                let (bytes, text) = read_text(&p, path, cwd)?;
+                let text = read_text(&p, path, cwd)?;
                 changes.push(Change {
                     shown_from: path.clone(),
                     shown_to: path.clone(),
                     from: p.clone(),
                     to: p,
-                    before: Some(bytes),
-                    before_text: text,
+                    before: Some(text),
                     after: None,
                 });
                 replacements += 1;
@@ -1100,7 +1097,7 @@ fn patch_mode(
                     edit_target(resolve(path))
                 };
                 claim(&p, path, *line)?;
-                let (bytes, text) = read_text(&p, path, cwd)?;
+                let text = read_text(&p, path, cwd)?;
                 let new_text = apply_hunks(&text, hunks, path)?;
                 let (to, shown_to) = match move_to {
                     Some(dest) => {
@@ -1124,8 +1121,7 @@ fn patch_mode(
                     shown_to,
                     from: p,
                     to,
-                    before: Some(bytes),
-                    before_text: text,
+                    before: Some(text),
                     after: Some(new_text),
                 });
             }
@@ -1141,7 +1137,7 @@ fn patch_mode(
             (Some(_), Some(_)) => (format!("a/{}", c.shown_from), format!("b/{}", c.shown_to)),
         };
         let after = c.after.as_deref().unwrap_or("");
-        let d = unified(&c.before_text, after, &from, &to);
+        let d = unified(c.before.as_deref().unwrap_or(""), after, &from, &to);
         if d.is_empty() && c.from != c.to {
             let _ = writeln!(
                 diff,
@@ -1170,7 +1166,7 @@ fn commit(changes: &[Change]) -> Result<(), ToolError> {
     for c in changes {
         if let Some(after) = &c.after {
             // Unchanged content at the same path: nothing to write.
-            if c.from == c.to && c.before.as_deref() == Some(after.as_bytes()) {
+            if c.from == c.to && c.before.as_deref() == Some(after.as_str()) {
                 continue;
             }
             let existed = c.from == c.to && c.before.is_some();
@@ -1179,7 +1175,7 @@ fn commit(changes: &[Change]) -> Result<(), ToolError> {
                 break;
             }
             done.push(if existed {
-                Undo::Restore(&c.to, c.before.as_deref().unwrap_or_default())
+                Undo::Restore(&c.to, c.before.as_deref().unwrap_or_default().as_bytes())
             } else {
                 Undo::Remove(&c.to)
             });
@@ -1194,7 +1190,7 @@ fn commit(changes: &[Change]) -> Result<(), ToolError> {
                 }
                 done.push(Undo::Restore(
                     &c.from,
-                    c.before.as_deref().unwrap_or_default(),
+                    c.before.as_deref().unwrap_or_default().as_bytes(),
                 ));
             }
         }
