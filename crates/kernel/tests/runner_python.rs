@@ -41,6 +41,8 @@ fn runner_suite_passes_under_python38_when_installed() {
     ];
     match candidates.iter().find(|p| Path::new(p).exists()) {
         Some(p) => run_suite(p),
-        None => eprintln!("SKIPPED: no Python 3.8 found ({candidates:?}); the 3.8 run is not checked here"),
+        None => eprintln!(
+            "SKIPPED: no Python 3.8 found ({candidates:?}); the 3.8 run is not checked here"
+        ),
     }
 }
