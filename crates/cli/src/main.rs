@@ -38,25 +38,32 @@ struct Cli {
     command: Command,
 }
 
+// `about` as an attribute, not a doc comment: a doc comment on a variant
+// also sets `long_about` (to None for one line), hiding each command's own
+// long help from `toolcell <command> --help`.
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run one cell (in a fresh kernel, or in a persistent session with --session).
+    #[command(
+        about = "Run one cell (in a fresh kernel, or in a persistent session with --session)"
+    )]
     Exec(cmd::exec::Args),
-    /// Serve JSON-RPC 2.0 over stdio (one message per line).
+    #[command(about = "Serve JSON-RPC 2.0 over stdio (one message per line)")]
     Serve(cmd::serve::Args),
-    /// Interactive session: type Python, see results; Ctrl-C interrupts the cell.
+    #[command(about = "Interactive session: type Python, see results; Ctrl-C interrupts the cell")]
     Repl(cmd::repl::Args),
-    /// Start, stop or inspect the background daemon that keeps `exec --session` kernels.
+    #[command(
+        about = "Start, stop or inspect the background daemon that keeps `exec --session` kernels"
+    )]
     Daemon(cmd::daemon::Args),
-    /// Print the execute_code tool definition (OpenAI, Anthropic or MCP shape).
+    #[command(about = "Print the execute_code tool definition (OpenAI, Anthropic or MCP shape)")]
     Schema(cmd::schema::Args),
-    /// List the tools cells can call.
+    #[command(about = "List the tools cells can call")]
     Tools(cmd::tools::Args),
-    /// Print the generated Python stub module `toolcell_tools`.
+    #[command(about = "Print the generated Python stub module `toolcell_tools`")]
     Stubs(cmd::stubs::Args),
-    /// Print the effective configuration and where each value came from.
+    #[command(about = "Print the effective configuration and where each value came from")]
     Config(cmd::config::Args),
-    /// Decode a kernel byte stream from stdin into one JSON event per line.
+    #[command(about = "Decode a kernel byte stream from stdin into one JSON event per line")]
     Frames(cmd::frames::Args),
 }
 
