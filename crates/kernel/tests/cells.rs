@@ -244,6 +244,86 @@ async fn per_call_mode_runs_each_cell_in_a_fresh_kernel() {
     // Nothing stays alive between cells.
     assert_eq!(f.reg.live_kernels(), 0);
     assert!(f.reg.sessions().is_empty());
+    assert!(common::entries(&f.kernels_root()).is_empty());
     let pid: u32 = a.output.trim().parse().unwrap();
     assert!(common::eventually(std::time::Duration::from_secs(2), || !common::alive(pid)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_module_gets_a_pip_hint_and_pip_lines_use_the_kernels_interpreter() {
+    let f = Fixture::new();
+    let r = f.run("import toolcell_surely_not_installed_xyz").await;
+    assert_eq!(r.status, Status::Error, "{}", show(&r));
+    assert!(r.output.contains("ModuleNotFoundError"), "{}", r.output);
+    let hint = r.hint.as_deref().unwrap_or_default();
+    assert!(
+        hint.contains("%pip install toolcell_surely_not_installed_xyz"),
+        "{}",
+        show(&r)
+    );
+    assert!(
+        hint.contains(&r.kernel.python),
+        "the hint names the interpreter: {hint}"
+    );
+    // `%pip` runs the kernel's own interpreter's pip.
+    let r = f
+        .run("import sys\n%pip --version\nprint(sys.executable)")
+        .await;
+    assert_success(&r);
+    let mut lines = r.output.lines();
+    let pip = lines.next().unwrap();
+    let exe = lines.last().unwrap();
+    let prefix = std::path::Path::new(exe)
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap();
+    assert!(
+        pip.starts_with("pip ") && pip.contains(&prefix.display().to_string()),
+        "{}",
+        r.output
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_mode_runs_in_a_private_directory_removed_with_the_kernel() {
+    use toolcell_tools::schema::Mode;
+    let f = Fixture::new();
+    let r = f
+        .reg
+        .execute(ExecuteRequest::new("import os\nprint(os.getcwd())").mode(Mode::Strict))
+        .await;
+    assert_success(&r);
+    assert_eq!(r.kernel.mode, "strict");
+    let cwd = std::path::PathBuf::from(r.output.trim());
+    assert_ne!(cwd, f.work());
+    assert!(cwd.is_dir());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&cwd).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    // A project-mode cell of the same owner is another session.
+    let p = f.ok("import os\nprint(os.getcwd())").await;
+    assert_eq!(std::path::PathBuf::from(p.trim()), f.work());
+    assert_eq!(f.reg.sessions().len(), 2);
+    f.reg.shutdown("default").await;
+    assert!(
+        common::eventually(std::time::Duration::from_secs(2), || !cwd.exists()).await,
+        "the strict kernel's private directory outlived it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_reports_cpu_time_and_peak_memory_of_the_cell() {
+    let f = Fixture::new();
+    let r = f
+        .run("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2:\n    pass\nblob = bytearray(64 * 1024 * 1024)")
+        .await;
+    assert_success(&r);
+    let usage = r.usage.unwrap();
+    assert!(usage.cpu_seconds >= 0.15, "{}", show(&r));
+    assert!(usage.peak_rss_kb >= 64 * 1024, "{}", show(&r));
+    let v = serde_json::to_value(&r).unwrap();
+    assert!(v["usage"].get("wall_seconds").is_none(), "{v}");
 }
