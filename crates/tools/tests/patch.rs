@@ -429,6 +429,13 @@ async fn a_failing_hunk_leaves_every_file_untouched() {
     assert!(err.contains("`b.txt`"), "{err}");
     assert!(err.contains("hunk 1 (patch line 9)"), "{err}");
     assert!(err.contains("  |gamma\n  |epsilon\n"), "{err}");
+    assert!(
+        err.contains(
+            "Closest: its first 1 line(s) match at line 1; then the file has `delta` where \
+             the hunk has `epsilon`"
+        ),
+        "{err}"
+    );
     assert!(err.contains("Nothing was changed"), "{err}");
     assert_eq!(snapshot(r), before);
     // A missing anchor names it.
@@ -436,6 +443,18 @@ async fn a_failing_hunk_leaves_every_file_untouched() {
         "*** Begin Patch\n*** Update File: a.txt\n@@ def nowhere():\n-alpha\n+A\n*** End Patch";
     let err = apply(r, patch).await.unwrap_err();
     assert!(err.contains("`def nowhere():` was not found"), "{err}");
+    assert_eq!(snapshot(r), before);
+    // Hunks out of file order: the second one is found before the first.
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n-beta\n+B\n@@\n-alpha\n+A\n*** End Patch";
+    let err = apply(r, patch).await.unwrap_err();
+    assert!(err.contains("hunk 2 (patch line 6)"), "{err}");
+    assert!(err.contains("hunks must be in file order"), "{err}");
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n-zeta\n+Z\n*** End Patch";
+    let err = apply(r, patch).await.unwrap_err();
+    assert!(
+        err.contains("Its first line `zeta` is nowhere in the file"),
+        "{err}"
+    );
     assert_eq!(snapshot(r), before);
 }
 

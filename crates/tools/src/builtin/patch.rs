@@ -959,7 +959,7 @@ fn apply_hunks(text: &str, hunks: &[Hunk], shown: &str) -> Result<String, ToolEr
                 ToolError::failed(format!(
                     "patch: in `{shown}`, hunk {} (patch line {}) does not match the file{}{}. \
                      It looked for these {} line(s) (context and `-` lines):\n{shown_lines}\
-                     Nothing was changed; read the file and regenerate the hunk with context \
+                     {}Nothing was changed; read the file and regenerate the hunk with context \
                      lines copied exactly from it.",
                     k + 1,
                     hunk.line,
@@ -969,7 +969,8 @@ fn apply_hunks(text: &str, hunks: &[Hunk], shown: &str) -> Result<String, ToolEr
                     } else {
                         ""
                     },
-                    old.len()
+                    old.len(),
+                    closest(&file.lines, &old, cursor)
                 ))
             })?
         };
@@ -996,6 +997,52 @@ fn apply_hunks(text: &str, hunks: &[Hunk], shown: &str) -> Result<String, ToolEr
         file.trailing_newline = true;
     }
     Ok(file.render())
+}
+
+/// Where the file comes closest to a hunk that did not match: the longest
+/// run of its first lines found (whitespace-insensitive), and the line
+/// where file and hunk part. Empty when nothing is close or the file is too
+/// large to look.
+fn closest(hay: &[String], needle: &[&str], cursor: usize) -> String {
+    if needle.is_empty() || hay.len().saturating_mul(needle.len()) > 5_000_000 {
+        return String::new();
+    }
+    let mut best = (0usize, 0usize);
+    for i in 0..hay.len() {
+        let n = hay[i..]
+            .iter()
+            .zip(needle)
+            .take_while(|(h, w)| h.trim() == w.trim())
+            .count();
+        if n > best.1 {
+            best = (i, n);
+        }
+    }
+    let (at, n) = best;
+    if n == 0 {
+        return format!(
+            "Its first line `{}` is nowhere in the file. ",
+            clip(needle[0])
+        );
+    }
+    let order = if at < cursor {
+        " (before the previous hunk: hunks must be in file order)"
+    } else {
+        ""
+    };
+    let parted = match (hay.get(at + n), needle.get(n)) {
+        (Some(h), Some(w)) => format!(
+            "; then the file has `{}` where the hunk has `{}`",
+            clip(h),
+            clip(w)
+        ),
+        (None, Some(w)) => format!("; then the file ends where the hunk has `{}`", clip(w)),
+        _ => String::new(),
+    };
+    format!(
+        "Closest: its first {n} line(s) match at line {}{order}{parted}. ",
+        at + 1
+    )
 }
 
 fn after_line(cursor: usize) -> String {
