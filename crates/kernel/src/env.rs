@@ -72,21 +72,9 @@ pub const ALLOWED_PREFIXES: &[&str] = &[
 ];
 
 /// A variable whose name contains one of these (any case) is secret: it is
-/// kept from the kernel and its value is given to the redactor.
-pub const SECRET_WORDS: &[&str] = &[
-    "KEY",
-    "TOKEN",
-    "SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "CREDENTIAL",
-    "CREDS",
-    "AUTH",
-    "BEARER",
-    "DSN",
-    "WEBHOOK",
-    "APIKEY",
-];
+/// kept from the kernel and its value is given to the redactor. The list is
+/// the redact crate's, so what is scrubbed and what is masked never differ.
+pub use toolcell_redact::SECRET_ENV_WORDS as SECRET_WORDS;
 
 /// Shortest secret value handed to the redactor: shorter values (`1`,
 /// `true`) would mask ordinary text everywhere.

@@ -109,17 +109,10 @@ impl Default for RegistryOptions {
             spill_dir: default_spill_dir(),
             spill_cap_bytes: 5_000_000,
             passthrough: Vec::new(),
-            tools: [
-                "read_file",
-                "write_file",
-                "search_files",
-                "patch",
-                "terminal",
-                "web_extract",
-                "web_search",
-            ]
-            .map(String::from)
-            .to_vec(),
+            tools: crate::config::DEFAULT_TOOLS
+                .iter()
+                .map(|s| (*s).to_string())
+                .collect(),
             rpc_tcp: false,
             web: WebSettings::default(),
             kernel_mode: KernelMode::Session,
