@@ -1,0 +1,325 @@
+//! `toolcell exec --session` and `toolcell daemon`: the real binary, a real
+//! daemon process, real kernels.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Env, alive, eventually, signal};
+use nix::sys::signal::Signal;
+
+fn kernel_pid(env: &Env, session: &str) -> i32 {
+    let st = env.daemon_status();
+    common::session_pid(&st, session).unwrap_or_else(|| panic!("no session {session}: {st}"))
+}
+
+#[test]
+fn state_persists_across_exec_commands_and_the_daemon_starts_on_demand() {
+    let env = Env::fast();
+    let st = env.run(&["daemon", "status"]);
+    st.expect_code(3);
+    assert!(st.stdout.contains("not running"), "{}", st.stdout);
+    assert!(env.daemon_pids().is_empty());
+
+    let out = env.run(&["exec", "--session", "a", "x = 41"]);
+    out.expect_code(0);
+    assert!(out.stderr.contains("new kernel"), "{}", out.stderr);
+    let out = env.run(&["exec", "--session", "a", "x + 1"]);
+    out.expect_code(0);
+    assert_eq!(out.stdout.trim(), "42");
+    assert!(out.stderr.contains("reused kernel"), "{}", out.stderr);
+    assert!(out.stderr.contains("cell 2"), "{}", out.stderr);
+
+    let st = env.run(&["daemon", "status"]);
+    st.expect_code(0);
+    assert!(st.stdout.contains("running (pid"), "{}", st.stdout);
+    assert!(st.stdout.contains("session a"), "{}", st.stdout);
+    let pids = env.daemon_pids();
+    assert_eq!(pids.len(), 1, "one daemon");
+    let json = env.daemon_status();
+    assert_eq!(json["running"], true);
+    assert_eq!(json["pid"], i64::from(pids[0]));
+    assert_eq!(json["sessions"][0]["session"], "a");
+    assert_eq!(json["sessions"][0]["execution_count"], 2);
+    let socket = json["socket"].as_str().unwrap();
+    assert!(
+        socket.starts_with(env.runtime_dir().to_str().unwrap()),
+        "socket under $XDG_RUNTIME_DIR: {socket}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let dir_mode = std::fs::metadata(std::path::Path::new(socket).parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(dir_mode & 0o777, 0o700);
+
+    // Sessions are separate.
+    let out = env.run(&["exec", "--session", "b", "x"]);
+    out.expect_code(1);
+    assert!(out.stderr.contains("NameError"), "{}", out.stderr);
+
+    // --json through the daemon gives the same object.
+    let out = env.run(&["exec", "--session", "a", "--json", "print(x)"]);
+    out.expect_code(0);
+    let r = out.json();
+    assert_eq!(r["output"], "41\n");
+    assert_eq!(r["kernel"]["reused"], true);
+    assert_eq!(r["kernel"]["execution_count"], 3);
+}
+
+#[test]
+fn reset_timeout_and_stdin_in_a_session() {
+    let env = Env::fast();
+    env.run(&["exec", "--session", "s", "y = 'kept'"])
+        .expect_code(0);
+
+    // A timeout interrupts the cell; the session's state survives.
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "s",
+        "--timeout",
+        "1",
+        "import time; time.sleep(20)",
+    ]);
+    out.expect_code(124);
+    let out = env.run_input(&["exec", "--session", "s", "-"], Some("print(y)\n"));
+    out.expect_code(0);
+    assert_eq!(out.stdout, "kept\n");
+
+    // --reset starts over.
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "s",
+        "--reset",
+        "--json",
+        "print('y' in globals())",
+    ]);
+    out.expect_code(0);
+    let r = out.json();
+    assert_eq!(r["output"], "False\n");
+    assert_eq!(r["kernel"]["state_reset"], true);
+
+    // A cell error exits 1 and keeps the session.
+    env.run(&["exec", "--session", "s", "z = 5"]).expect_code(0);
+    env.run(&["exec", "--session", "s", "1/0"]).expect_code(1);
+    let out = env.run(&["exec", "--session", "s", "print(z)"]);
+    out.expect_code(0);
+    assert_eq!(out.stdout, "5\n");
+
+    // --cwd and --mode reach the daemon's kernel.
+    env.write("w/marker.txt", "m");
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "s",
+        "--cwd",
+        "w",
+        "import os; print(sorted(os.listdir('.')))",
+    ]);
+    out.expect_code(0);
+    assert_eq!(out.stdout, "['marker.txt']\n");
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "s",
+        "--mode",
+        "strict",
+        "--json",
+        "print(1)",
+    ]);
+    out.expect_code(0);
+    assert_eq!(out.json()["kernel"]["mode"], "strict");
+}
+
+#[test]
+fn start_is_idempotent_and_stop_kills_every_kernel() {
+    let env = Env::fast();
+    let out = env.run(&["daemon", "start"]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("running (pid"), "{}", out.stdout);
+    let pid = env.daemon_status()["pid"].as_i64().unwrap();
+    env.run(&["daemon", "start"]).expect_code(0);
+    assert_eq!(
+        env.daemon_status()["pid"].as_i64().unwrap(),
+        pid,
+        "no second daemon"
+    );
+    assert_eq!(env.daemon_pids().len(), 1);
+
+    env.run(&["exec", "--session", "a", "import time"])
+        .expect_code(0);
+    env.run(&["exec", "--session", "b", "import time"])
+        .expect_code(0);
+    let kernels = [kernel_pid(&env, "a"), kernel_pid(&env, "b")];
+    assert!(kernels.iter().all(|&k| alive(k)));
+    let socket = env.daemon_status()["socket"].as_str().unwrap().to_string();
+
+    let out = env.run(&["daemon", "stop"]);
+    out.expect_code(0);
+    assert!(
+        out.stdout.contains("stopped (2 kernels killed)"),
+        "{}",
+        out.stdout
+    );
+    for k in kernels {
+        assert!(!alive(k), "kernel {k} outlived `daemon stop`");
+    }
+    assert!(env.daemon_pids().is_empty(), "the daemon is gone");
+    assert!(
+        env.python_pids().is_empty(),
+        "no python left: {:?}",
+        env.python_pids()
+    );
+    assert!(!std::path::Path::new(&socket).exists(), "socket removed");
+    env.run(&["daemon", "status"]).expect_code(3);
+
+    let out = env.run(&["daemon", "stop"]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("not running"), "{}", out.stdout);
+}
+
+#[test]
+fn a_stale_socket_from_a_killed_daemon_is_replaced() {
+    let env = Env::fast();
+    env.run(&["exec", "--session", "a", "x = 1"]).expect_code(0);
+    let st = env.daemon_status();
+    let old = i32::try_from(st["pid"].as_i64().unwrap()).unwrap();
+    let old_kernel = kernel_pid(&env, "a");
+    let socket = st["socket"].as_str().unwrap().to_string();
+    signal(old, Signal::SIGKILL);
+    assert!(eventually(Duration::from_secs(5), || !alive(old)));
+    assert!(
+        std::path::Path::new(&socket).exists(),
+        "SIGKILL leaves the socket file"
+    );
+    // Its kernel follows it (fd 3 EOF).
+    assert!(
+        eventually(Duration::from_secs(3), || !alive(old_kernel)),
+        "the killed daemon's kernel outlived it"
+    );
+    env.run(&["daemon", "status"]).expect_code(3);
+
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "a",
+        "--json",
+        "print('x' in globals())",
+    ]);
+    out.expect_code(0);
+    assert_eq!(out.json()["output"], "False\n");
+    let new = env.daemon_pids();
+    assert_eq!(new.len(), 1);
+    assert_ne!(new[0], old);
+    assert_eq!(env.daemon_status()["pid"], i64::from(new[0]));
+}
+
+#[test]
+fn racing_execs_end_with_one_daemon() {
+    let env = Env::fast();
+    let spawn = |session: &str| {
+        env.cmd()
+            .args(["exec", "--session", session, &format!("print('{session}')")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let children: Vec<_> = ["a", "b", "c"].iter().map(|s| spawn(s)).collect();
+    for (child, s) in children.into_iter().zip(["a", "b", "c"]) {
+        let out = common::finish(child, common::COMMAND_LIMIT);
+        out.expect_code(0);
+        assert_eq!(out.stdout, format!("{s}\n"));
+    }
+    // Losers of the race exit at once; the winner keeps serving.
+    assert!(
+        eventually(Duration::from_secs(3), || env.daemon_pids().len() == 1),
+        "daemons: {:?}",
+        env.daemon_pids()
+    );
+    let st = env.daemon_status();
+    assert_eq!(st["sessions"].as_array().unwrap().len(), 3, "{st}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(env.daemon_pids().len(), 1);
+}
+
+#[test]
+fn the_daemon_exits_when_idle() {
+    let env = Env::with_config(
+        "[daemon]\nidle_exit = 1\n[kernels]\nidle_timeout = 1\n[execution]\ninterrupt_grace = 1\nkill_grace = 0.5\n",
+    );
+    // Without sessions.
+    env.run(&["daemon", "start"]).expect_code(0);
+    let pid = env.daemon_pids()[0];
+    assert!(
+        eventually(Duration::from_secs(8), || !alive(pid)),
+        "the idle daemon did not exit"
+    );
+    env.run(&["daemon", "status"]).expect_code(3);
+
+    // With a session: its kernel is reaped when idle, then the daemon exits.
+    env.run(&["exec", "--session", "a", "x = 1"]).expect_code(0);
+    let pid = env.daemon_pids()[0];
+    let kernel = kernel_pid(&env, "a");
+    assert!(
+        eventually(Duration::from_secs(10), || !alive(pid)),
+        "the daemon did not exit after its session went idle"
+    );
+    assert!(!alive(kernel), "its kernel is gone too");
+}
+
+#[test]
+fn a_busy_daemon_does_not_exit_when_idle_exit_passes() {
+    let env = Env::with_config("[daemon]\nidle_exit = 1\n");
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "a",
+        "import time; time.sleep(3); print('done')",
+    ]);
+    out.expect_code(0);
+    assert_eq!(out.stdout, "done\n");
+    // The kernel is alive (idle_timeout is long): the daemon stays.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(env.daemon_pids().len(), 1);
+    let out = env.run(&["exec", "--session", "a", "print(time.time() > 0)"]);
+    out.expect_code(0);
+    assert_eq!(out.stdout, "True\n");
+}
+
+#[test]
+fn an_explicit_config_gets_its_own_daemon() {
+    let env = Env::fast();
+    env.write("other.toml", common::FAST_CONFIG);
+    env.run(&["exec", "--session", "a", "v = 'default cfg'"])
+        .expect_code(0);
+    env.run(&[
+        "--config",
+        "other.toml",
+        "exec",
+        "--session",
+        "a",
+        "v = 'other cfg'",
+    ])
+    .expect_code(0);
+    assert_eq!(env.daemon_pids().len(), 2, "one daemon per config file");
+    let out = env.run(&["exec", "--session", "a", "print(v)"]);
+    assert_eq!(out.stdout, "default cfg\n");
+    let out = env.run(&[
+        "--config",
+        "other.toml",
+        "exec",
+        "--session",
+        "a",
+        "print(v)",
+    ]);
+    assert_eq!(out.stdout, "other cfg\n");
+    env.run(&["--config", "other.toml", "daemon", "stop"])
+        .expect_code(0);
+    assert_eq!(env.daemon_pids().len(), 1);
+}
