@@ -208,6 +208,22 @@ async fn replace_mode_argument_errors_are_actionable() {
     .await
     .unwrap_err();
     assert!(err.contains("not UTF-8"), "{err}");
+    // A pipe would block a read forever: refused up front.
+    let fifo = dir.path().join("fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let err = call(
+        dir.path(),
+        json!({"path": "fifo", "old_string": "a", "new_string": "b"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("not a regular file"), "{err}");
     let err = call(dir.path(), json!({"mode": "patch"}))
         .await
         .unwrap_err();

@@ -147,6 +147,12 @@ fn read_text(path: &Path, shown: &str, cwd: &Path) -> Result<String, ToolError> 
             "patch: `{shown}` is a directory; give the path of a file"
         )));
     }
+    if !meta.is_file() {
+        return Err(ToolError::failed(format!(
+            "patch: `{shown}` is not a regular file (a device, socket or pipe); patch edits \
+             text files only"
+        )));
+    }
     if meta.len() > MAX_FILE_BYTES {
         return Err(ToolError::failed(format!(
             "patch: `{shown}` is {} bytes, over the {MAX_FILE_BYTES}-byte limit of this tool; \
