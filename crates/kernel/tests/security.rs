@@ -190,3 +190,70 @@ fn secret_values_are_masked_and_secret_names_never_reach_the_kernel() {
         assert!(!r.output.contains(API_KEY) && !r.error.as_deref().unwrap().contains(API_KEY), "{}", show(&r));
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentinel_is_only_in_memory_and_the_request_pipe_is_out_of_reach() {
+    let f = Fixture::new();
+    assert_success(&f.run(DIG).await);
+    let r = f
+        .run(
+            "s = MARK[1:-1].decode()\n\
+             kdir = os.path.dirname(sys.modules['toolcell_tools'].__file__)\n\
+             files = ''.join(open(os.path.join(kdir, n), errors='replace').read() for n in os.listdir(kdir) if os.path.isfile(os.path.join(kdir, n)))\n\
+             print('env', s in repr(dict(os.environ)))\n\
+             print('argv', s in open('/proc/self/cmdline', 'rb').read().decode(errors='replace'))\n\
+             print('files', s in files)\n\
+             try:\n\
+             \x20   os.fstat(3)\n\
+             \x20   print('fd3 open')\n\
+             except OSError:\n\
+             \x20   print('fd3 closed')",
+        )
+        .await;
+    assert_success(&r);
+    assert_eq!(
+        r.output,
+        "env False\nargv False\nfiles False\nfd3 closed\n",
+        "{}",
+        show(&r)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_that_redirects_or_closes_its_fds_cannot_cut_the_protocol() {
+    let f = Fixture::new();
+    let r = f
+        .run(
+            "import os, sys\n\
+             print('before', flush=True)\n\
+             null = os.open('/dev/null', os.O_WRONLY)\n\
+             os.dup2(null, 1)\n\
+             os.dup2(null, 2)\n\
+             os.close(0)\n\
+             kept = 'yes'\n\
+             print('into the void')",
+        )
+        .await;
+    assert_success(&r);
+    assert_eq!(r.output, "before\n");
+    // The kernel still answers; the cell's own fds stay redirected.
+    let r = f.run("print('also void')\nkept").await;
+    assert_success(&r);
+    assert_eq!(r.kernel.execution_count, 2);
+    assert_eq!(r.output, "");
+    // Closing fds 1 and 2 outright does not cut it either.
+    let r = f.run("os.close(1)\nos.close(2)\nkept2 = kept").await;
+    assert_success(&r);
+    // Results still arrive; the state is there (seen through a file, since
+    // the cell has no stdout any more).
+    let out = f.work().join("kept.txt");
+    let r = f
+        .run(&format!(
+            "open({:?}, 'w').write(kept2 + '!')\npass",
+            out.display().to_string()
+        ))
+        .await;
+    assert_success(&r);
+    assert_eq!(r.kernel.execution_count, 4);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "yes!");
+}
