@@ -672,4 +672,90 @@ mod tests {
         assert_eq!(paths, ["2", "3"]);
         assert!(out.truncated);
     }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn args(mode: OutputMode, limit: usize, offset: usize, context: usize) -> SearchFilesArgs {
+            SearchFilesArgs {
+                pattern: "hit".into(),
+                target: Target::Content,
+                path: ".".into(),
+                file_glob: None,
+                limit,
+                offset,
+                output_mode: mode,
+                context,
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// Any page of any tree is the matching slice of the full,
+            /// independently computed list, context lines included.
+            #[test]
+            fn pages_and_context_agree_with_a_plain_scan(
+                files in prop::collection::vec(
+                    prop::collection::vec(prop_oneof![Just("hit"), Just("miss"), Just("")], 0..12),
+                    1..5,
+                ),
+                limit in 0usize..6,
+                offset in 0usize..12,
+                context in 0usize..4,
+            ) {
+                let dir = tempfile::tempdir().unwrap();
+                let mut want = Vec::new();
+                for (f, lines) in files.iter().enumerate() {
+                    let name = format!("f{f}.txt");
+                    let numbered: Vec<String> =
+                        lines.iter().enumerate().map(|(i, l)| format!("{l} {i}")).collect();
+                    std::fs::write(dir.path().join(&name), numbered.join("\n")).unwrap();
+                    for (i, l) in lines.iter().enumerate() {
+                        if *l == "hit" {
+                            let lo = i.saturating_sub(context);
+                            let hi = (i + 1 + context).min(lines.len());
+                            want.push(SearchMatch {
+                                line: Some(i as u64 + 1),
+                                text: Some(numbered[i].clone()),
+                                before: (context > 0).then(|| numbered[lo..i].to_vec()),
+                                after: (context > 0).then(|| numbered[i + 1..hi].to_vec()),
+                                ..SearchMatch::path_only(name.clone())
+                            });
+                        }
+                    }
+                }
+                let stop = AtomicBool::new(false);
+                let a = args(OutputMode::Content, limit, offset, context);
+                let got = search(&a, dir.path(), dir.path(), &stop).unwrap();
+                let page: Vec<SearchMatch> =
+                    want.iter().skip(offset).take(limit).cloned().collect();
+                prop_assert_eq!(got.total, want.len() as u64);
+                prop_assert_eq!(got.truncated, offset + page.len() < want.len());
+                prop_assert_eq!(got.matches, page);
+
+                // count mode: one entry per matching file, paged the same way.
+                let a = args(OutputMode::Count, limit, offset, 0);
+                let got = search(&a, dir.path(), dir.path(), &stop).unwrap();
+                let mut per_file: Vec<SearchMatch> = Vec::new();
+                for m in &want {
+                    match per_file.last_mut() {
+                        Some(last) if last.path == m.path => {
+                            last.count = last.count.map(|c| c + 1);
+                        }
+                        _ => per_file.push(SearchMatch {
+                            count: Some(1),
+                            ..SearchMatch::path_only(m.path.clone())
+                        }),
+                    }
+                }
+                prop_assert_eq!(got.total, per_file.len() as u64);
+                prop_assert_eq!(
+                    got.matches,
+                    per_file.into_iter().skip(offset).take(limit).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
 }
