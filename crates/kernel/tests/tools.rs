@@ -193,3 +193,50 @@ async fn tools_work_over_the_tcp_transport_too() {
     assert_eq!(r.output, "True 2\n");
     assert_eq!(r.tool_calls_made, 1);
 }
+
+/// Pids whose command line contains `needle`.
+fn pids_running(needle: &str) -> Vec<u32> {
+    common::entries(std::path::Path::new("/proc"))
+        .iter()
+        .filter_map(|p| p.file_name()?.to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+                && common::alive(*pid)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_does_not_outlive_its_cells_timeout() {
+    let f = Fixture::new();
+    f.ok("from toolcell_tools import terminal\nkept = 'yes'")
+        .await;
+    // A unique sleep length marks the host-side process the tool starts.
+    let run = f.reg.execute(
+        toolcell_kernel::ExecuteRequest::new("terminal('sleep 31.4159; echo finished')")
+            .timeout(Duration::from_millis(800)),
+    );
+    let seen = common::eventually(Duration::from_secs(5), || {
+        !pids_running("31.4159").is_empty()
+    });
+    let (r, seen) = tokio::join!(run, seen);
+    assert!(seen, "the tool's process never ran");
+    assert_eq!(r.status, Status::Timeout, "{}", show(&r));
+    let gone = common::eventually(Duration::from_secs(3), || {
+        pids_running("31.4159").is_empty()
+    })
+    .await;
+    assert!(
+        gone,
+        "the tool's process outlived the cell: {:?}",
+        pids_running("31.4159")
+    );
+    // The kernel and its state survive the interrupted call.
+    assert_eq!(r.kernel.state_kept, Some(true), "{}", show(&r));
+    assert_eq!(f.ok("print(kept)").await, "yes\n");
+    // And the stub can call tools again.
+    let r = f.run("terminal('echo again')['output']").await;
+    assert_success(&r);
+    assert_eq!(r.output, "'again\\n'\n");
+}
