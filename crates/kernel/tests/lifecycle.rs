@@ -375,3 +375,64 @@ async fn stale_kernel_directories_of_a_dead_host_are_swept_at_start() {
     assert!(live.exists(), "a live host's kernel directory was removed");
     drop(reg);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_between_cells_is_ignored() {
+    let f = Fixture::new();
+    let r = f.run("import os\nx = 'kept'\nos.getpid()").await;
+    assert_success(&r);
+    let pid: i32 = r.output.trim().parse().unwrap();
+    for _ in 0..3 {
+        nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(alive(pid as u32));
+    let n = f.run("print(x)").await;
+    assert_success(&n);
+    assert_eq!(n.output, "kept\n");
+    assert_eq!(n.kernel.id, r.kernel.id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_also_stops_cells_waiting_behind_the_running_one() {
+    let f = Fixture::new();
+    f.ok("import time\nx = 1").await;
+    let started = f.work().join("started");
+    let witness = f.work().join("second-ran");
+    let first = f.reg.execute(ExecuteRequest::new(format!(
+        "{}time.sleep(30)",
+        common::py_mark(&started, "1")
+    )));
+    let second = f
+        .reg
+        .execute(ExecuteRequest::new(common::py_mark(&witness, "1")));
+    let interrupt = async {
+        common::wait_file(&started, Duration::from_secs(10)).await;
+        assert!(
+            eventually(Duration::from_secs(5), || f
+                .reg
+                .sessions()
+                .first()
+                .is_some_and(|s| s.busy == 2))
+            .await
+        );
+        f.reg.interrupt("default")
+    };
+    let (a, b, n) = tokio::join!(first, second, interrupt);
+    assert_eq!(n, 1);
+    assert_eq!(a.status, Status::Interrupted, "{}", show(&a));
+    assert_eq!(a.kernel.state_kept, Some(true));
+    assert_eq!(b.status, Status::Interrupted, "{}", show(&b));
+    assert!(
+        b.error.as_deref().unwrap().contains("none of its code ran"),
+        "{}",
+        show(&b)
+    );
+    assert!(!witness.exists());
+    // The kernel and state are intact, and later cells run normally.
+    assert_eq!(f.ok("x + 1").await, "2\n");
+}
