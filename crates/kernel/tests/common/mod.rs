@@ -5,7 +5,12 @@
 //!
 //! Every test uses real Python (the interpreter the registry resolves), real
 //! pipes and real sockets.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout
+)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
