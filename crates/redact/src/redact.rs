@@ -257,8 +257,18 @@ impl Redactor {
             at = m.start() + 1;
         }
         let b = line.as_bytes();
-        if memchr::memchr2_iter(b'=', b':', b).any(|p| rules::separator_candidate(b, p)) {
-            mask |= (1 << *IDX_ENV) | (1 << *IDX_AUTH) | (1 << *IDX_APIHDR);
+        let mut sep = 0u8;
+        for p in memchr::memchr2_iter(b'=', b':', b) {
+            sep |= rules::separator_rules(b, p);
+        }
+        if sep & rules::SEP_ENV != 0 {
+            mask |= 1 << *IDX_ENV;
+        }
+        if sep & rules::SEP_AUTH != 0 {
+            mask |= 1 << *IDX_AUTH;
+        }
+        if sep & rules::SEP_APIHDR != 0 {
+            mask |= 1 << *IDX_APIHDR;
         }
         if let Some(ac) = &self.inner.exact
             && ac.is_match(line)
@@ -658,7 +668,10 @@ fn collect_spans(red: &Redactor, seg: &str, mask: u64, spans: &mut Vec<Span>) {
                 };
                 for caps in re.captures_iter(seg) {
                     let Some(whole) = caps.get(0) else { continue };
-                    if !before_ok(b, whole.start()) || !after_ok(b, whole.end()) {
+                    if !before_ok(b, whole.start())
+                        || !after_ok(b, whole.end())
+                        || whole.len() > rules::vendor_max_len(rule.kind)
+                    {
                         continue;
                     }
                     let part = caps.get(1).unwrap_or(whole);
@@ -676,7 +689,7 @@ fn collect_spans(red: &Redactor, seg: &str, mask: u64, spans: &mut Vec<Span>) {
             }
             How::Jwt => {
                 for m in c.jwt.find_iter(seg) {
-                    if before_ok(b, m.start()) && after_ok(b, m.end()) {
+                    if before_ok(b, m.start()) && after_ok(b, m.end()) && m.len() <= 16 * 1024 {
                         spans.push(Span {
                             start: m.start(),
                             end: m.end(),
@@ -904,7 +917,7 @@ fn assignment_spans(seg: &str, spans: &mut Vec<Span>) {
         // A rejected match resumes at its value, which may hold `name=value` itself.
         at = val.start();
         let sep = sep.as_str();
-        if sep != "=" && sep != ":" {
+        if (sep != "=" && sep != ":") || name.len() > 101 {
             continue;
         }
         if name.start() > 0
