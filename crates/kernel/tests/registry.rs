@@ -289,3 +289,39 @@ async fn a_guard_and_a_deny_rule_refuse_cells_before_any_kernel_exists() {
     assert!(witness.exists());
     assert_eq!(reg.live_kernels(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_that_finds_every_kernel_busy_until_its_deadline_is_not_run() {
+    let f = Fixture::with(|o| o.max_kernels = 1);
+    let started = f.work().join("started");
+    let witness = f.work().join("b-ran");
+    let long = f.reg.execute(
+        ExecuteRequest::new(format!(
+            "import time\n{}time.sleep(1.5)",
+            common::py_mark(&started, "1")
+        ))
+        .owner("a"),
+    );
+    let other = async {
+        common::wait_file(&started, Duration::from_secs(10)).await;
+        f.reg
+            .execute(
+                ExecuteRequest::new(common::py_mark(&witness, "1"))
+                    .owner("b")
+                    .timeout(Duration::from_millis(300)),
+            )
+            .await
+    };
+    let (a, b) = tokio::join!(long, other);
+    assert_success(&a);
+    assert_eq!(b.status, Status::Error, "{}", show(&b));
+    let err = b.error.as_deref().unwrap();
+    assert!(
+        err.contains("busy") && err.contains("max_kernels") && err.contains("none of the code ran"),
+        "{err}"
+    );
+    assert!(!witness.exists());
+    // a's kernel was not disturbed.
+    assert_eq!(f.reg.sessions().len(), 1);
+    assert_eq!(f.reg.sessions()[0].session, "a");
+}
