@@ -1,0 +1,624 @@
+//! `toolcell serve`: JSON-RPC 2.0 over the real binary's stdio.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::{Env, Serve, alive, eventually, session_pid};
+use serde_json::{Value, json};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Python that writes one more byte after a line, so that line reaches the
+/// client while the cell still runs. Without it the last line printed
+/// before a pause is held back until the cell writes more or ends: see
+/// `a_line_is_streamed_before_the_cell_writes_more` (ignored, kernel bug).
+const NUDGE: &str = "import sys as _s; _s.stdout.write('.'); _s.stdout.flush()";
+
+#[test]
+fn eight_concurrent_sessions_with_malformed_lines_interleaved() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    // (raw line, expected error code, expected id)
+    let malformed: [(&str, i64, Value); 8] = [
+        ("this is not json", -32700, Value::Null),
+        ("{\"jsonrpc\":\"2.0\",\"id\":\"m1\"}", -32600, json!("m1")),
+        (
+            "{\"jsonrpc\":\"2.0\",\"id\":\"m2\",\"method\":\"nope\"}",
+            -32601,
+            json!("m2"),
+        ),
+        (
+            "{\"jsonrpc\":\"2.0\",\"id\":\"m3\",\"method\":\"execute\",\"params\":{\"command\":\"ls\"}}",
+            -32602,
+            json!("m3"),
+        ),
+        ("{\"jsonrpc\":\"2.0\",\"id\":", -32700, Value::Null),
+        (
+            "{\"id\":\"m5\",\"method\":\"sessions\"}",
+            -32600,
+            json!("m5"),
+        ),
+        ("42", -32600, Value::Null),
+        (
+            "{\"jsonrpc\":\"2.0\",\"id\":\"m7\",\"method\":\"execute\",\"params\":{\"code\":\"\"}}",
+            -32602,
+            json!("m7"),
+        ),
+    ];
+    for (i, (bad_line, _, _)) in malformed.iter().enumerate() {
+        s.request(
+            i,
+            "execute",
+            json!({
+                "session": format!("s{i}"),
+                "code": format!("import time\nv = {i}\ntime.sleep(0.3)\nprint('session', v * v)"),
+            }),
+        );
+        s.send_raw(bad_line);
+    }
+    let mut results: HashMap<i64, Value> = HashMap::new();
+    let mut errors: Vec<Value> = Vec::new();
+    while results.len() < 8 || errors.len() < 8 {
+        let msg = s.next(LIMIT);
+        if msg.get("error").is_some() {
+            errors.push(msg);
+        } else {
+            let id = msg["id"].as_i64().unwrap();
+            assert!(
+                results.insert(id, msg).is_none(),
+                "two responses for id {id}"
+            );
+        }
+    }
+    for i in 0..8i64 {
+        let r = &results[&i]["result"];
+        assert_eq!(r["status"], "success", "{r}");
+        assert_eq!(r["output"], format!("session {}\n", i * i));
+        assert_eq!(r["kernel"]["reused"], false);
+    }
+    let mut kernel_ids: Vec<&str> = (0..8)
+        .map(|i| results[&i]["result"]["kernel"]["id"].as_str().unwrap())
+        .collect();
+    kernel_ids.sort_unstable();
+    kernel_ids.dedup();
+    assert_eq!(kernel_ids.len(), 8, "one kernel per session");
+    for (_, code, id) in &malformed {
+        let pos = errors
+            .iter()
+            .position(|e| e["id"] == *id && e["error"]["code"] == *code)
+            .unwrap_or_else(|| panic!("no error {code} for id {id}: {errors:?}"));
+        let e = errors.remove(pos);
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+
+    // State is per session, and still there.
+    for i in 0..8 {
+        s.request(
+            100 + i,
+            "execute",
+            json!({"session": format!("s{i}"), "code": "print(v)"}),
+        );
+    }
+    for _ in 0..8 {
+        let msg = s.next(LIMIT);
+        let i = msg["id"].as_i64().unwrap() - 100;
+        assert_eq!(msg["result"]["output"], format!("{i}\n"));
+        assert_eq!(msg["result"]["kernel"]["reused"], true);
+    }
+    s.close_stdin();
+    assert!(s.wait(LIMIT).success());
+    s.assert_only_jsonrpc();
+    assert!(
+        s.try_next(Duration::from_millis(100)).is_none(),
+        "nothing extra"
+    );
+}
+
+#[test]
+fn a_slow_cell_does_not_hold_up_another_session() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    // Warm both kernels so spawn time does not decide the order.
+    s.call(
+        "w1",
+        "execute",
+        json!({"session": "slow", "code": "import time"}),
+    );
+    s.call(
+        "w2",
+        "execute",
+        json!({"session": "fast", "code": "import time"}),
+    );
+    s.request(
+        "slow",
+        "execute",
+        json!({"session": "slow", "code": "time.sleep(3); print('slow')"}),
+    );
+    s.request(
+        "fast",
+        "execute",
+        json!({"session": "fast", "code": "print('fast')"}),
+    );
+    let first = s.next(LIMIT);
+    assert_eq!(first["id"], "fast", "{first}");
+    assert_eq!(first["result"]["output"], "fast\n");
+    let second = s.next(LIMIT);
+    assert_eq!(second["id"], "slow");
+    assert_eq!(second["result"]["output"], "slow\n");
+
+    // Cells of one session run one at a time, in arrival order.
+    s.request(
+        1,
+        "execute",
+        json!({"session": "q", "code": "import time; time.sleep(0.5); seq = ['a']"}),
+    );
+    s.request(
+        2,
+        "execute",
+        json!({"session": "q", "code": "seq.append('b'); print(seq)"}),
+    );
+    let (r2, before) = s.until_id(&json!(2), LIMIT);
+    assert_eq!(before.len(), 1, "response 1 came first: {before:?}");
+    assert_eq!(before[0]["id"], 1);
+    assert_eq!(r2["result"]["output"], "['a', 'b']\n");
+    s.assert_only_jsonrpc();
+}
+
+/// (line, code, words in the message)
+fn error_cases() -> Vec<(String, i64, Vec<&'static str>)> {
+    let req = |id: u32, method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    };
+    vec![
+        ("{not json".into(), -32700, vec!["parse"]),
+        ("\u{1}\u{2}".into(), -32700, vec!["parse"]),
+        ("[]".into(), -32600, vec!["batch"]),
+        ("\"a string\"".into(), -32600, vec!["object"]),
+        (
+            "{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"sessions\"}".into(),
+            -32600,
+            vec!["jsonrpc"],
+        ),
+        (
+            "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":7}".into(),
+            -32600,
+            vec!["method"],
+        ),
+        (
+            "{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"sessions\"}".into(),
+            -32600,
+            vec!["id"],
+        ),
+        (
+            "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"sessions\",\"params\":3}".into(),
+            -32600,
+            vec!["params"],
+        ),
+        (
+            req(4, "no_such_method", json!({})),
+            -32601,
+            vec!["no_such_method", "execute"],
+        ),
+        (
+            req(5, "execute", json!({"command": "ls -la"})),
+            -32602,
+            vec!["`code`", "`command`"],
+        ),
+        (
+            req(6, "execute", json!({"code": 5})),
+            -32602,
+            vec!["`code`", "string"],
+        ),
+        (
+            req(7, "execute", json!({"code": ["print(1)"]})),
+            -32602,
+            vec!["`code`", "string"],
+        ),
+        (
+            req(8, "execute", json!({"code": ""})),
+            -32602,
+            vec!["empty"],
+        ),
+        (
+            req(9, "execute", json!({"code": "  \n "})),
+            -32602,
+            vec!["empty"],
+        ),
+        (req(10, "execute", json!({})), -32602, vec!["code"]),
+        (
+            req(11, "execute", json!({"code": "1", "bogus": 1})),
+            -32602,
+            vec!["bogus"],
+        ),
+        (
+            req(12, "execute", json!({"code": "1", "timeout": -1})),
+            -32602,
+            vec!["timeout"],
+        ),
+        (
+            req(13, "execute", json!({"code": "1", "mode": "loose"})),
+            -32602,
+            vec!["mode", "strict"],
+        ),
+        (
+            req(14, "execute", json!({"code": "1", "tools": ["nope"]})),
+            -32602,
+            vec!["nope", "read_file"],
+        ),
+        (
+            req(15, "execute", json!({"code": "1", "cwd": "relative/dir"})),
+            -32602,
+            vec!["cwd"],
+        ),
+        (
+            req(16, "execute", json!({"code": "1", "reset": "yes"})),
+            -32602,
+            vec!["reset"],
+        ),
+        (
+            req(17, "execute", json!({"code": "1", "session": ""})),
+            -32602,
+            vec!["session"],
+        ),
+        (
+            req(18, "execute", json!(["print(1)"])),
+            -32602,
+            vec!["object"],
+        ),
+        (
+            req(19, "interrupt", json!({"session": 5})),
+            -32602,
+            vec!["session"],
+        ),
+        (
+            req(20, "shutdown_session", json!({"sesion": "a"})),
+            -32602,
+            vec!["sesion"],
+        ),
+        (
+            req(21, "schema", json!({"format": "xml"})),
+            -32602,
+            vec!["xml"],
+        ),
+        (
+            req(22, "sessions", json!({"x": 1})),
+            -32602,
+            vec!["sessions"],
+        ),
+    ]
+}
+
+#[test]
+fn every_error_code_with_a_message_and_the_server_keeps_serving() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    for (line, code, words) in error_cases() {
+        s.send_raw(&line);
+        let msg = s.next(LIMIT);
+        assert_eq!(msg["error"]["code"], code, "{line} → {msg}");
+        let sent: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        let want_id = match sent.get("id") {
+            Some(id @ (Value::Number(_) | Value::String(_))) => id.clone(),
+            _ => Value::Null,
+        };
+        assert_eq!(msg["id"], want_id, "{line} → {msg}");
+        let m = msg["error"]["message"].as_str().unwrap();
+        for w in words {
+            assert!(m.contains(w), "{line}: message lacks {w:?}: {m}");
+        }
+    }
+    // Notifications (no id) get no answer, not even errors of method.
+    s.send_raw("{\"jsonrpc\":\"2.0\",\"method\":\"no_such_method\"}");
+    s.send_raw("{\"jsonrpc\":\"2.0\",\"method\":\"sessions\"}");
+    let r = s.call(
+        "after",
+        "execute",
+        json!({"code": "print('still serving')"}),
+    );
+    assert_eq!(r["result"]["output"], "still serving\n");
+    s.close_stdin();
+    assert!(s.wait(LIMIT).success());
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn interrupt_reaches_a_running_cell_and_keeps_state() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    s.call(
+        1,
+        "execute",
+        json!({"session": "i", "code": "x = 'survives'"}),
+    );
+    s.request(
+        2,
+        "execute",
+        json!({"session": "i", "stream": true,
+               "code": format!("import time\nprint('started', flush=True)\n{NUDGE}\ntime.sleep(30)")}),
+    );
+    // Wait until the cell runs.
+    let note = s.next(LIMIT);
+    assert_eq!(note["method"], "cell/output", "{note}");
+    assert!(
+        note["params"]["chunk"]
+            .as_str()
+            .unwrap()
+            .starts_with("started\n")
+    );
+    let t0 = Instant::now();
+    s.request(3, "interrupt", json!({"session": "i"}));
+    let mut replies = HashMap::new();
+    while replies.len() < 2 {
+        let m = s.next(LIMIT);
+        if let Some(id) = m["id"].as_i64() {
+            replies.insert(id, m);
+        }
+    }
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert_eq!(replies[&3]["result"]["session"], "i");
+    assert_eq!(replies[&3]["result"]["interrupted"], 1);
+    let r = &replies[&2]["result"];
+    assert_eq!(r["status"], "interrupted", "{r}");
+    assert_eq!(r["exit_code"], -1);
+    assert_eq!(r["kernel"]["state_kept"], true);
+    let r = s.call(4, "execute", json!({"session": "i", "code": "print(x)"}));
+    assert_eq!(r["result"]["output"], "survives\n");
+    assert_eq!(r["result"]["kernel"]["reused"], true);
+    // Interrupting an idle session (or a missing one) is harmless.
+    let r = s.call(5, "interrupt", json!({"session": "i"}));
+    assert_eq!(r["result"]["session"], "i");
+    let r = s.call(6, "interrupt", json!({}));
+    assert_eq!(r["result"]["session"], "default");
+    let r = s.call(7, "execute", json!({"session": "i", "code": "print(x)"}));
+    assert_eq!(
+        r["result"]["status"], "success",
+        "an idle interrupt leaves no trace"
+    );
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn cell_output_notifications_only_when_asked_and_before_the_response() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    let code = "import sys, time\nfor i in range(3):\n    print('line', i, flush=True)\n    time.sleep(0.1)\nprint('oops', file=sys.stderr, flush=True)";
+    s.request(
+        1,
+        "execute",
+        json!({"session": "st", "code": code, "stream": true}),
+    );
+    let (resp, notes) = s.until_id(&json!(1), LIMIT);
+    assert!(!notes.is_empty());
+    let mut out = String::new();
+    let mut err = String::new();
+    for n in &notes {
+        assert_eq!(n["method"], "cell/output", "{n}");
+        assert!(n.get("id").is_none(), "notifications carry no id");
+        assert_eq!(n["params"]["session"], "st");
+        let chunk = n["params"]["chunk"].as_str().unwrap();
+        match n["params"]["stream"].as_str().unwrap() {
+            "stdout" => out.push_str(chunk),
+            "stderr" => err.push_str(chunk),
+            other => panic!("stream {other}"),
+        }
+    }
+    assert_eq!(out, "line 0\nline 1\nline 2\n");
+    assert_eq!(err, "oops\n");
+    assert!(
+        resp["result"]["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("line 0\nline 1\nline 2\n")
+    );
+    // Nothing arrives after the response for that cell.
+    assert!(s.try_next(Duration::from_millis(200)).is_none());
+
+    // Without `stream`, only the response.
+    s.request(
+        2,
+        "execute",
+        json!({"session": "st", "code": "print('quiet')"}),
+    );
+    let (resp, notes) = s.until_id(&json!(2), LIMIT);
+    assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(resp["result"]["output"], "quiet\n");
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn sessions_shutdown_session_and_schema() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    let r = s.call(1, "sessions", json!({}));
+    assert_eq!(r["result"]["sessions"], json!([]));
+    s.call(2, "execute", json!({"session": "a", "code": "a = 1"}));
+    s.call(3, "execute", json!({"session": "a", "code": "a += 1"}));
+    s.call(4, "execute", json!({"code": "d = 1"}));
+    let r = s.call(5, "sessions", Value::Null);
+    let list = r["result"]["sessions"].as_array().unwrap();
+    assert_eq!(list.len(), 2, "{r}");
+    let a = list.iter().find(|x| x["session"] == "a").unwrap();
+    assert_eq!(a["execution_count"], 2);
+    assert!(a["idle_seconds"].as_f64().unwrap() >= 0.0);
+    assert!(a.get("kernel_id").is_some() && a.get("mode").is_some());
+    let pid_a = session_pid(&r["result"], "a").unwrap();
+    let pid_d = session_pid(&r["result"], "default").unwrap();
+    assert!(alive(pid_a) && alive(pid_d));
+
+    let r = s.call(6, "shutdown_session", json!({"session": "a"}));
+    assert_eq!(r["result"]["session"], "a");
+    assert_eq!(r["result"]["shut_down"], 1);
+    assert!(
+        eventually(Duration::from_secs(2), || !alive(pid_a)),
+        "kernel a killed"
+    );
+    assert!(alive(pid_d), "other sessions untouched");
+    let r = s.call(7, "sessions", json!({}));
+    assert!(session_pid(&r["result"], "a").is_none());
+    let r = s.call(
+        8,
+        "execute",
+        json!({"session": "a", "code": "print('a' in globals())"}),
+    );
+    assert_eq!(r["result"]["output"], "False\n");
+    assert_eq!(r["result"]["kernel"]["state_reset"], true);
+    let r = s.call(9, "shutdown_session", json!({"session": "never"}));
+    assert_eq!(r["result"]["shut_down"], 0);
+
+    let r = s.call(10, "schema", json!({}));
+    assert_eq!(r["result"]["type"], "function");
+    assert_eq!(r["result"]["function"]["name"], "execute_code");
+    let r = s.call(11, "schema", json!({"format": "anthropic"}));
+    assert!(r["result"]["input_schema"]["properties"]["code"].is_object());
+    let r = s.call(12, "schema", json!({"format": "mcp"}));
+    assert!(r["result"]["inputSchema"]["properties"]["code"].is_object());
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn serve_flags_reach_every_session() {
+    let env = Env::fast();
+    let mut s = Serve::start(
+        &env,
+        &["--tools", "read_file", "--mode", "strict", "--timeout", "1"],
+    );
+    let r = s.call(
+        1,
+        "execute",
+        json!({"code": "import toolcell_tools as t, os\nprint(hasattr(t, 'read_file'), hasattr(t, 'terminal'))"}),
+    );
+    assert_eq!(r["result"]["output"], "True False\n");
+    assert_eq!(r["result"]["kernel"]["mode"], "strict");
+    let r = s.call(2, "execute", json!({"code": "import time; time.sleep(20)"}));
+    assert_eq!(r["result"]["status"], "timeout");
+    // A per-request value wins over the flag.
+    let r = s.call(
+        3,
+        "execute",
+        json!({"session": "p", "code": "import time; time.sleep(1.5); print('ok')", "timeout": 10, "mode": "project", "tools": ["terminal"]}),
+    );
+    assert_eq!(r["result"]["status"], "success", "{r}");
+    assert_eq!(r["result"]["kernel"]["mode"], "project");
+}
+
+#[test]
+fn batches_answer_in_one_array() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    s.send_raw(
+        &json!([
+            {"jsonrpc": "2.0", "id": "b1", "method": "execute", "params": {"code": "print('one')"}},
+            {"jsonrpc": "2.0", "id": "b2", "method": "sessions"},
+            {"jsonrpc": "2.0", "method": "sessions"},
+            {"jsonrpc": "2.0", "id": "b3", "method": "nope"},
+            17
+        ])
+        .to_string(),
+    );
+    let batch = s.next(LIMIT);
+    let items = batch
+        .as_array()
+        .unwrap_or_else(|| panic!("an array: {batch}"));
+    assert_eq!(items.len(), 4, "no entry for the notification: {batch}");
+    let by_id = |id: &str| items.iter().find(|i| i["id"] == id).unwrap();
+    assert_eq!(by_id("b1")["result"]["output"], "one\n");
+    assert!(by_id("b2")["result"]["sessions"].is_array());
+    assert_eq!(by_id("b3")["error"]["code"], -32601);
+    assert!(
+        items
+            .iter()
+            .any(|i| i["id"].is_null() && i["error"]["code"] == -32600)
+    );
+
+    // A batch of notifications only gets nothing back.
+    s.send_raw(&json!([{"jsonrpc": "2.0", "method": "sessions"}]).to_string());
+    let r = s.call("after", "sessions", json!({}));
+    assert_eq!(r["id"], "after");
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn eof_answers_in_flight_requests_kills_kernels_and_exits_0() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    let r = s.call(
+        1,
+        "execute",
+        json!({"session": "a", "code": "import os; print(os.getpid())"}),
+    );
+    let pid_a: i32 = r["result"]["output"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    s.request(
+        2,
+        "execute",
+        json!({"session": "b", "code": "import time, os\nprint(os.getpid())\ntime.sleep(1)\nprint('finished')"}),
+    );
+    s.close_stdin();
+    let (r, _) = s.until_id(&json!(2), LIMIT);
+    assert_eq!(r["result"]["status"], "success", "{r}");
+    let out = r["result"]["output"].as_str().unwrap();
+    assert!(out.ends_with("finished\n"), "{out}");
+    let pid_b: i32 = out.lines().next().unwrap().parse().unwrap();
+    let st = s.wait(LIMIT);
+    assert_eq!(st.code(), Some(0));
+    assert!(!alive(pid_a) && !alive(pid_b), "kernels shut down at EOF");
+    assert!(env.python_pids().is_empty(), "{:?}", env.python_pids());
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn a_cell_writing_to_the_real_stdout_fd_cannot_break_the_protocol() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    let r = s.call(
+        1,
+        "execute",
+        json!({"code": "import os, subprocess\nos.write(1, b'raw fd write\\n')\nsubprocess.run(['echo', 'child'])\nprint('{\"jsonrpc\": \"2.0\", \"id\": 99, \"result\": 1}')"}),
+    );
+    let out = r["result"]["output"].as_str().unwrap();
+    assert!(
+        out.contains("raw fd write") && out.contains("child"),
+        "{out}"
+    );
+    assert!(
+        s.try_next(Duration::from_millis(200)).is_none(),
+        "no forged line"
+    );
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+#[ignore = "kernel bug: the protocol decoder holds a line's trailing \\n as a possible \
+            frame-marker prefix and the redact stream holds the incomplete line, so the last \
+            line before a pause reaches the live sink only when more output or the cell's end \
+            arrives"]
+fn a_line_is_streamed_before_the_cell_writes_more() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    s.call(0, "execute", json!({"session": "l", "code": "import time"}));
+    let t0 = Instant::now();
+    s.request(
+        1,
+        "execute",
+        json!({"session": "l", "stream": true, "code": "print('tick', flush=True)\ntime.sleep(3)"}),
+    );
+    let first = s.next(LIMIT);
+    assert_eq!(first["method"], "cell/output", "{first}");
+    assert_eq!(first["params"]["chunk"], "tick\n");
+    assert!(
+        t0.elapsed() < Duration::from_millis(2500),
+        "the line arrived only after {:?}, with the cell's end",
+        t0.elapsed()
+    );
+}
