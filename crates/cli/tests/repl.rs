@@ -336,7 +336,10 @@ fn piped_input_runs_without_a_terminal_or_colors() {
         .and_then(|mut child| {
             use std::io::Write;
             let mut stdin = child.stdin.take().unwrap();
-            stdin.write_all(b"x = 20\nif x:\n    x += 1\n\nx * 2\n")?;
+            // The input ends inside a block: it still runs.
+            stdin.write_all(
+                b"x = 20\nif x:\n    x += 1\n\nx * 2\nfor i in range(2):\n    print('tail', i)\n",
+            )?;
             drop(stdin);
             child.wait_with_output()
         })
@@ -344,8 +347,46 @@ fn piped_input_runs_without_a_terminal_or_colors() {
     assert!(out.status.success(), "{out:?}");
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.contains("\n42\n"), "{stdout:?}");
+    assert!(stdout.contains("tail 0\ntail 1\n"), "{stdout:?}");
     assert!(
         !stdout.contains('\x1b'),
         "no escapes off a terminal: {stdout:?}"
     );
+}
+
+#[test]
+fn sigterm_restores_the_terminal_and_kills_the_kernel() {
+    use nix::sys::termios::{LocalFlags, tcgetattr};
+    let home = Home::new();
+    let mut p = home.spawn(&[]);
+    line(&mut p, "import os; print('pid', os.getpid())");
+    let (_, m) = p.exp_regex(r"pid \d+").unwrap();
+    let pid: u32 = m.trim_start_matches("pid ").parse().unwrap();
+    p.exp_string(">>> ").unwrap();
+    // At the prompt rustyline holds the terminal in raw mode.
+    let master = p.process().get_file_handle().unwrap();
+    let canonical = || {
+        tcgetattr(&master)
+            .unwrap()
+            .local_flags
+            .contains(LocalFlags::ICANON)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while canonical() {
+        assert!(Instant::now() < deadline, "raw mode at the prompt");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.process_mut()
+        .signal(rexpect::process::Signal::SIGTERM)
+        .unwrap();
+    match p.process().wait().unwrap() {
+        WaitStatus::Exited(_, code) => assert_eq!(code, 143),
+        other => panic!("repl ended with {other:?}"),
+    }
+    assert!(canonical(), "the terminal was put back in canonical mode");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !dead(pid) {
+        assert!(Instant::now() < deadline, "kernel {pid} outlived the repl");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -68,7 +68,7 @@ Input: a line runs at once when it is a complete statement. A line ending with `
 blank line. A line ending with `\\`, or with an unclosed bracket or string, continues until it \
 is closed.\n\n\
 Keys: Ctrl-C interrupts a running cell (the kernel and its state are kept) or, at the prompt, \
-discards the input; Ctrl-D leaves and shuts the kernel down.\n\n\
+discards the input; Ctrl-D leaves (a pending block runs first) and shuts the kernel down.\n\n\
 Commands: :reset (a fresh kernel), :tools (the tools cells can call), :help, :quit.\n\n\
 History: $XDG_DATA_HOME/toolcell/history (else ~/.local/share/toolcell/history), private to \
 the user (0600 in a 0700 directory).";
@@ -89,6 +89,12 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
             Some(d)
         }
     };
+    // The terminal as it was, for a SIGTERM that arrives while rustyline
+    // holds it in raw mode.
+    let tty = std::io::stdin()
+        .is_terminal()
+        .then(|| nix::sys::termios::tcgetattr(std::io::stdin()).ok())
+        .flatten();
     let rt = host::runtime()?;
     let registry = rt.block_on(async {
         let registry = Arc::new(host::registry(&cfg, |o| {
@@ -96,7 +102,7 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
                 o.default_cwd.clone_from(d);
             }
         })?);
-        exit_on_termination(Arc::clone(&registry));
+        exit_on_termination(Arc::clone(&registry), tty);
         // Take SIGINT over from the start, so a stray one (kill -INT)
         // between lines never ends the REPL.
         let _ = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
@@ -115,8 +121,9 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// On SIGTERM or SIGHUP: kill the kernel, then exit 143 or 129.
-fn exit_on_termination(registry: Arc<Registry>) {
+/// On SIGTERM or SIGHUP: restore the terminal, kill the kernel, then exit
+/// 143 or 129.
+fn exit_on_termination(registry: Arc<Registry>, tty: Option<nix::sys::termios::Termios>) {
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
         let (Ok(mut term), Ok(mut hup)) = (
@@ -129,6 +136,14 @@ fn exit_on_termination(registry: Arc<Registry>) {
             _ = term.recv() => 143,
             _ = hup.recv() => 129,
         };
+        if let Some(t) = &tty {
+            use nix::sys::termios::{SetArg, tcsetattr};
+            let _ = tcsetattr(std::io::stdin(), SetArg::TCSANOW, t);
+            // rustyline turns bracketed paste on while it reads.
+            let mut o = std::io::stdout().lock();
+            let _ = o.write_all(b"\x1b[?2004l\n");
+            let _ = o.flush();
+        }
         registry.shutdown_all().await;
         std::process::exit(code);
     });
@@ -176,8 +191,14 @@ impl Repl<'_> {
                     block.clear();
                     continue;
                 }
-                // Ctrl-D: leave.
-                Err(ReadlineError::Eof) => return Ok(()),
+                // Ctrl-D (or the end of piped input): run what is pending,
+                // then leave.
+                Err(ReadlineError::Eof) => {
+                    if block.iter().any(|l| !l.trim().is_empty()) {
+                        self.run_cell(block.join("\n"));
+                    }
+                    return Ok(());
+                }
                 Err(e) => return Err(e).context("reading a line"),
             };
             if block.is_empty() {
@@ -482,7 +503,7 @@ fn help_text(history: &str) -> String {
          Keys\n  \
          Ctrl-C   interrupt the running cell (the kernel and its state are kept);\n           \
          at the prompt, discard the input\n  \
-         Ctrl-D   leave (the kernel is shut down)\n  \
+         Ctrl-D   leave (a pending block runs first; the kernel is shut down)\n  \
          Up, Ctrl-R  history ({history})\n\
          \n\
          Commands\n  \
