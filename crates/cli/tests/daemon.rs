@@ -133,6 +133,32 @@ fn reset_timeout_and_stdin_in_a_session() {
     ]);
     out.expect_code(0);
     assert_eq!(out.json()["kernel"]["mode"], "strict");
+
+    // --tools reaches it too.
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "s",
+        "--tools",
+        "read_file",
+        "import toolcell_tools as t; print(hasattr(t, 'read_file'), hasattr(t, 'terminal'))",
+    ]);
+    out.expect_code(0);
+    assert_eq!(out.stdout, "True False\n");
+
+    // --python cannot be honoured by the daemon: a usage error, not a
+    // cell silently run by another interpreter.
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "s",
+        "--python",
+        "/no/such/python",
+        "print(1)",
+    ]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("--python"), "{}", out.stderr);
+    assert!(out.stdout.is_empty());
 }
 
 #[test]

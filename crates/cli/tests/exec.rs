@@ -343,3 +343,26 @@ fn output_is_cleaned() {
         out.stdout
     );
 }
+
+#[test]
+fn python_flag_picks_the_interpreter() {
+    let env = Env::fast();
+    let real = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    let real = String::from_utf8(real.stdout).unwrap().trim().to_string();
+    let out = env.run(&[
+        "exec",
+        "--python",
+        &real,
+        "import sys; print(sys.executable)",
+    ]);
+    out.expect_code(0);
+    assert_eq!(out.stdout.trim(), real);
+
+    let out = env.run(&["exec", "--python", "/no/such/python", "print('ran')"]);
+    assert_ne!(out.code, Some(0));
+    assert!(!out.stdout.contains("ran"));
+    assert!(out.stderr.contains("/no/such/python"), "{}", out.stderr);
+}

@@ -180,3 +180,18 @@ fn sigint_to_exec_session_interrupts_the_cell_and_keeps_the_session() {
     out.expect_code(0);
     assert_eq!(out.stdout, "yes\n");
 }
+
+#[test]
+fn sigterm_to_the_daemon_kills_its_kernels_and_removes_its_socket() {
+    let env = Env::fast();
+    env.run(&["exec", "--session", "a", "x = 1"]).expect_code(0);
+    let st = env.daemon_status();
+    let daemon = i32::try_from(st["pid"].as_i64().unwrap()).unwrap();
+    let kernel = session_pid(&st, "a").unwrap();
+    let socket = st["socket"].as_str().unwrap().to_string();
+    signal(daemon, Signal::SIGTERM);
+    assert!(eventually(Duration::from_secs(5), || !alive(daemon)));
+    assert!(!alive(kernel), "the kernel outlived its daemon");
+    assert!(!std::path::Path::new(&socket).exists());
+    env.run(&["daemon", "status"]).expect_code(3);
+}

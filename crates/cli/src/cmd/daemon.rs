@@ -421,6 +421,14 @@ pub fn exec_in_session(
     session: &str,
     code: String,
 ) -> anyhow::Result<ExitCode> {
+    if let Some(py) = &args.overrides.python {
+        // The daemon's sessions use the interpreter of its configuration;
+        // silently running another Python than the one asked for is worse.
+        return Err(host::usage(format!(
+            "--python {py} cannot be used with --session: the daemon runs the interpreter of \
+             its configuration; set [execution] python in toolcell.toml (or use --config)"
+        )));
+    }
     let cfg = host::load_config(config, &Overrides::default())?;
     let p = paths(cfg.file())?;
     let cwd = match args.abs_cwd()? {
