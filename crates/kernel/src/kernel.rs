@@ -228,6 +228,8 @@ pub enum Ending {
     InterruptedKept(CellResult),
     /// Interrupted by the caller; no answer within the grace; killed.
     InterruptedKilled,
+    /// The session was shut down (its kernel killed) while the cell ran.
+    ShutDown,
     /// The kernel died during the cell.
     Died {
         /// e.g. "killed by signal 11 (SIGSEGV)" or "exited with status 3".

@@ -349,6 +349,8 @@ struct SlotMeta {
     tree: Option<Tree>,
     kernel_id: String,
     execution_count: u64,
+    /// Set when the session was shut down (the running cell's result says so).
+    shut_down: bool,
 }
 
 struct Slot {
@@ -645,6 +647,7 @@ impl Registry {
                         tree: None,
                         kernel_id: String::new(),
                         execution_count: 0,
+                        shut_down: false,
                     }),
                 })
             }));
@@ -791,7 +794,13 @@ impl Registry {
             live: req.live.clone(),
             interrupt: token.clone(),
         };
-        let outcome = kernel.execute(&req.code, &opts).await;
+        let mut outcome = kernel.execute(&req.code, &opts).await;
+        if slot.meta().shut_down
+            && let Ending::Died { .. } = outcome.ending
+        {
+            // Not a crash: the session was shut down under the cell.
+            outcome.ending = Ending::ShutDown;
+        }
         let info = KernelInfo {
             id: kernel.id().to_string(),
             mode: kernel.mode().to_string(),
@@ -995,6 +1004,7 @@ impl Registry {
                 let mut m = slot.meta();
                 m.interrupt.cancel();
                 m.live = false;
+                m.shut_down = true;
                 m.tree.take()
             };
             if let Some(t) = tree {
@@ -1291,6 +1301,16 @@ fn build_result(
                 Some(format!(
                     "the cell was interrupted but did not stop within {grace_s}s, so the kernel was killed; all its state is lost"
                 )),
+                false,
+            )
+        }
+        Ending::ShutDown => {
+            kernel.state_kept = Some(false);
+            kernel.ended = Some(true);
+            (
+                Status::Interrupted,
+                -1,
+                Some("the session was shut down while the cell ran; the kernel was killed and its state is lost".into()),
                 false,
             )
         }

@@ -7,7 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Fixture, alive, assert_success, eventually, eventually_blocking, show, tagged_pid};
+use common::{
+    Fixture, alive, assert_success, eventually, eventually_blocking, py_mark, show, tagged_pid,
+    wait_file,
+};
 use toolcell_kernel::{ExecuteRequest, Registry, Status};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -435,4 +438,30 @@ async fn an_interrupt_also_stops_cells_waiting_behind_the_running_one() {
     assert!(!witness.exists());
     // The kernel and state are intact, and later cells run normally.
     assert_eq!(f.ok("x + 1").await, "2\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutting_down_a_session_under_a_running_cell_says_so() {
+    let f = std::sync::Arc::new(Fixture::new());
+    let mark = f.tmp.path().join("running");
+    let code = format!("{}import time\ntime.sleep(30)", py_mark(&mark, "1"));
+    let runner = {
+        let f = std::sync::Arc::clone(&f);
+        tokio::spawn(async move { f.run_as("victim", &code).await })
+    };
+    wait_file(&mark, Duration::from_secs(20)).await;
+    assert_eq!(f.reg.shutdown("victim").await, 1);
+    let r = tokio::time::timeout(Duration::from_secs(10), runner)
+        .await
+        .expect("the running cell must return once its session is shut down")
+        .unwrap();
+    assert_eq!(r.status, Status::Interrupted, "{}", show(&r));
+    assert_eq!(r.exit_code, -1);
+    assert!(
+        r.error.as_deref().unwrap_or("").contains("shut down"),
+        "{}",
+        show(&r)
+    );
+    assert_eq!(r.kernel.state_kept, Some(false));
+    assert!(f.reg.sessions().is_empty());
 }
