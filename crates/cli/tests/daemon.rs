@@ -349,3 +349,84 @@ fn an_explicit_config_gets_its_own_daemon() {
         .expect_code(0);
     assert_eq!(env.daemon_pids().len(), 1);
 }
+
+#[test]
+fn without_xdg_runtime_dir_the_socket_is_in_a_private_temp_dir() {
+    let env = Env::fast();
+    let run = |args: &[&str]| {
+        let mut c = env.cmd();
+        c.env_remove("XDG_RUNTIME_DIR").args(args);
+        common::finish(
+            c.stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+            common::COMMAND_LIMIT,
+        )
+    };
+    run(&["exec", "--session", "t", "y = 2"]).expect_code(0);
+    let out = run(&["exec", "--session", "t", "y * 21"]);
+    out.expect_code(0);
+    assert_eq!(out.stdout.trim(), "42");
+    let uid = nix::unistd::getuid();
+    let dir = env.path().join("tmp").join(format!("toolcell-{uid}"));
+    let st: serde_json::Value =
+        serde_json::from_str(&run(&["daemon", "status", "--json"]).stdout).unwrap();
+    assert!(
+        std::path::Path::new(st["socket"].as_str().unwrap()).starts_with(&dir),
+        "{st}"
+    );
+    let out = run(&["daemon", "stop"]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("1 kernel killed"), "{}", out.stdout);
+}
+
+#[test]
+fn a_runtime_dir_others_can_enter_is_refused() {
+    let env = Env::fast();
+    let dir = env.runtime_dir().join("toolcell");
+    std::fs::create_dir(&dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = env.run(&["exec", "--session", "a", "print('ran')"]);
+    assert_ne!(out.code, Some(0));
+    assert!(!out.stdout.contains("ran"));
+    assert!(out.stderr.contains("0700"), "{}", out.stderr);
+    assert!(env.daemon_pids().is_empty());
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+#[test]
+fn a_timeout_with_on_timeout_kill_loses_the_session_state() {
+    let env = Env::with_config(
+        "[execution]\non_timeout = \"kill\"\nkill_grace = 0.5\ninterrupt_grace = 1\n",
+    );
+    env.run(&["exec", "--session", "k", "x = 1"]).expect_code(0);
+    let before = kernel_pid(&env, "k");
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "k",
+        "--timeout",
+        "0.5",
+        "--json",
+        "import time; time.sleep(20)",
+    ]);
+    out.expect_code(124);
+    let r = out.json();
+    assert_eq!(r["status"], "timeout");
+    assert!(r["error"].as_str().unwrap().contains("lost"), "{r}");
+    assert!(!alive(before), "the kernel was killed");
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "k",
+        "--json",
+        "print('x' in globals())",
+    ]);
+    out.expect_code(0);
+    let r = out.json();
+    assert_eq!(r["output"], "False\n");
+    assert_eq!(r["kernel"]["state_reset"], true);
+}

@@ -366,3 +366,70 @@ fn python_flag_picks_the_interpreter() {
     assert!(!out.stdout.contains("ran"));
     assert!(out.stderr.contains("/no/such/python"), "{}", out.stderr);
 }
+
+#[test]
+fn long_output_is_cut_and_spilled_to_the_user_cache_dir() {
+    let env = Env::fast();
+    let out = env.run(&["exec", "--json", "print('x' * 100000)"]);
+    out.expect_code(0);
+    let r = out.json();
+    assert_eq!(r["stdout_truncated"], true);
+    assert_eq!(r["stdout_bytes_total"], 100_001);
+    assert_eq!(r["stdout_bytes_captured"], 50_000);
+    assert_eq!(r["stdout_bytes_omitted"], 50_001);
+    assert!(
+        r["output"]
+            .as_str()
+            .unwrap()
+            .contains("[OUTPUT TRUNCATED - 50001 bytes omitted out of 100001 total]")
+    );
+    let spill = std::path::PathBuf::from(r["stdout_spill_path"].as_str().unwrap());
+    assert!(
+        spill.starts_with(env.path().join("cache")),
+        "spill under $XDG_CACHE_HOME: {}",
+        spill.display()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(&spill).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta.len(), 100_001);
+    assert!(r["warning"].as_str().unwrap().contains("read_file"), "{r}");
+
+    // Human mode: the warning on stderr.
+    let out = env.run(&["exec", "print('y' * 100000)"]);
+    out.expect_code(0);
+    assert!(
+        out.stderr.contains("warning: stdout was truncated"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn reading_stdin_is_reported_with_a_hint() {
+    let env = Env::fast();
+    let out = env.run_input(&["exec", "--json", "input('name? ')"], Some("ignored\n"));
+    out.expect_code(1);
+    let r = out.json();
+    assert_eq!(r["stdin_requested"], true);
+    assert!(
+        r["hint"].as_str().is_some_and(|h| h.contains("input")),
+        "{r}"
+    );
+}
+
+#[test]
+fn the_traceback_is_printed_once() {
+    let env = Env::fast();
+    let out = env.run(&["exec", "def f():\n    1/0\nf()"]);
+    out.expect_code(1);
+    assert_eq!(
+        out.stderr
+            .matches("Traceback (most recent call last)")
+            .count(),
+        1,
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+}
