@@ -325,6 +325,21 @@ fn status_is_colored_on_a_terminal_unless_no_color() {
 }
 
 #[test]
+fn a_timeout_is_reported_in_yellow_and_the_repl_goes_on() {
+    let home = Home::new();
+    let mut p = home.spawn_cmd(home.command(&["--timeout", "1"]), false);
+    line(&mut p, "import time; time.sleep(20)");
+    p.exp_string("\x1b[33m[timeout]").unwrap();
+    p.exp_string("error:").unwrap();
+    p.exp_string(">>> ").unwrap();
+    line(&mut p, "6*7");
+    let out = p.exp_string("[success]").unwrap();
+    assert!(out.contains("\n42\r\n"), "{out:?}");
+    p.exp_string(">>> ").unwrap();
+    leave(p);
+}
+
+#[test]
 fn piped_input_runs_without_a_terminal_or_colors() {
     let home = Home::new();
     let out = home

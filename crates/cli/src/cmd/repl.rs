@@ -48,7 +48,8 @@ const HISTORY_SIZE: usize = 10_000;
 #[derive(Debug, clap::Args)]
 #[command(long_about = LONG_ABOUT)]
 pub struct Args {
-    /// The session (kernel owner) the cells run in.
+    /// The session name (kernel owner) of the cells. The kernel belongs to
+    /// this REPL and ends with it; it is not the daemon's `exec --session` kernel.
     #[arg(long, value_name = "S", default_value = "repl")]
     pub session: String,
     /// Working directory of the kernel (project mode).
@@ -65,8 +66,8 @@ follows (green success, red error, yellow timeout or interrupted; no color when 
 terminal or NO_COLOR is set).\n\n\
 Input: a line runs at once when it is a complete statement. A line ending with `:` (`def f():`, \
 `for x in xs:`) or starting with `@` opens a block that continues at the `... ` prompt until a \
-blank line. A line ending with `\\`, or with an unclosed bracket or string, continues until it \
-is closed.\n\n\
+blank line. A line ending with `\\`, or with an unclosed bracket or triple-quoted string, \
+continues until it is closed.\n\n\
 Keys: Ctrl-C interrupts a running cell (the kernel and its state are kept) or, at the prompt, \
 discards the input; Ctrl-D leaves (a pending block runs first) and shuts the kernel down.\n\n\
 Commands: :reset (a fresh kernel), :tools (the tools cells can call), :help, :quit.\n\n\
@@ -497,8 +498,8 @@ fn help_text(history: &str) -> String {
          Input\n  \
          A complete statement runs at once. A line ending with ':' (def f():, for x in xs:)\n  \
          or starting with '@' opens a block that continues at '... ' until a blank line.\n  \
-         A line ending with '\\', or with an unclosed bracket or string, continues until\n  \
-         it is closed.\n\
+         A line ending with '\\', or with an unclosed bracket or triple-quoted string,\n  \
+         continues until it is closed.\n\
          \n\
          Keys\n  \
          Ctrl-C   interrupt the running cell (the kernel and its state are kept);\n           \
