@@ -622,3 +622,90 @@ fn a_line_is_streamed_before_the_cell_writes_more() {
         t0.elapsed()
     );
 }
+
+#[test]
+fn raw_line_edge_cases() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    // Blank lines are skipped without an answer.
+    s.send_bytes(b"\n   \n\t\n");
+    // Invalid UTF-8 is a parse error.
+    s.send_bytes(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sessions\",\"x\":\"\xff\xfe\"}\n");
+    let m = s.next(LIMIT);
+    assert_eq!(m["error"]["code"], -32700, "{m}");
+    assert_eq!(m["id"], Value::Null);
+    // CRLF line endings are accepted.
+    s.send_bytes(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"sessions\"}\r\n");
+    let m = s.next(LIMIT);
+    assert_eq!(m["id"], 2, "{m}");
+    assert!(m["result"]["sessions"].is_array());
+    // A last line without a newline is still answered before EOF.
+    s.send_bytes(
+        b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"execute\",\"params\":{\"code\":\"print(3)\"}}",
+    );
+    s.close_stdin();
+    let m = s.next(LIMIT);
+    assert_eq!(m["id"], 3, "{m}");
+    assert_eq!(m["result"]["output"], "3\n");
+    assert!(s.wait(LIMIT).success());
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn execute_params_cwd_timeout_reset_and_a_dying_kernel() {
+    let env = Env::fast();
+    env.write("proj/here.txt", "here");
+    let mut s = Serve::start(&env, &[]);
+    let cwd = env.canonical().join("proj");
+    let r = s.call(
+        1,
+        "execute",
+        json!({"session": "c", "cwd": cwd, "code": "import os; print(os.listdir('.'))"}),
+    );
+    assert_eq!(r["result"]["output"], "['here.txt']\n", "{r}");
+
+    let t0 = Instant::now();
+    let r = s.call(
+        2,
+        "execute",
+        json!({"session": "c", "cwd": cwd, "timeout": 0.5, "code": "import time; time.sleep(20)"}),
+    );
+    assert_eq!(r["result"]["status"], "timeout", "{r}");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+
+    s.call(
+        3,
+        "execute",
+        json!({"session": "c", "cwd": cwd, "code": "v = 1"}),
+    );
+    let r = s.call(
+        4,
+        "execute",
+        json!({"session": "c", "cwd": cwd, "reset": true, "code": "print('v' in globals())"}),
+    );
+    assert_eq!(r["result"]["output"], "False\n");
+    assert_eq!(r["result"]["kernel"]["state_reset"], true);
+
+    // A kernel that dies mid-cell: the result says so, the next cell gets a
+    // fresh kernel.
+    let r = s.call(
+        5,
+        "execute",
+        json!({"session": "c", "cwd": cwd, "code": "import os, sys\nprint('bye', flush=True)\nos._exit(7)"}),
+    );
+    let res = &r["result"];
+    assert_eq!(res["status"], "error", "{r}");
+    assert!(
+        res["error"].as_str().unwrap().contains("died")
+            || res["error"].as_str().unwrap().contains("exit"),
+        "{r}"
+    );
+    let r = s.call(
+        6,
+        "execute",
+        json!({"session": "c", "cwd": cwd, "code": "print('again')"}),
+    );
+    assert_eq!(r["result"]["output"], "again\n");
+    assert_eq!(r["result"]["kernel"]["state_reset"], true);
+    s.assert_only_jsonrpc();
+}

@@ -425,6 +425,13 @@ impl Serve {
         stdin.flush().unwrap();
     }
 
+    /// Writes raw bytes (no newline added).
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
     /// Sends a request.
     pub fn request(&mut self, id: impl Into<Value>, method: &str, params: Value) {
         let msg = json!({"jsonrpc": "2.0", "id": id.into(), "method": method, "params": params});
