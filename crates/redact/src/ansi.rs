@@ -131,41 +131,36 @@ fn clean_prefix_len(bytes: &[u8]) -> usize {
     i
 }
 
-/// Length of one complete, valid, non-C1 UTF-8 multi-byte character at the
-/// start of `bytes`, or 0.
-#[inline]
-fn utf8_char_len(bytes: &[u8]) -> usize {
-    let n = match bytes.first() {
-        Some(0xc2..=0xdf) => 2,
-        Some(0xe0..=0xef) => 3,
-        Some(0xf0..=0xf4) => 4,
-        _ => return 0,
-    };
-    match bytes.get(..n) {
-        Some(s) if std::str::from_utf8(s).is_ok() => {
-            if s[0] == 0xc2 && s[1] <= 0x9f {
-                0
-            } else {
-                n
-            }
-        }
-        _ => 0,
-    }
-}
-
 /// Length of the longest prefix of `bytes` that is visible text: printable
-/// ASCII, `\n`, `\t` and complete valid UTF-8 characters other than C1 controls.
+/// ASCII, `\n`, `\t` and complete valid UTF-8 characters other than C1
+/// controls (U+0080–U+009F). Non-ASCII stretches are validated in bulk with
+/// `str::from_utf8`; whatever is left (escapes, controls, invalid or
+/// incomplete UTF-8, C1) goes through the byte state machine.
 #[inline]
 fn clean_run_len(bytes: &[u8]) -> usize {
-    let mut i = 0;
-    loop {
-        i += clean_prefix_len(&bytes[i..]);
-        let n = utf8_char_len(&bytes[i..]);
-        if n == 0 {
-            return i;
-        }
-        i += n;
+    let i = clean_prefix_len(bytes);
+    if i == bytes.len() || bytes[i] < 0x80 {
+        return i;
     }
+    let end = bytes[i..]
+        .iter()
+        .position(|&b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f)
+        .map_or(bytes.len(), |p| i + p);
+    let mut valid = match std::str::from_utf8(&bytes[i..end]) {
+        Ok(_) => end,
+        Err(e) => i + e.valid_up_to(),
+    };
+    // U+0080–U+009F (C2 80..C2 9F) are C1 controls: stop before the first.
+    let mut k = i;
+    while let Some(p) = memchr::memchr(0xc2, &bytes[k..valid]) {
+        let q = k + p;
+        if q + 1 < valid && bytes[q + 1] <= 0x9f {
+            valid = q;
+            break;
+        }
+        k = q + 1;
+    }
+    valid
 }
 
 /// Smallest char boundary of `s` that is `>= at` (or `s.len()`).
