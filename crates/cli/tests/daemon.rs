@@ -430,3 +430,57 @@ fn a_timeout_with_on_timeout_kill_loses_the_session_state() {
     assert_eq!(r["output"], "False\n");
     assert_eq!(r["kernel"]["state_reset"], true);
 }
+
+#[test]
+fn the_daemon_refuses_a_client_of_another_uid() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // Needs root (to run a client as another user) and a system python3
+    // that user can execute; elsewhere there is nothing to check.
+    let py = std::path::Path::new("/usr/bin/python3");
+    if !nix::unistd::getuid().is_root() || !py.exists() {
+        return;
+    }
+    let env = Env::fast();
+    env.run(&["daemon", "start"]).expect_code(0);
+    let socket = std::path::PathBuf::from(env.daemon_status()["socket"].as_str().unwrap());
+    // Open every directory and the socket itself to everyone, so only the
+    // daemon's own peer check stands in the way.
+    let mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    let dirs = [
+        env.path().to_path_buf(),
+        env.runtime_dir(),
+        socket.parent().unwrap().to_path_buf(),
+    ];
+    for d in &dirs {
+        mode(d, 0o711);
+    }
+    mode(&socket, 0o666);
+    let client = "import socket, sys\n\
+        s = socket.socket(socket.AF_UNIX)\n\
+        s.connect(sys.argv[1])\n\
+        s.sendall(b'{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sessions\"}\\n')\n\
+        s.settimeout(5)\n\
+        try:\n    data = s.recv(65536)\nexcept OSError as e:\n    data = b''\n\
+        print('REPLY' if data else 'NO REPLY')";
+    let run_as = |uid: u32| {
+        let mut c = std::process::Command::new(py);
+        c.args(["-c", client]).arg(&socket).env_clear();
+        if uid != 0 {
+            c.uid(uid).gid(uid);
+        }
+        let out = c.output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+            + &String::from_utf8_lossy(&out.stderr)
+    };
+    let other = run_as(65534);
+    let me = run_as(0);
+    mode(&socket, 0o600);
+    for d in &dirs {
+        mode(d, 0o700);
+    }
+    assert_eq!(other, "NO REPLY", "a client of another uid was served");
+    assert_eq!(me, "REPLY", "the same client as the owner is served");
+}
