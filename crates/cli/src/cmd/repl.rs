@@ -124,15 +124,17 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
 
 /// On SIGTERM or SIGHUP: restore the terminal, kill the kernel, then exit
 /// 143 or 129.
+/// The handlers are in place when this returns.
 fn exit_on_termination(registry: Arc<Registry>, tty: Option<nix::sys::termios::Termios>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::warn!("could not install SIGTERM/SIGHUP handlers");
+        return;
+    };
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut hup)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-        ) else {
-            return;
-        };
         let code = tokio::select! {
             _ = term.recv() => 143,
             _ = hup.recv() => 129,
