@@ -117,6 +117,8 @@ _OUT_FD = -1
 _ERR_FD = -1
 _MARK = b""
 _frame_lock = _thread.allocate_lock()
+# POSIX guarantees atomic pipe writes up to PIPE_BUF bytes (4096 on Linux).
+_PIPE_BUF = 4096
 _requests = _SimpleQueue()
 _shutdown_requested = False
 
@@ -189,9 +191,17 @@ def _send(fd, obj, flush=True):
         body = text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: keep the frame valid UTF-8
         body = text.encode("utf-8", "replace")
-    data = b"%s%d\n%s" % (_MARK, len(body), body)
+    header = b"%s%d\n" % (_MARK, len(body))
     with _frame_lock:
-        _write_all(fd, data)
+        if len(header) + len(body) <= _PIPE_BUF:
+            _write_all(fd, header + body)
+        else:
+            # The header always goes in one atomic write of its own (pipe
+            # writes up to PIPE_BUF are atomic), so a reader never sees half
+            # a marker followed by a pause: the host may release a held
+            # marker prefix once the pipe has been quiet for a moment.
+            _write_all(fd, header)
+            _write_all(fd, body)
 
 
 def _raw_stderr(message):

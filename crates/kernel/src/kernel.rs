@@ -34,6 +34,8 @@ const READ_CHUNK: usize = 64 * 1024;
 const EVENT_QUEUE: usize = 64;
 /// Raw output kept from before `ready` (e.g. a `sitecustomize` print).
 const EARLY_OUTPUT_CAP: usize = 64 * 1024;
+/// Quiet time after which a held-back marker prefix is released as output.
+const IDLE_RELEASE: Duration = Duration::from_millis(5);
 /// How long the `end` frame may lag behind the `result` frame.
 const END_LAG: Duration = Duration::from_secs(2);
 
@@ -308,7 +310,26 @@ async fn pump(
     let mut dec = Decoder::new(&sentinel);
     let mut buf = vec![0u8; READ_CHUNK];
     loop {
-        let n = match rd.read(&mut buf).await {
+        // Output ending in `\n` leaves the decoder holding it (it could start
+        // a frame marker). The runner writes every frame header atomically,
+        // so if nothing follows within IDLE_RELEASE it is plain output:
+        // release it, and live output is not a line behind.
+        let read = if dec.scan_held().is_some_and(|h| h > 0) {
+            match tokio::time::timeout(IDLE_RELEASE, rd.read(&mut buf)).await {
+                Ok(r) => r,
+                Err(_) => {
+                    if let Some(ev) = dec.release_held()
+                        && tx.send(Ev::Raw(which, ev.bytes().to_vec())).await.is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        } else {
+            rd.read(&mut buf).await
+        };
+        let n = match read {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };

@@ -195,6 +195,27 @@ async fn live_chunks_arrive_while_the_cell_is_still_running() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_printed_before_a_pause_is_live_during_the_pause() {
+    // The trailing newline could begin a frame marker, so the decoder holds
+    // it; the pump releases it once the pipe is quiet (frame headers are
+    // written atomically), so the line is not stuck until the cell ends.
+    let f = Fixture::new();
+    f.ok("import time").await;
+    let (sink, mut rx) = common::live_channel();
+    let run = f
+        .reg
+        .execute(ExecuteRequest::new("print('step 1')\ntime.sleep(2)").live(sink));
+    let watch = async {
+        let t0 = Instant::now();
+        common::wait_live(&mut rx, "step 1\n", Duration::from_millis(1500)).await;
+        t0.elapsed()
+    };
+    let (r, seen_after) = tokio::join!(run, watch);
+    assert_success(&r);
+    assert!(seen_after < Duration::from_millis(1500), "{seen_after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_written_between_cells_is_given_to_the_next_cell_under_a_marker() {
     let f = Fixture::new();
     let done = f.work().join("written");

@@ -229,6 +229,25 @@ impl Decoder {
         }
     }
 
+    /// Releases a held-back marker prefix as raw output, if there is one.
+    ///
+    /// Only for a writer that sends every frame header in one atomic write
+    /// (the toolcell runner does: pipe writes up to `PIPE_BUF` are atomic).
+    /// Then, once the stream has been quiet for a moment, a held prefix
+    /// cannot be the start of a real frame — its rest would have arrived
+    /// with it — and a host may call this so that output ending in `\n`
+    /// (which could begin a marker) is not delayed until more output comes.
+    /// Inside a header or a body it does nothing.
+    pub fn release_held(&mut self) -> Option<Event<'static>> {
+        match self.state {
+            State::Scan { held } if held > 0 => {
+                self.state = State::Scan { held: 0 };
+                Some(Event::Raw(Cow::Owned(self.marker[..held].to_vec())))
+            }
+            _ => None,
+        }
+    }
+
     /// Pushes one chunk; the returned iterator yields its events.
     ///
     /// Drain the iterator before pushing the next chunk: the part of the

@@ -418,3 +418,21 @@ fn raw_output_is_borrowed_from_the_chunk() {
     let ev = dec.feed(&chunk).next().unwrap();
     assert!(matches!(ev, Event::Raw(std::borrow::Cow::Borrowed(_))));
 }
+
+#[test]
+fn release_held_gives_back_a_held_prefix_and_nothing_else() {
+    let mut dec = Decoder::new(&sentinel());
+    let evs: Vec<_> = dec.feed(b"line\n").map(Event::into_owned).collect();
+    assert_eq!(normalize(evs), vec![raw(b"line")]);
+    assert_eq!(dec.buffered_len(), 1);
+    let ev = dec.release_held().unwrap();
+    assert_eq!(ev.bytes(), b"\n");
+    assert_eq!(dec.buffered_len(), 0);
+    assert!(dec.release_held().is_none());
+    // Inside a header or a body there is nothing to release.
+    let _: Vec<_> = dec.feed(b"\n@@S@@ 12").map(Event::into_owned).collect();
+    assert!(dec.release_held().is_none());
+    let _: Vec<_> = dec.feed(b"\nab").map(Event::into_owned).collect();
+    assert!(dec.release_held().is_none());
+    assert!(matches!(dec.finish(), Some(Event::EofInFrame(b)) if b == b"ab"));
+}
