@@ -191,10 +191,22 @@ mod tests {
             ]
         );
         assert_eq!(v["status"], "refused");
-        let k: Vec<&str> = v["kernel"].as_object().unwrap().keys().map(String::as_str).collect();
+        let k: Vec<&str> = v["kernel"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
         assert_eq!(
             k,
-            ["id", "mode", "python", "reused", "execution_count", "state_reset"]
+            [
+                "id",
+                "mode",
+                "python",
+                "reused",
+                "execution_count",
+                "state_reset"
+            ]
         );
     }
 
