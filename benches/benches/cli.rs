@@ -143,7 +143,11 @@ fn bench(c: &mut Criterion) {
     g.bench_function("serve_warm_cell_x_plus_1", |b| {
         b.iter(|| serve.execute("x += 1"));
     });
-    let n = if std::env::args().any(|a| a == "--bench") { 2000 } else { 20 };
+    let n = if std::env::args().any(|a| a == "--bench") {
+        2000
+    } else {
+        20
+    };
     let samples: Vec<Duration> = (0..n)
         .map(|_| {
             let t = Instant::now();
@@ -168,7 +172,11 @@ fn bench(c: &mut Criterion) {
     g.bench_function("exec_session_end_to_end", |b| {
         b.iter(|| exec("x += 1"));
     });
-    let n = if std::env::args().any(|a| a == "--bench") { 200 } else { 5 };
+    let n = if std::env::args().any(|a| a == "--bench") {
+        200
+    } else {
+        5
+    };
     let samples: Vec<Duration> = (0..n)
         .map(|_| {
             let t = Instant::now();
