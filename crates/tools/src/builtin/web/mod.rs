@@ -33,6 +33,9 @@ fn client() -> Result<reqwest::Client, ToolError> {
     static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
     CLIENT
         .get_or_init(|| {
+            // reqwest is built without a TLS crypto provider (see the root
+            // manifest): install ring's, unless the embedder installed one.
+            let _ = rustls::crypto::ring::default_provider().install_default();
             reqwest::Client::builder()
                 .user_agent(USER_AGENT)
                 .redirect(reqwest::redirect::Policy::limited(MAX_REDIRECTS))
