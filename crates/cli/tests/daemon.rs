@@ -461,9 +461,11 @@ fn the_daemon_refuses_a_client_of_another_uid() {
     let client = "import socket, sys\n\
         s = socket.socket(socket.AF_UNIX)\n\
         s.connect(sys.argv[1])\n\
-        s.sendall(b'{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sessions\"}\\n')\n\
         s.settimeout(5)\n\
-        try:\n    data = s.recv(65536)\nexcept OSError as e:\n    data = b''\n\
+        try:\n    \
+        s.sendall(b'{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sessions\"}\\n')\n    \
+        data = s.recv(65536)\n\
+        except OSError:\n    data = b''  # refused: closed before or after the request\n\
         print('REPLY' if data else 'NO REPLY')";
     let run_as = |uid: u32| {
         let mut c = std::process::Command::new(py);
