@@ -130,22 +130,39 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
+/// The exit code a caught SIGINT (130) or SIGTERM (143) asks for; 0 = none.
+static SIGNAL_EXIT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// The exit code of a SIGINT/SIGTERM caught by [`exit_on_signals`], if any.
+/// A command that finishes on its own while the handler is shutting down
+/// (its cell ended because its kernel was killed) must exit with this code,
+/// not its own: the process would otherwise exit 130 or 143 by a race.
+pub fn signal_exit_code() -> Option<u8> {
+    match SIGNAL_EXIT.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        code => Some(code),
+    }
+}
+
 /// On SIGINT or SIGTERM: kill every kernel of `registry`, then exit with
 /// 130 (SIGINT) or 143 (SIGTERM). For commands whose Ctrl-C means "stop".
+/// Call it inside the runtime: the handlers are installed before it
+/// returns, so a signal arriving right after is not missed.
 pub fn exit_on_signals(registry: Arc<Registry>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return;
-        };
-        let code = tokio::select! {
+        let code: u8 = tokio::select! {
             _ = int.recv() => 130,
             _ = term.recv() => 143,
         };
+        SIGNAL_EXIT.store(code, std::sync::atomic::Ordering::SeqCst);
         registry.shutdown_all().await;
-        std::process::exit(code);
+        std::process::exit(i32::from(code));
     });
 }

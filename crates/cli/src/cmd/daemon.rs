@@ -470,11 +470,11 @@ pub fn exec_in_session(
         // Ctrl-C interrupts the cell in the daemon (the session survives).
         let sock = p.socket.clone();
         let owner = session.to_string();
+        // The handler is installed here, not in the task: a SIGINT arriving
+        // before the task first runs would otherwise kill this process.
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
         let interrupter = tokio::spawn(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let Ok(mut int) = signal(SignalKind::interrupt()) else {
-                return;
-            };
             while int.recv().await.is_some() {
                 if let Ok(mut c) = Client::connect(&sock).await {
                     let _ = c.call("interrupt", json!({"session": owner})).await;

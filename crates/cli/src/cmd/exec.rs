@@ -123,7 +123,8 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
         }
         let result = registry.execute(req).await;
         registry.shutdown_all().await;
-        report(&result, args.json, true)
+        let code = report(&result, args.json, true)?;
+        Ok(host::signal_exit_code().map_or(code, ExitCode::from))
     })
 }
 
