@@ -5,13 +5,14 @@
 //! (each in its own task) and responses may come out of order; a single
 //! writer task keeps every line whole.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use toolcell_kernel::config::Config;
 use toolcell_kernel::{ExecuteRequest, Registry, StreamKind};
@@ -488,6 +489,7 @@ where
     });
     let mut reader = BufReader::with_capacity(64 * 1024, input);
     let mut tasks = JoinSet::new();
+    let mut tails: HashMap<String, oneshot::Receiver<()>> = HashMap::new();
     let mut buf = Vec::new();
     loop {
         buf.clear();
@@ -528,12 +530,35 @@ where
                 continue;
             }
         };
+        // Cells of one session must reach the registry in arrival order
+        // (SPEC §4), but spawned tasks may start in any order: an execute
+        // waits for the previous execute of its session to be answered.
+        let order = execute_session(&text).map(|session| {
+            if tails.len() > 64 {
+                tails.retain(|_, rx| {
+                    matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty))
+                });
+            }
+            let (done, rx) = oneshot::channel::<()>();
+            (tails.insert(session, rx), done)
+        });
         let service = Arc::clone(&service);
         let tx = tx.clone();
         tasks.spawn(async move {
+            let done = match order {
+                Some((prev, done)) => {
+                    if let Some(prev) = prev {
+                        let _ = prev.await;
+                    }
+                    Some(done)
+                }
+                None => None,
+            };
             if let Some(reply) = service.handle_line(&text, &tx).await {
                 let _ = tx.send(reply).await;
             }
+            // The next cell of the session may start (after this answer).
+            drop(done);
         });
         // Reap finished tasks so the set stays small.
         while tasks.try_join_next().is_some() {}
@@ -541,6 +566,22 @@ where
     while tasks.join_next().await.is_some() {}
     drop(tx);
     let _ = writer.await;
+}
+
+/// The session of a single `execute` request line (`"default"` when not
+/// given); `None` for anything else (other methods, batches, bad input).
+fn execute_session(line: &str) -> Option<String> {
+    let Ok(Value::Object(msg)) = serde_json::from_str::<Value>(line) else {
+        return None;
+    };
+    if msg.get("method").and_then(Value::as_str) != Some("execute") {
+        return None;
+    }
+    match msg.get("params").and_then(|p| p.get("session")) {
+        None | Some(Value::Null) => Some("default".to_string()),
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => None,
+    }
 }
 
 /// Reads one line of at most `cap` bytes into `buf`; a longer line is

@@ -168,6 +168,22 @@ fn a_slow_cell_does_not_hold_up_another_session() {
     assert_eq!(before.len(), 1, "response 1 came first: {before:?}");
     assert_eq!(before[0]["id"], 1);
     assert_eq!(r2["result"]["output"], "['a', 'b']\n");
+
+    // Many cells sent at once run in the order they were sent.
+    for i in 0..20 {
+        s.request(
+            10 + i,
+            "execute",
+            json!({"session": "q", "code": format!("seq.append({i})")}),
+        );
+    }
+    let r = s.call(
+        99,
+        "execute",
+        json!({"session": "q", "code": "print(seq[2:])"}),
+    );
+    let want: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+    assert_eq!(r["result"]["output"], format!("[{}]\n", want.join(", ")));
     s.assert_only_jsonrpc();
 }
 
