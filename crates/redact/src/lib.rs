@@ -100,8 +100,9 @@
 //!
 //! - **Token boundaries.** A vendor prefix only counts at the start of a token
 //!   (not after a letter, digit, `_`, `-` or `.`), its body has a bounded
-//!   length and must end there, and the body must look random (letters and
-//!   digits or both cases, no run of 8 identical characters). Not masked:
+//!   length and must end there, and the body must look random (a digit or
+//!   both letter cases, or 32+ characters; no run of 8 identical
+//!   characters). Not masked:
 //!   `sk-learn`, `task-runner`, `risk-free`, `r"sk-[a-z]+"`,
 //!   `hf_hub_download`, `sk-xxxxxxxx…` placeholders.
 //! - **Templates and references are never values**, in any rule: `$X`,
@@ -128,8 +129,10 @@
 //!   only masked when its value is a quoted literal.
 //! - **Header values** in a quoted-key form (`{"Authorization": token}`) must
 //!   be string literals; in header form (`Authorization: Bearer …`) the
-//!   credential must be a single token of at least 8 characters with mixed
-//!   classes, so prose like "Authorization: Bearer tokens are…" is left alone.
+//!   credential must be the value's only token (4+ characters, not a
+//!   template or a placeholder word such as `token`), so prose like
+//!   "Authorization: Bearer tokens are…" is left alone. URL passwords are
+//!   masked unless they are templates (`{pw}`, `$PW`, `%s`, `<pw>`, `***`).
 //! - **Private keys** are masked only with key material: a `BEGIN … PRIVATE
 //!   KEY` marker followed by a base64 body (on the next lines, or after `\n`
 //!   escapes on the same line). Code that merely mentions the marker is untouched.

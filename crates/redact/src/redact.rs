@@ -879,19 +879,21 @@ fn header_spans(seg: &str, re: &regex::Regex, authorization: bool, spans: &mut V
     }
 }
 
+/// The credential after `Bearer `/`Basic `/`token `…: one token (the caller
+/// checked there is nothing after it), not a template or placeholder word.
 fn single_token_cred(cred: &str) -> bool {
-    if cred.len() < 8 || rules::is_template(cred) || !cred.bytes().all(|b| b.is_ascii_graphic()) {
-        return false;
-    }
-    let c = rules::classes(cred);
-    (c.letter() && c.digit) || (c.lower && c.upper) || cred.len() >= 24
+    cred.len() >= 4
+        && !rules::is_template(cred)
+        && !rules::is_placeholder_word(cred)
+        && cred.bytes().all(|b| b.is_ascii_graphic())
 }
 
+/// An API-key header value: one token of 8+ printable bytes, not a template,
+/// placeholder word or expression.
 fn header_key_shaped(v: &str) -> bool {
-    let c = rules::classes(v);
-    v.len() >= 12
+    v.len() >= 8
         && v.bytes().all(|b| b.is_ascii_graphic())
-        && ((c.letter() && c.digit) || (c.lower && c.upper))
+        && !rules::is_placeholder_word(v)
         && !v.contains(['(', ')', '[', ']'])
 }
 

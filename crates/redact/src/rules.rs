@@ -531,11 +531,12 @@ impl Classes {
     }
 }
 
-/// A vendor key body looks random: letters and digits, or both letter cases.
-/// `xxxxxxxx…` placeholders and words fail this.
+/// A vendor key body looks random: it has a digit or both letter cases (or
+/// is at least 32 long) and no run of 8 identical characters, so
+/// `sk-xxxxxxxx…` placeholders and short word-like bodies fail this.
 pub(crate) fn random_looking(body: &str) -> bool {
     let c = classes(body);
-    let mixed = (c.letter() && c.digit) || (c.lower && c.upper);
+    let mixed = c.digit || (c.lower && c.upper) || body.len() >= 32;
     mixed && !long_repeat(body)
 }
 
@@ -576,29 +577,39 @@ pub(crate) fn is_template(v: &str) -> bool {
     {
         return true;
     }
-    let lower = v.to_ascii_lowercase();
     if b.iter()
         .all(|&c| c == b'*' || c == b'x' || c == b'X' || c == b'.' || c == b'#')
     {
         return true;
     }
+    let lower = v.to_ascii_lowercase();
+    lower.starts_with("your-")
+        || lower.starts_with("your_")
+        || lower.contains("redacted")
+        || lower.contains("placeholder")
+}
+
+/// A placeholder word standing for a credential in docs and prose
+/// (`token`, `password`, …): not masked in header values, where a real
+/// credential is never an English word.
+pub(crate) fn is_placeholder_word(v: &str) -> bool {
     matches!(
-        lower.as_str(),
+        v.to_ascii_lowercase().as_str(),
         "password"
             | "passwd"
             | "pass"
             | "pwd"
             | "secret"
             | "token"
-            | "changeme"
-            | "redacted"
+            | "tokens"
+            | "key"
+            | "apikey"
+            | "api_key"
+            | "credentials"
             | "none"
             | "null"
-    ) || lower.starts_with("your")
-        || lower.starts_with("my_")
-        || lower.contains("redacted")
-        || lower.contains("placeholder")
-        || lower.contains("example")
+            | "undefined"
+    )
 }
 
 /// Credential-shaped per SPEC §5: at least 16 chars, printable ASCII without

@@ -304,6 +304,31 @@ fn positives() -> Vec<(String, &'static str, &'static str)> {
             "Gu3st-P4ssw0rd-2026",
             "url_password",
         ),
+        p(
+            "engine = create_engine(\"postgresql://scott:tiger@localhost/test\")",
+            "tiger",
+            "url_password",
+        ),
+        p(
+            "> Authorization: Bearer abc123\n",
+            "abc123",
+            "authorization",
+        ),
+        p(
+            "export AWS_SECRET_ACCESS_KEY=\"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\"",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "env_secret",
+        ),
+        p(
+            "SECRET_KEY=my_super_secret_key_123",
+            "my_super_secret_key_123",
+            "env_secret",
+        ),
+        p(
+            "GITHUB_TOKEN=ghp_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ",
+            "ghp_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ",
+            "github_token",
+        ),
         // Authorization and API-key headers
         p(
             "> GET /v1/models HTTP/1.1\n> Authorization: Bearer o09jwQO10Y0ADsWJPiX1EwY2orTyRqBR\n> Accept: */*\n",
@@ -431,7 +456,6 @@ fn negatives() -> Vec<&'static str> {
         "password = getpass.getpass()",
         "db_password = vault.read(\"secret/data/db\")[\"data\"][\"password\"]",
         "url = f\"https://{user}:{password}@{host}/{db}\"",
-        "engine = create_engine(\"postgresql://user:password@localhost/test\")",
         "conn = psycopg2.connect(f\"postgres://{USER}:{PW}@db:5432/app\")",
         "TOKENIZERS_PARALLELISM=false",
         "keyboard_layout = \"us-intl-altgr-dead-keys-2024\"",
