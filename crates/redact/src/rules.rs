@@ -63,7 +63,7 @@ pub(crate) static RULES: &[Rule] = &[
     },
     Rule {
         kind: "google_api_key",
-        how: How::Vendor(r"AIza[0-9A-Za-z_-]{35}"),
+        how: How::Vendor(r"AIza[0-9A-Za-z_-]{30,45}"),
     },
     Rule {
         kind: "google_oauth_token",
@@ -75,7 +75,7 @@ pub(crate) static RULES: &[Rule] = &[
     },
     Rule {
         kind: "sendgrid_key",
-        how: How::Vendor(r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}"),
+        how: How::Vendor(r"SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64}"),
     },
     Rule {
         kind: "huggingface_token",
@@ -83,7 +83,7 @@ pub(crate) static RULES: &[Rule] = &[
     },
     Rule {
         kind: "npm_token",
-        how: How::Vendor(r"npm_[A-Za-z0-9]{36}"),
+        how: How::Vendor(r"npm_[A-Za-z0-9]{30,45}"),
     },
     Rule {
         kind: "pypi_token",
@@ -95,11 +95,11 @@ pub(crate) static RULES: &[Rule] = &[
     },
     Rule {
         kind: "replicate_token",
-        how: How::Vendor(r"r8_[A-Za-z0-9]{37}"),
+        how: How::Vendor(r"r8_[A-Za-z0-9]{30,45}"),
     },
     Rule {
         kind: "groq_key",
-        how: How::Vendor(r"gsk_[A-Za-z0-9]{52}"),
+        how: How::Vendor(r"gsk_[A-Za-z0-9]{40,60}"),
     },
     Rule {
         kind: "xai_key",
@@ -107,7 +107,7 @@ pub(crate) static RULES: &[Rule] = &[
     },
     Rule {
         kind: "perplexity_key",
-        how: How::Vendor(r"pplx-[A-Za-z0-9]{48}"),
+        how: How::Vendor(r"pplx-[A-Za-z0-9]{40,60}"),
     },
     Rule {
         kind: "shopify_token",
@@ -115,7 +115,7 @@ pub(crate) static RULES: &[Rule] = &[
     },
     Rule {
         kind: "linear_key",
-        how: How::Vendor(r"lin_api_[A-Za-z0-9]{40}"),
+        how: How::Vendor(r"lin_api_[A-Za-z0-9]{32,48}"),
     },
     Rule {
         kind: "doppler_token",
@@ -143,7 +143,7 @@ pub(crate) static RULES: &[Rule] = &[
     },
     Rule {
         kind: "netlify_token",
-        how: How::Vendor(r"nfp_[A-Za-z0-9]{36}"),
+        how: How::Vendor(r"nfp_[A-Za-z0-9]{30,45}"),
     },
     Rule {
         kind: "notion_token",
@@ -475,9 +475,7 @@ pub(crate) static COMPILED: Lazy<Compiled> = Lazy::new(|| Compiled {
     pem_begin: re(r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"),
     pem_end: re(r"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"),
     jwt: re(r"eyJ[A-Za-z0-9_-]{8,}\.ey[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{0,}"),
-    url: re(
-        r"(?i)[a-z][a-z0-9+.-]{1,30}://([^\s:/?#@'\x22<>\[\]]{0,})(?::([^\s/?@'\x22<>]{1,}))?@",
-    ),
+    url: re(r"(?i)[a-z][a-z0-9+.-]{1,30}://([^\s:/?#@'\x22<>\[\]]{0,})(?::([^\s/?'\x22<>]{1,}))?@"),
     authorization: re(r"(?i)(?:proxy-)?authorization([\x22'`]?)[ \t]*[:=][ \t]*"),
     api_header: re(
         r"(?i)(?:x-)?(?:api-key|auth-token|access-token|apikey|api-token|private-token|vault-token|subscription-key|subscription-token|figma-token|functions-key|rapidapi-key|goog-api-key|pinecone-api-key|ocp-apim-subscription-key)([\x22'`]?)[ \t]*:[ \t]*",

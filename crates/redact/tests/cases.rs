@@ -315,6 +315,16 @@ fn positives() -> Vec<(String, &'static str, &'static str)> {
             "authorization",
         ),
         p(
+            "curl https://admin:p@ssw0rd!@example.com/api",
+            "p@ssw0rd!",
+            "url_password",
+        ),
+        p(
+            "My token is ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+            "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+            "github_token",
+        ),
+        p(
             "export AWS_SECRET_ACCESS_KEY=\"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\"",
             "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
             "env_secret",
