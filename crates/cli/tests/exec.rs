@@ -433,3 +433,38 @@ fn the_traceback_is_printed_once() {
     );
     assert!(out.stdout.is_empty(), "{}", out.stdout);
 }
+
+#[test]
+fn output_streams_while_the_cell_runs() {
+    use std::io::BufRead;
+    let env = Env::fast();
+    let mut child = env
+        .cmd()
+        .args([
+            "exec",
+            "import time\nprint('tick', flush=True)\ntime.sleep(3)\nprint('tock')",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let first_at = Instant::now();
+    assert_eq!(line, "tick\n");
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "tock\n");
+    assert!(
+        first_at.elapsed() > Duration::from_secs(2),
+        "the first line came while the cell slept, not with its end"
+    );
+    assert_eq!(
+        common::wait_limit(&mut child, common::COMMAND_LIMIT)
+            .unwrap()
+            .code(),
+        Some(0)
+    );
+}

@@ -15,12 +15,9 @@ use serde_json::json;
 const LIMIT: Duration = Duration::from_secs(60);
 
 /// Code that starts a grandchild Python, prints both pids, then sleeps.
-/// The `.` after the line makes the line reach the host at once (the last
-/// line before a pause is otherwise held back: see serve.rs).
 const SLEEPER: &str = "import os, subprocess, sys, time\n\
      child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n\
      print(os.getpid(), child.pid, flush=True)\n\
-     sys.stdout.write('.'); sys.stdout.flush()\n\
      time.sleep(60)";
 
 fn serve_with_running_cell(env: &Env) -> (Serve, i32, i32) {
@@ -156,7 +153,7 @@ fn sigint_to_exec_session_interrupts_the_cell_and_keeps_the_session() {
             "exec",
             "--session",
             "a",
-            "import sys, time\nprint('running', flush=True)\nsys.stdout.write('.'); sys.stdout.flush()\ntime.sleep(30)",
+            "import sys, time\nprint('running', flush=True)\ntime.sleep(30)",
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
