@@ -486,3 +486,45 @@ fn the_daemon_refuses_a_client_of_another_uid() {
     assert_eq!(other, "NO REPLY", "a client of another uid was served");
     assert_eq!(me, "REPLY", "the same client as the owner is served");
 }
+
+/// Starts `exec --session S CODE` and waits for its first stdout line.
+fn exec_running(env: &Env, session: &str, code: &str) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = env
+        .cmd()
+        .args(["exec", "--session", session, code])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "go\n");
+    child
+}
+
+#[test]
+fn stopping_the_daemon_under_a_running_cell_ends_that_exec() {
+    let env = Env::fast();
+    let code = "import time\nprint('go', flush=True)\ntime.sleep(30)";
+    let child = exec_running(&env, "a", code);
+    let kernel = kernel_pid(&env, "a");
+    let out = env.run(&["daemon", "stop"]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("1 kernel killed"), "{}", out.stdout);
+    let out = common::finish(child, Duration::from_secs(10));
+    out.expect_code(130);
+    assert!(out.stderr.contains("shut down"), "{}", out.stderr);
+    assert!(!alive(kernel));
+
+    // A daemon that dies under a cell: exec fails instead of hanging.
+    let child = exec_running(&env, "b", code);
+    let daemon = env.daemon_pids()[0];
+    signal(daemon, Signal::SIGKILL);
+    let out = common::finish(child, Duration::from_secs(10));
+    out.expect_code(1);
+    assert!(out.stderr.contains("daemon"), "{}", out.stderr);
+}
