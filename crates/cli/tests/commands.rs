@@ -166,6 +166,31 @@ const BAD_CONFIGS: &[(&str, &[&str])] = &[
     ("[tools]\nenabled = [\"nope\"]\n", &["nope", "read_file"]),
     ("[tools]\nenabled = \"read_file\"\n", &["tools.enabled"]),
     ("not toml [\n", &["toolcell.toml", "TOML"]),
+    ("[daemon]\nidle_exit = 0\n", &["daemon.idle_exit", "> 0"]),
+    (
+        "[output]\nmax_stdout_bytes = \"big\"\n",
+        &["output.max_stdout_bytes", "whole number"],
+    ),
+    (
+        "[rpc]\ntransport = \"udp\"\n",
+        &["rpc.transport", "unix", "tcp", "udp"],
+    ),
+    (
+        "[env]\npassthrough = [\"BAD NAME\"]\n",
+        &["env.passthrough", "BAD NAME"],
+    ),
+    (
+        "[web]\nsearch_provider = \"searxng\"\n",
+        &["web.search_url", "searxng"],
+    ),
+    (
+        "[execution]\ntimeout = 1e12\n",
+        &["execution.timeout", "at most"],
+    ),
+    (
+        "[execution]\nmax_tool_calls = 1.5\n",
+        &["execution.max_tool_calls", "whole number"],
+    ),
 ];
 
 #[test]
@@ -529,4 +554,22 @@ fn stubs_compile_and_import_and_follow_tools() {
     assert!(out.stdout.contains("def read_file("));
     assert!(!out.stdout.contains("def terminal("));
     assert!(!out.stdout.contains("def web_search("));
+}
+
+#[test]
+fn schema_states_the_cwd_rule_of_the_mode() {
+    let env = Env::new();
+    let project = description(&env.run(&["schema", "--format", "mcp"]).json(), "mcp");
+    let strict = description(
+        &env.run(&["schema", "--format", "mcp", "--mode", "strict"])
+            .json(),
+        "mcp",
+    );
+    assert!(project.contains("project directory"), "{project}");
+    assert!(strict.contains("temporary directory"), "{strict}");
+    assert!(!strict.contains("is the project directory"), "{strict}");
+    // The same through the config file.
+    let env = Env::with_config("[execution]\nmode = \"strict\"\n");
+    let d = description(&env.run(&["schema", "--format", "mcp"]).json(), "mcp");
+    assert!(d.contains("temporary directory"), "{d}");
 }
