@@ -528,3 +528,36 @@ fn stopping_the_daemon_under_a_running_cell_ends_that_exec() {
     out.expect_code(1);
     assert!(out.stderr.contains("daemon"), "{}", out.stderr);
 }
+
+#[test]
+fn a_daemon_that_cannot_start_is_reported_at_once() {
+    let env = Env::fast();
+    // Too long for a Unix socket path (SUN_LEN).
+    let deep = env.path().join("r".repeat(100));
+    std::fs::create_dir(&deep).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut c = env.cmd();
+    c.env("XDG_RUNTIME_DIR", &deep)
+        .args(["exec", "--session", "a", "print('ran')"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = common::finish(c.spawn().unwrap(), common::COMMAND_LIMIT);
+    out.expect_code(1);
+    assert!(out.stdout.is_empty());
+    assert!(
+        out.stderr.contains("the daemon failed to start"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(".sock"),
+        "names the socket: {}",
+        out.stderr
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "reported after {:?}, not at once",
+        t0.elapsed()
+    );
+}

@@ -392,26 +392,53 @@ async fn ensure_running(config: Option<&Path>, p: &Paths) -> anyhow::Result<u64>
                 .map_err(std::io::Error::from)
         });
     }
+    let log_start = std::fs::metadata(&p.log).map_or(0, |m| m.len());
     let mut child = cmd.spawn().context("starting the daemon")?;
-    // Reap it in the background if it exits at once (e.g. lost the race).
-    std::thread::spawn(move || {
-        let _ = child.wait();
-    });
     let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
+    let mut exited_ok = false;
+    let result = loop {
         if let Ok(mut c) = Client::connect(&p.socket).await
             && let Ok(r) = c.call("ping", json!({})).await
         {
-            return Ok(r["result"]["pid"].as_u64().unwrap_or(0));
+            break Ok(r["result"]["pid"].as_u64().unwrap_or(0));
+        }
+        // A daemon that failed (cannot bind, bad directory) says why in its
+        // log: report it now rather than after the 15 s wait. One that
+        // exited 0 lost the start race; the winner is coming up.
+        if !exited_ok && let Ok(Some(status)) = child.try_wait() {
+            if status.success() {
+                exited_ok = true;
+            } else {
+                let why = std::fs::read(&p.log)
+                    .ok()
+                    .and_then(|b| {
+                        let start = usize::try_from(log_start).unwrap_or(0).min(b.len());
+                        let text = String::from_utf8_lossy(&b[start..]).into_owned();
+                        text.lines()
+                            .rev()
+                            .find(|l| !l.trim().is_empty())
+                            .map(|l| l.trim_start_matches("toolcell: error: ").to_string())
+                    })
+                    .unwrap_or_else(|| format!("it exited with {status}"));
+                break Err(anyhow::anyhow!(
+                    "the daemon failed to start: {why} (log: {})",
+                    p.log.display()
+                ));
+            }
         }
         if Instant::now() > deadline {
-            anyhow::bail!(
+            break Err(anyhow::anyhow!(
                 "the daemon did not start within 15 s; see its log {}",
                 p.log.display()
-            );
+            ));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
+    // Reap it in the background whenever it exits.
+    std::thread::spawn(move || {
+        let _ = child.wait();
+    });
+    result
 }
 
 /// `toolcell exec --session S`: run the cell in the daemon.
