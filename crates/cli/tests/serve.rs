@@ -715,3 +715,29 @@ fn execute_params_cwd_timeout_reset_and_a_dying_kernel() {
     assert_eq!(r["result"]["kernel"]["state_reset"], true);
     s.assert_only_jsonrpc();
 }
+
+#[test]
+fn shutdown_session_under_a_running_cell_answers_it() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    s.request(
+        1,
+        "execute",
+        json!({"session": "x", "stream": true, "code": "import time\nprint('go', flush=True)\ntime.sleep(30)"}),
+    );
+    let note = s.next(LIMIT);
+    assert_eq!(note["params"]["chunk"], "go\n", "{note}");
+    let pid = session_pid(&s.call(2, "sessions", json!({}))["result"], "x").unwrap();
+    s.request(3, "shutdown_session", json!({"session": "x"}));
+    let mut replies = HashMap::new();
+    while replies.len() < 2 {
+        let m = s.next(LIMIT);
+        replies.insert(m["id"].as_i64().unwrap(), m);
+    }
+    assert_eq!(replies[&3]["result"]["shut_down"], 1);
+    let r = &replies[&1]["result"];
+    assert_eq!(r["status"], "interrupted", "{r}");
+    assert!(r["error"].as_str().unwrap().contains("shut down"), "{r}");
+    assert!(!alive(pid));
+    s.assert_only_jsonrpc();
+}
