@@ -573,3 +573,45 @@ fn schema_states_the_cwd_rule_of_the_mode() {
     let d = description(&env.run(&["schema", "--format", "mcp"]).json(), "mcp");
     assert!(d.contains("temporary directory"), "{d}");
 }
+
+#[test]
+fn config_output_is_toml_that_reads_back_the_same() {
+    let env = Env::with_config("[execution]\ntimeout = 42\n[tools]\nenabled = [\"read_file\"]\n");
+    let with_sources = env.run(&["config"]);
+    with_sources.expect_code(0);
+    let plain = env.run(&["config", "--plain"]);
+    plain.expect_code(0);
+    // Python's tomllib (3.11+) reads both; without it there is nothing to check.
+    let script = "import json, sys\n\
+        try:\n    import tomllib\nexcept ImportError:\n    print('skip'); sys.exit(0)\n\
+        a, b = sys.stdin.read().split('\\0')\n\
+        x, y = tomllib.loads(a), tomllib.loads(b)\n\
+        assert x == y, (x, y)\n\
+        print(json.dumps(x))";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        write!(stdin, "{}\0{}", with_sources.stdout, plain.stdout).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    if text.trim() == "skip" {
+        return;
+    }
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["execution"]["timeout"], 42);
+    assert_eq!(v["tools"]["enabled"], serde_json::json!(["read_file"]));
+    assert_eq!(v["kernels"]["max_kernels"], 4);
+}

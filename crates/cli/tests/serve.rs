@@ -741,3 +741,43 @@ fn shutdown_session_under_a_running_cell_answers_it() {
     assert!(!alive(pid));
     s.assert_only_jsonrpc();
 }
+
+#[test]
+fn logs_go_to_stderr_only() {
+    let env = Env::fast();
+    let mut c = env.cmd();
+    c.env("TOOLCELL_LOG", "debug");
+    let mut child = c
+        .arg("serve")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(
+            stdin,
+            "{}",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "execute", "params": {"code": "print(1)"}})
+        )
+        .unwrap();
+        writeln!(
+            stdin,
+            "{}",
+            json!({"jsonrpc": "2.0", "id": 2, "method": "sessions"})
+        )
+        .unwrap();
+    }
+    let out = common::finish(child, LIMIT);
+    out.expect_code(0);
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", out.stdout);
+    assert!(lines.iter().all(|l| l["jsonrpc"] == "2.0"));
+    assert!(!out.stderr.is_empty(), "debug logs are written, to stderr");
+}
