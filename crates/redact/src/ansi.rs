@@ -86,6 +86,9 @@ pub struct AnsiStripper {
     /// During a push: a lower bound of where the current line starts in
     /// `out` (exact after [`settle`](Self::settle)).
     ls: usize,
+    /// During a push: `out[..scanned]` holds no newline after `ls`, so
+    /// [`settle`](Self::settle) only looks at newer bytes (no rescans).
+    scanned: usize,
 }
 
 impl fmt::Debug for AnsiStripper {
@@ -185,6 +188,7 @@ impl AnsiStripper {
             cr: false,
             line: String::new(),
             ls: 0,
+            scanned: 0,
         }
     }
 
@@ -200,6 +204,8 @@ impl AnsiStripper {
         self.ls = out.len();
         out.push_str(&self.line);
         self.line.clear();
+        // The held line never contains a newline.
+        self.scanned = out.len();
         self.push_inner(input, out);
         self.settle(out);
         self.line.push_str(&out[self.ls..]);
@@ -251,6 +257,7 @@ impl AnsiStripper {
         self.ls = out.len();
         out.push_str(&self.line);
         self.line.clear();
+        self.scanned = out.len();
         if self.utf8_len > 0 {
             self.utf8_len = 0;
             self.utf8_need = 0;
@@ -266,9 +273,11 @@ impl AnsiStripper {
     /// committing every full [`HELD_LINE_LIMIT`] bytes of it (the same cut
     /// points as committing char by char, so chunking never matters).
     fn settle(&mut self, out: &str) {
-        if let Some(k) = memchr::memrchr(b'\n', &out.as_bytes()[self.ls..]) {
-            self.ls += k + 1;
+        let from = self.scanned.max(self.ls).min(out.len());
+        if let Some(k) = memchr::memrchr(b'\n', &out.as_bytes()[from..]) {
+            self.ls = from + k + 1;
         }
+        self.scanned = out.len();
         while out.len() - self.ls >= HELD_LINE_LIMIT {
             self.ls += ceil_boundary(&out[self.ls..], HELD_LINE_LIMIT);
         }
@@ -285,6 +294,7 @@ impl AnsiStripper {
                 // `\r` not followed by `\n`: the line starts over.
                 self.settle(out);
                 out.truncate(self.ls);
+                self.scanned = self.ls;
             }
         }
         out.push_str(s);
@@ -447,6 +457,7 @@ impl AnsiStripper {
                     self.settle(out);
                     if out.len() > self.ls {
                         out.pop();
+                        self.scanned = out.len();
                     }
                 }
             }
@@ -589,5 +600,25 @@ mod tests {
         }
         st.finish(&mut out);
         assert_eq!(out, whole);
+    }
+}
+
+#[cfg(test)]
+mod spinner_tests {
+    use super::*;
+
+    /// A spinner drawn with backspaces at the end of a long line: the line
+    /// survives intact and only the spinner is erased (the line start is
+    /// tracked incrementally, not rescanned per backspace).
+    #[test]
+    fn backspace_spinner_on_long_line() {
+        let mut input = "x".repeat(60_000).into_bytes();
+        for _ in 0..200_000 {
+            input.extend_from_slice(b"|\x08");
+        }
+        input.extend_from_slice(b"done\n");
+        let out = strip_ansi(&input);
+        assert_eq!(out.len(), 60_000 + 5);
+        assert!(out.ends_with("xdone\n"));
     }
 }
