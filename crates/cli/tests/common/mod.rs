@@ -244,8 +244,18 @@ impl Env {
 
 impl Drop for Env {
     fn drop(&mut self) {
-        if self.runtime_dir().join("toolcell").exists() {
-            let _ = self.run(&["daemon", "stop"]);
+        // Nothing here may panic: this also runs while a failed test unwinds.
+        if self.runtime_dir().join("toolcell").exists()
+            && let Ok(mut child) = self
+                .cmd()
+                .args(["daemon", "stop"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+            && wait_limit(&mut child, Duration::from_secs(20)).is_none()
+        {
+            let _ = child.kill();
         }
         // Backstop: nothing of this test may outlive it.
         for pid in self.daemon_pids().into_iter().chain(self.python_pids()) {
@@ -294,8 +304,10 @@ pub fn finish(mut child: Child, limit: Duration) -> Out {
 pub fn wait_limit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + limit;
     loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return Some(s);
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) => {}
+            Err(_) => return None,
         }
         if Instant::now() > deadline {
             let _ = child.kill();
