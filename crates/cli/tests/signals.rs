@@ -81,6 +81,23 @@ fn sigkill_to_serve_mid_cell_leaves_no_python_behind() {
         "python left 2 s after SIGKILL: {:?}",
         env.python_pids()
     );
+    // The next host sweeps the kernel directories the killed one left.
+    let kernels = env.runtime_dir().join("toolcell/kernels");
+    let left: Vec<_> = std::fs::read_dir(&kernels)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(!left.is_empty(), "a SIGKILLed host cannot clean up after itself");
+    env.run(&["exec", "print(1)"]).expect_code(0);
+    let after: Vec<_> = std::fs::read_dir(&kernels)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    for name in &left {
+        assert!(!after.contains(name), "{name:?} was not swept");
+    }
 }
 
 /// Starts `exec CODE`, waits for its first stdout line (kernel and child pids).
