@@ -88,7 +88,10 @@ fn sigkill_to_serve_mid_cell_leaves_no_python_behind() {
         .flatten()
         .map(|e| e.file_name())
         .collect();
-    assert!(!left.is_empty(), "a SIGKILLed host cannot clean up after itself");
+    assert!(
+        !left.is_empty(),
+        "a SIGKILLed host cannot clean up after itself"
+    );
     env.run(&["exec", "print(1)"]).expect_code(0);
     let after: Vec<_> = std::fs::read_dir(&kernels)
         .unwrap()
