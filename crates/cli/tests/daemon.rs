@@ -105,7 +105,27 @@ fn reset_timeout_and_stdin_in_a_session() {
 
     // A cell error exits 1 and keeps the session.
     env.run(&["exec", "--session", "s", "z = 5"]).expect_code(0);
-    env.run(&["exec", "--session", "s", "1/0"]).expect_code(1);
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "s",
+        "print('to-err', file=__import__('sys').stderr)\n1/0",
+    ]);
+    out.expect_code(1);
+    assert_eq!(
+        out.stderr
+            .matches("Traceback (most recent call last)")
+            .count(),
+        1,
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("to-err\n"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("[toolcell] error in "),
+        "{}",
+        out.stderr
+    );
     let out = env.run(&["exec", "--session", "s", "print(z)"]);
     out.expect_code(0);
     assert_eq!(out.stdout, "5\n");
