@@ -88,7 +88,7 @@ pub use kernel::{
     TimeoutPolicy,
 };
 pub use registry::{
-    ExecuteRequest, Guard, KernelMode, Registry, RegistryError, RegistryOptions, SessionInfo,
-    SessionKey,
+    ExecuteRequest, Guard, KernelMode, KeyInfo, Registry, RegistryError, RegistryOptions,
+    SessionInfo, SessionKey,
 };
 pub use result::{Display, ExecuteResult, KernelInfo, Status, Usage};

@@ -315,9 +315,27 @@ pub struct SessionKey {
     pub tools: Vec<String>,
 }
 
+/// A session key as `sessions` shows it (SPEC §1: owner, mode,
+/// interpreter, cwd, sorted tools).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyInfo {
+    /// The owner (session name).
+    pub owner: String,
+    /// `project` or `strict`.
+    pub mode: String,
+    /// Interpreter path.
+    pub interpreter: String,
+    /// Working directory (empty in strict mode: a private one per kernel).
+    pub cwd: String,
+    /// Enabled tools, sorted.
+    pub tools: Vec<String>,
+}
+
 /// A live kernel, as `sessions` lists it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SessionInfo {
+    /// The session key.
+    pub key: KeyInfo,
     /// The owner.
     pub session: String,
     /// The kernel id.
@@ -1029,14 +1047,22 @@ impl Registry {
             .filter_map(|s| {
                 let m = s.meta();
                 let tree = m.tree.as_ref()?;
+                let owner: String = s
+                    .key
+                    .owner
+                    .split('\u{0}')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
                 Some(SessionInfo {
-                    session: s
-                        .key
-                        .owner
-                        .split('\u{0}')
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
+                    key: KeyInfo {
+                        owner: owner.clone(),
+                        mode: s.key.mode.to_string(),
+                        interpreter: s.key.interpreter.display().to_string(),
+                        cwd: s.key.cwd.display().to_string(),
+                        tools: s.key.tools.clone(),
+                    },
+                    session: owner,
                     kernel_id: m.kernel_id.clone(),
                     mode: s.key.mode.to_string(),
                     cwd: s.key.cwd.display().to_string(),
