@@ -349,11 +349,16 @@ pub fn execute_code_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOp
              json_parse(text), shell_quote(s), retry(fn, attempts=3).\n\n",
         );
     }
+    let page = if tools.iter().any(|t| t.name() == "read_file") {
+        "page it with read_file"
+    } else {
+        "read it from Python"
+    };
     let _ = write!(
         d,
         "Limits per call: {} seconds; at most {} tool calls; stdout beyond {} bytes and stderr \
          beyond {} bytes is cut (head and tail kept) and the full output is saved to a file whose \
-         path is returned; page it with read_file instead of re-running. ",
+         path is returned; {page} instead of re-running. ",
         seconds(opts.timeout_secs),
         opts.max_tool_calls,
         opts.max_stdout_bytes,
@@ -489,6 +494,8 @@ mod tests {
                 };
                 let d = execute_code_description(&[], &opts).to_lowercase();
                 assert!(!d.contains("sandbox"), "{d}");
+                // Without read_file, the description does not send the model to it.
+                assert!(!d.contains("read_file"), "{d}");
             }
         }
     }
