@@ -897,13 +897,65 @@ fn header_key_shaped(v: &str) -> bool {
         && !v.contains(['(', ')', '[', ']'])
 }
 
+/// Where the assignment regex would start the name ending before the
+/// separator at `p` (back over blanks, `]` and a closing quote, then the
+/// name run; the name starts at the run's first letter or `_`). `None` when
+/// no acceptable name starts there.
+fn assignment_name_start(b: &[u8], p: usize) -> Option<usize> {
+    let mut j = p;
+    while j > 0 && (b[j - 1] == b' ' || b[j - 1] == b'\t') {
+        j -= 1;
+    }
+    if j > 0 && b[j - 1] == b']' {
+        j -= 1;
+    }
+    if j > 0 && matches!(b[j - 1], b'"' | b'\'' | b'`') {
+        j -= 1;
+    }
+    let end = j;
+    let lo = end.saturating_sub(102);
+    while j > lo && (b[j - 1].is_ascii_alphanumeric() || matches!(b[j - 1], b'_' | b'.' | b'-')) {
+        j -= 1;
+    }
+    if j == lo
+        && lo > 0
+        && (b[lo - 1].is_ascii_alphanumeric() || matches!(b[lo - 1], b'_' | b'.' | b'-'))
+    {
+        return None; // name longer than 101 bytes
+    }
+    let s = (j..end).find(|&i| b[i].is_ascii_alphabetic() || b[i] == b'_')?;
+    if s > 0 && (matches!(b[s - 1], b'$' | b'%' | b'{') || is_token_byte(b[s - 1])) {
+        return None;
+    }
+    Some(s)
+}
+
+/// Longest window after a separator the assignment regex looks at: a value
+/// over 1024 bytes is never credential-shaped, so a value still running at
+/// the window's end is rejected. Keeps the rule linear in the line length.
+const ASSIGNMENT_WINDOW: usize = 1100;
+
 fn assignment_spans(seg: &str, spans: &mut Vec<Span>) {
     let c = &*COMPILED;
     let b = seg.as_bytes();
-    let mut at = 0;
-    while at < seg.len() {
-        let Some(caps) = c.assignment.captures_at(seg, at) else {
-            break;
+    let mut done_upto = 0;
+    for p in memchr::memchr2_iter(b'=', b':', b) {
+        if rules::separator_rules(b, p) & rules::SEP_ENV == 0 {
+            continue;
+        }
+        let Some(ns) = assignment_name_start(b, p) else {
+            continue;
+        };
+        if ns < done_upto {
+            continue;
+        }
+        let mut wend = (p + 1 + ASSIGNMENT_WINDOW).min(seg.len());
+        while !seg.is_char_boundary(wend) {
+            wend -= 1;
+        }
+        let window = &seg[ns..wend];
+        let Some(caps) = c.assignment.captures(window) else {
+            continue;
         };
         let (Some(name), Some(nq), Some(sp1), Some(sep), Some(sp2), Some(vq), Some(val)) = (
             caps.get(1),
@@ -914,21 +966,29 @@ fn assignment_spans(seg: &str, spans: &mut Vec<Span>) {
             caps.get(6),
             caps.get(7),
         ) else {
-            break;
+            continue;
         };
-        // A rejected match resumes at its value, which may hold `name=value` itself.
-        at = val.start();
-        let sep = sep.as_str();
-        if (sep != "=" && sep != ":") || name.len() > 101 {
+        if ns + sep.start() != p {
             continue;
         }
-        if name.start() > 0
-            && (matches!(b[name.start() - 1], b'$' | b'%' | b'{')
-                || is_token_byte(b[name.start() - 1]))
+        if val.end() == window.len()
+            && wend < seg.len()
+            && !b[wend].is_ascii_whitespace()
+            && !matches!(
+                b[wend],
+                b'"' | b'\'' | b'`' | b',' | b';' | b'&' | b')' | b']' | b'}'
+            )
         {
+            continue; // the value runs past the window: too long to be a credential
+        }
+        // Offsets below are relative to `seg`.
+        let name = (ns + name.start(), ns + name.end(), name.as_str());
+        let val = (ns + val.start(), ns + val.end(), val.as_str());
+        let sep = sep.as_str();
+        if (sep != "=" && sep != ":") || name.2.len() > 101 {
             continue;
         }
-        if !rules::secret_name(name.as_str()) {
+        if !rules::secret_name(name.2) {
             continue;
         }
         let vqs = vq.as_str();
@@ -939,10 +999,10 @@ fn assignment_spans(seg: &str, spans: &mut Vec<Span>) {
             .bytes()
             .last()
             .filter(|q| matches!(q, b'"' | b'\'' | b'`'));
-        let v = val.as_str();
+        let v = val.2;
         match quote {
             Some(q) => {
-                if q == b'`' || b.get(val.end()) != Some(&q) {
+                if q == b'`' || b.get(val.1) != Some(&q) {
                     continue;
                 }
             }
@@ -964,7 +1024,7 @@ fn assignment_spans(seg: &str, spans: &mut Vec<Span>) {
                 {
                     continue;
                 }
-                let before = seg[..name.start()].trim_end();
+                let before = seg[..name.0].trim_end();
                 if before.ends_with('(') || before.ends_with(',') {
                     continue;
                 }
@@ -975,12 +1035,12 @@ fn assignment_spans(seg: &str, spans: &mut Vec<Span>) {
             continue;
         }
         spans.push(Span {
-            start: val.start(),
-            end: val.end(),
+            start: val.0,
+            end: val.1,
             prio: *IDX_ENV,
             kind: "env_secret",
         });
-        at = val.end();
+        done_upto = val.1;
     }
 }
 

@@ -481,7 +481,7 @@ pub(crate) static COMPILED: Lazy<Compiled> = Lazy::new(|| Compiled {
         r"(?i)(?:x-)?(?:api-key|auth-token|access-token|apikey|api-token|private-token|vault-token|subscription-key|subscription-token|figma-token|functions-key|rapidapi-key|goog-api-key|pinecone-api-key|ocp-apim-subscription-key)([\x22'`]?)[ \t]*:[ \t]*",
     ),
     assignment: re(
-        r"([A-Za-z_][A-Za-z0-9_.-]{0,})([\x22'`]?\]?)([ \t]*)(:=|==|=>|!=|<=|>=|=|:)([ \t]*)((?:[rRbBuUfF]{0,2}[\x22'`])?)([^\s\x22'`,;&)\]}]{1,})",
+        r"^([A-Za-z_][A-Za-z0-9_.-]{0,})([\x22'`]?\]?)([ \t]*)(:=|==|=>|!=|<=|>=|=|:)([ \t]*)((?:[rRbBuUfF]{0,2}[\x22'`])?)([^\s\x22'`,;&)\]}]{1,})",
     ),
 });
 

@@ -633,3 +633,18 @@ fn secret_env_names_follow_spec_words() {
         assert!(!is_secret_env_name(n), "{n}");
     }
 }
+
+#[test]
+fn chained_assignments_on_one_long_line_are_handled() {
+    // Thousands of `NAME=` on one line (each a candidate): every separator is
+    // judged on a bounded window, and the real value is still masked.
+    let r = Redactor::builtin();
+    let input = format!("{}Xk9mQ2vL8pR4wZt7\n", "TOKEN=".repeat(3000));
+    let out = r.redact(&input);
+    assert!(
+        !out.contains("Xk9mQ2vL"),
+        "{}",
+        &out[out.len().saturating_sub(80)..]
+    );
+    assert!(out.contains("«redacted:env_secret»"));
+}
