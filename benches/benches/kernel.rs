@@ -49,7 +49,10 @@ fn run(e: &Env, req: ExecuteRequest) {
 
 fn bench(c: &mut Criterion) {
     let e = env();
-    run(&e, ExecuteRequest::new("x = 0\nfrom toolcell_tools import read_file"));
+    run(
+        &e,
+        ExecuteRequest::new("x = 0\nfrom toolcell_tools import read_file"),
+    );
     let mut g = c.benchmark_group("kernel");
     g.bench_function("warm_cell_x_plus_1", |b| {
         b.iter(|| run(&e, ExecuteRequest::new("x += 1")));

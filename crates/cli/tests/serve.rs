@@ -461,7 +461,11 @@ fn sessions_shutdown_session_and_schema() {
     // The session key of SPEC §1.
     assert_eq!(a["key"]["owner"], "a");
     assert_eq!(a["key"]["mode"], "project");
-    assert!(a["key"]["interpreter"].as_str().is_some_and(|p| p.contains("python")));
+    assert!(
+        a["key"]["interpreter"]
+            .as_str()
+            .is_some_and(|p| p.contains("python"))
+    );
     assert!(a["key"]["tools"].as_array().is_some_and(|t| !t.is_empty()));
     let pid_a = session_pid(&r["result"], "a").unwrap();
     let pid_d = session_pid(&r["result"], "default").unwrap();
