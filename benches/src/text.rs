@@ -62,7 +62,7 @@ pub fn clean_text(len: usize) -> String {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut s = String::with_capacity(len + 128);
     while s.len() < len {
-        let pool = if rng.next() % 3 == 0 { PROSE } else { CODE };
+        let pool = if rng.next().is_multiple_of(3) { PROSE } else { CODE };
         s.push_str(rng.pick(pool));
     }
     s
@@ -78,7 +78,7 @@ pub fn text_with_secrets(len: usize) -> String {
             s.push_str(rng.pick(SECRETS));
             next_secret += 4096;
         }
-        let pool = if rng.next() % 3 == 0 { PROSE } else { CODE };
+        let pool = if rng.next().is_multiple_of(3) { PROSE } else { CODE };
         s.push_str(rng.pick(pool));
     }
     s
@@ -109,7 +109,7 @@ pub fn progress_output(len: usize) -> Vec<u8> {
     let mut n = 0u64;
     while v.len() < len {
         n += 1;
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             for pct in (0..=100).step_by(5) {
                 let bar = "█".repeat(pct / 10);
                 let pad = " ".repeat(10 - pct / 10);
