@@ -160,8 +160,9 @@
 //!
 //! - the vendor prefixes, `eyJ`, `-----BEGIN` and `://` (63 literals,
 //!   case-sensitive, since vendors print their prefixes in one case) are
-//!   found with one SIMD (Teddy) search; each hit gets a cheap check (a token
-//!   start, an `@` after `://`);
+//!   found with two SIMD (Teddy) searches, the 3-byte literals apart from the
+//!   longer ones so that the long ones keep 4-byte fingerprints; each hit
+//!   gets a cheap check (a token start, an `@` after `://`);
 //! - the name/header rules are anchored on their separator instead of on
 //!   words like `key` or `token` (which are everywhere in code): every `=`
 //!   and `:` (memchr) is checked for a header name before it, or for a secret
