@@ -62,7 +62,11 @@ pub fn clean_text(len: usize) -> String {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut s = String::with_capacity(len + 128);
     while s.len() < len {
-        let pool = if rng.next().is_multiple_of(3) { PROSE } else { CODE };
+        let pool = if rng.next().is_multiple_of(3) {
+            PROSE
+        } else {
+            CODE
+        };
         s.push_str(rng.pick(pool));
     }
     s
@@ -78,7 +82,11 @@ pub fn text_with_secrets(len: usize) -> String {
             s.push_str(rng.pick(SECRETS));
             next_secret += 4096;
         }
-        let pool = if rng.next().is_multiple_of(3) { PROSE } else { CODE };
+        let pool = if rng.next().is_multiple_of(3) {
+            PROSE
+        } else {
+            CODE
+        };
         s.push_str(rng.pick(pool));
     }
     s
