@@ -2,12 +2,13 @@
 //! and the execution of one cell at a time (SPEC §2–§5).
 
 use std::ffi::OsString;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -34,6 +35,8 @@ const READ_CHUNK: usize = 64 * 1024;
 const EVENT_QUEUE: usize = 64;
 /// Raw output kept from before `ready` (e.g. a `sitecustomize` print).
 const EARLY_OUTPUT_CAP: usize = 64 * 1024;
+/// Longest wait, before a cell starts, for output still in the pipes.
+const SETTLE_LIMIT: Duration = Duration::from_millis(50);
 /// Quiet time after which a held-back marker prefix is released as output.
 const IDLE_RELEASE: Duration = Duration::from_millis(5);
 /// How long the `end` frame may lag behind the `result` frame.
@@ -280,6 +283,8 @@ pub struct Kernel {
     tool_names: Vec<String>,
     python: String,
     owned_cwd: Option<PathBuf>,
+    watch: Vec<OwnedFd>,
+    pumps_busy: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -306,6 +311,7 @@ async fn pump(
     which: StreamKind,
     sentinel: Sentinel,
     tx: mpsc::Sender<Ev>,
+    busy: Arc<AtomicUsize>,
 ) {
     let mut dec = Decoder::new(&sentinel);
     let mut buf = vec![0u8; READ_CHUNK];
@@ -333,6 +339,10 @@ async fn pump(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        // Read from the pipe but not yet in the channel: a cell about to
+        // start waits for this to reach zero (see `Kernel::execute`).
+        busy.fetch_add(1, Ordering::SeqCst);
+        let _in_flight = InFlight(&busy);
         let mut raw: Vec<u8> = Vec::new();
         for ev in dec.feed(&buf[..n]) {
             match ev {
@@ -360,6 +370,15 @@ async fn pump(
         let _ = tx.send(Ev::Raw(which, ev.bytes().to_vec())).await;
     }
     let _ = tx.send(Ev::Eof(which)).await;
+}
+
+/// Decrements a pump's in-flight count when a chunk's events are sent.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Creates `dir` with mode 0700 (parents too, also 0700).
@@ -460,11 +479,33 @@ impl Kernel {
 
         let sentinel = Sentinel::generate().map_err(|e| SpawnError::Random(e.to_string()))?;
         let (tx, events) = mpsc::channel(EVENT_QUEUE);
+        // Our own duplicates of the read ends, only to ask how many bytes
+        // wait in each pipe (FIONREAD) before a cell starts.
+        let mut watch: Vec<OwnedFd> = Vec::new();
+        let busy = Arc::new(AtomicUsize::new(0));
         if let Some(out) = child.stdout.take() {
-            tokio::spawn(pump(out, StreamKind::Stdout, sentinel.clone(), tx.clone()));
+            if let Ok(fd) = nix::unistd::dup(&out) {
+                watch.push(fd);
+            }
+            tokio::spawn(pump(
+                out,
+                StreamKind::Stdout,
+                sentinel.clone(),
+                tx.clone(),
+                Arc::clone(&busy),
+            ));
         }
         if let Some(err) = child.stderr.take() {
-            tokio::spawn(pump(err, StreamKind::Stderr, sentinel.clone(), tx));
+            if let Ok(fd) = nix::unistd::dup(&err) {
+                watch.push(fd);
+            }
+            tokio::spawn(pump(
+                err,
+                StreamKind::Stderr,
+                sentinel.clone(),
+                tx,
+                Arc::clone(&busy),
+            ));
         }
         let tool_names = spec.tools.iter().map(|t| t.name().to_string()).collect();
         let mut kernel = Kernel {
@@ -482,6 +523,8 @@ impl Kernel {
             tool_names,
             python: spec.python_version.clone(),
             owned_cwd: None,
+            watch,
+            pumps_busy: busy,
             spec,
         };
         let hello = Request::Hello(Hello {
@@ -713,11 +756,38 @@ impl Kernel {
             streams[idx(s)].between(&mut between[idx(s)], &b, opts);
         }
         let mut protocol_errors = 0u32;
-        while let Ok(ev) = self.events.try_recv() {
-            match ev {
-                Ev::Raw(s, b) => streams[idx(s)].between(&mut between[idx(s)], &b, opts),
-                Ev::Frame(..) => protocol_errors += 1,
-                Ev::Eof(s) => self.eof[idx(s)] = true,
+        // Output still in the pipes (a thread the last cell left behind)
+        // belongs before this cell: let the readers catch up first. The
+        // common case, empty pipes, costs two ioctls.
+        let settle = Instant::now() + SETTLE_LIMIT;
+        loop {
+            while let Ok(ev) = self.events.try_recv() {
+                match ev {
+                    Ev::Raw(s, b) => streams[idx(s)].between(&mut between[idx(s)], &b, opts),
+                    Ev::Frame(..) => protocol_errors += 1,
+                    Ev::Eof(s) => self.eof[idx(s)] = true,
+                }
+            }
+            if Instant::now() >= settle {
+                break;
+            }
+            if self.pipes_pending() == 0 && self.pumps_busy.load(Ordering::SeqCst) == 0 {
+                // Nothing in the pipes or in a reader's hands; one yield
+                // lets a reader that just returned from read() count itself.
+                tokio::task::yield_now().await;
+                if self.pumps_busy.load(Ordering::SeqCst) == 0 && self.events.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            if let Ok(Some(ev)) =
+                tokio::time::timeout(Duration::from_millis(2), self.events.recv()).await
+            {
+                match ev {
+                    Ev::Raw(s, b) => streams[idx(s)].between(&mut between[idx(s)], &b, opts),
+                    Ev::Frame(..) => protocol_errors += 1,
+                    Ev::Eof(s) => self.eof[idx(s)] = true,
+                }
             }
         }
 
@@ -875,6 +945,23 @@ impl Kernel {
             protocol_errors,
             execution_count: self.execution_count,
         }
+    }
+
+    /// Bytes waiting, unread, in the kernel's stdout and stderr pipes.
+    fn pipes_pending(&self) -> usize {
+        self.watch
+            .iter()
+            .map(|fd| {
+                let mut n: nix::libc::c_int = 0;
+                // SAFETY: FIONREAD writes one int; `fd` is our own open dup.
+                let rc = unsafe { nix::libc::ioctl(fd.as_raw_fd(), nix::libc::FIONREAD, &mut n) };
+                if rc == 0 {
+                    usize::try_from(n).unwrap_or(0)
+                } else {
+                    0
+                }
+            })
+            .sum()
     }
 
     async fn exit_description(&mut self) -> String {
