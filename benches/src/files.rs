@@ -3,21 +3,7 @@
 
 use std::path::Path;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::Rng;
 
 const WORDS: &[&str] = &[
     "config", "buffer", "reader", "frame", "kernel", "session", "token", "value", "index",

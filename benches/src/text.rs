@@ -2,21 +2,7 @@
 //! source code, the same with one secret per 4 KiB, colored compiler output
 //! (an escape every ~30 bytes) and pip/tqdm progress output.
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[(self.next() % items.len() as u64) as usize]
-    }
-}
+use crate::Rng;
 
 const PROSE: &[&str] = &[
     "The quick brown fox jumps over the lazy dog while the compiler checks every borrow.\n",

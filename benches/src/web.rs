@@ -2,21 +2,7 @@
 //! styles and scripts, headings, paragraphs with links and emphasis, lists,
 //! tables, code blocks) of a requested size.
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[(self.next() % items.len() as u64) as usize]
-    }
-}
+use crate::Rng;
 
 const WORDS: &[&str] = &[
     "kernel",
