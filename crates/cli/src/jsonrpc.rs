@@ -137,7 +137,7 @@ const EXECUTE_PARAMS: [&str; 8] = [
     "code", "session", "reset", "timeout", "mode", "tools", "cwd", "stream",
 ];
 
-fn execute_params(params: &Value, known_tools: &[String]) -> Result<ExecParams, BadParams> {
+fn execute_params(params: &Value, known_tools: &ToolRegistry) -> Result<ExecParams, BadParams> {
     let p = params_object(params, "execute")?;
     // Misdirected calls first (SPEC §8): the most useful message wins.
     let code = match p.get("code") {
@@ -210,10 +210,10 @@ fn execute_params(params: &Value, known_tools: &[String]) -> Result<ExecParams, 
                         type_name(t)
                     )));
                 };
-                if !known_tools.iter().any(|k| k == name) {
+                if known_tools.get(name).is_none() {
                     return Err(bad(format!(
                         "execute: unknown tool `{name}` in `tools`; known tools: {}",
-                        known_tools.join(", ")
+                        known_tools.names().collect::<Vec<_>>().join(", ")
                     )));
                 }
                 names.push(name.to_string());
@@ -262,12 +262,9 @@ impl Service {
         params: Value,
         out: &Out,
     ) -> Option<String> {
-        let rid = id.clone().unwrap_or(Value::Null);
         let result: Result<Value, BadParams> = match method {
             "execute" => {
-                let known: Vec<String> =
-                    self.registry.tools().names().map(str::to_string).collect();
-                match execute_params(&params, &known) {
+                match execute_params(&params, self.registry.tools()) {
                     Err(e) => Err(e),
                     Ok(ExecParams {
                         mut req,
@@ -355,7 +352,6 @@ impl Service {
             }
         };
         let id = id?;
-        let _ = rid;
         Some(match result {
             Ok(v) => response(&id, v),
             Err(BadParams(m)) => error(&id, code::INVALID_PARAMS, m),
@@ -597,7 +593,7 @@ async fn read_line_capped<R: AsyncBufReadExt + Unpin>(
         if chunk.is_empty() {
             return Ok(total);
         }
-        let (take, done) = match memchr_nl(chunk) {
+        let (take, done) = match memchr::memchr(b'\n', chunk) {
             Some(i) => (i + 1, true),
             None => (chunk.len(), false),
         };
@@ -610,8 +606,4 @@ async fn read_line_capped<R: AsyncBufReadExt + Unpin>(
             return Ok(total);
         }
     }
-}
-
-fn memchr_nl(b: &[u8]) -> Option<usize> {
-    b.iter().position(|&c| c == b'\n')
 }

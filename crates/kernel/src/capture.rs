@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// What a capture produced.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -34,8 +34,10 @@ pub struct Captured {
 pub struct SpillTarget {
     /// Directory for spill files (created 0700).
     pub dir: PathBuf,
-    /// File name (unique per cell and stream), e.g. `k3f9-c12-stdout.txt`.
-    pub name: String,
+    /// File name prefix, e.g. `k-3f9…-cell12-stdout`. The file is
+    /// `<prefix>-<random>.txt`, named only when the cap is first passed (most
+    /// cells never spill, so they never pay for the random suffix).
+    pub prefix: String,
     /// Most bytes written to the file.
     pub cap_bytes: u64,
 }
@@ -144,7 +146,8 @@ fn open_spill(target: &SpillTarget) -> std::io::Result<(PathBuf, File)> {
         .recursive(true)
         .mode(0o700)
         .create(&target.dir)?;
-    let path = target.dir.join(&target.name);
+    let rand = toolcell_protocol::random_hex(4).unwrap_or_else(|_| "0000".into());
+    let path = target.dir.join(format!("{}-{rand}.txt", target.prefix));
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -309,17 +312,6 @@ impl Capture {
     }
 }
 
-/// A unique spill file name for a stream of a cell.
-pub fn spill_name(kernel_id: &str, execution: u64, stream: &str) -> String {
-    let rand = toolcell_protocol::random_hex(4).unwrap_or_else(|_| "0000".into());
-    format!("{kernel_id}-cell{execution}-{stream}-{rand}.txt")
-}
-
-/// Whether `path` is inside `dir` (for tests and sanity checks).
-pub fn is_within(path: &Path, dir: &Path) -> bool {
-    path.starts_with(dir)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,7 +359,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let target = SpillTarget {
             dir: tmp.path().join("spill"),
-            name: "x.txt".into(),
+            prefix: "x".into(),
             cap_bytes: 1 << 20,
         };
         let chunks: Vec<String> = (0..50).map(|i| format!("line {i}\n")).collect();
@@ -390,7 +382,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let target = SpillTarget {
             dir: tmp.path().to_path_buf(),
-            name: "x.txt".into(),
+            prefix: "x".into(),
             cap_bytes: 200,
         };
         let big = "y".repeat(1000);
@@ -409,7 +401,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let target = SpillTarget {
             dir: tmp.path().to_path_buf(),
-            name: "x.txt".into(),
+            prefix: "x".into(),
             cap_bytes: 200,
         };
         let chunks = ["a".repeat(150), "b".repeat(50)];
@@ -428,7 +420,7 @@ mod tests {
             let tmp = tempfile::tempdir().unwrap();
             let target = SpillTarget {
                 dir: tmp.path().to_path_buf(),
-                name: "x.txt".into(),
+                prefix: "x".into(),
                 cap_bytes: spill_cap,
             };
             let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
@@ -454,7 +446,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let target = SpillTarget {
             dir: tmp.path().to_path_buf(),
-            name: "x.txt".into(),
+            prefix: "x".into(),
             cap_bytes: 100,
         };
         let r = run(100, &["short"], Some(target));

@@ -23,7 +23,7 @@ use toolcell_rpc::{CellReport, CellSpec, Dispatch, Server, ServerConfig};
 use toolcell_tools::process::Tree;
 use toolcell_tools::{DynTool, stubs};
 
-use crate::capture::{Capture, Captured, SpillTarget, spill_name};
+use crate::capture::{Capture, Captured, SpillTarget};
 
 /// The runner script (SPEC §2–§3), written into each kernel's directory.
 pub const RUNNER: &str = include_str!("../runner/runner.py");
@@ -725,7 +725,7 @@ impl Kernel {
                 opts,
                 &self.spec.id,
                 next_count,
-                "stdout",
+                StreamKind::Stdout,
             ),
             StreamOut::new(
                 &self.spec.redactor,
@@ -733,7 +733,7 @@ impl Kernel {
                 opts,
                 &self.spec.id,
                 next_count,
-                "stderr",
+                StreamKind::Stderr,
             ),
         ];
         let handle = match self.server.open_cell(
@@ -1009,19 +1009,15 @@ impl StreamOut {
         opts: &CellOptions,
         kernel: &str,
         count: u64,
-        name: &'static str,
+        kind: StreamKind,
     ) -> Self {
         let spill = opts.spill.as_ref().map(|(dir, cap)| SpillTarget {
             dir: dir.clone(),
-            name: spill_name(kernel, count, name),
+            prefix: format!("{kernel}-cell{count}-{}", kind.as_str()),
             cap_bytes: *cap,
         });
         Self {
-            kind: if name == "stdout" {
-                StreamKind::Stdout
-            } else {
-                StreamKind::Stderr
-            },
+            kind,
             cleaner: Cleaner::new(redactor),
             capture: Capture::new(cap, spill),
             scratch: String::new(),

@@ -829,7 +829,6 @@ impl Registry {
             state_kept: None,
             ended: None,
         };
-        let interpreter_desc = format!("{} ({})", interpreter.display(), kernel.python());
         slot.meta().execution_count = outcome.execution_count;
         if !outcome.alive || per_call {
             if let Some(k) = guard.take() {
@@ -847,18 +846,17 @@ impl Registry {
         }
         drop(guard);
         inner.freed.notify_waiters();
-        let mut importable: Vec<String> = stubs::HELPERS[1..]
-            .iter()
-            .map(|s| (*s).to_string())
-            .collect();
-        importable.extend(tool_names.iter().cloned());
-        let mut result = build_result(
-            outcome,
-            info,
-            &HintContext::new(importable, interpreter_desc),
-            &opts,
-            inner.opts.max_tool_calls,
-        );
+        // Hints are only looked for when a cell fails: build their context then.
+        let python = info.python.clone();
+        let hint_cx = || {
+            let mut importable: Vec<String> = stubs::HELPERS[1..]
+                .iter()
+                .map(|s| (*s).to_string())
+                .collect();
+            importable.extend(tool_names.iter().cloned());
+            HintContext::new(importable, format!("{} ({python})", interpreter.display()))
+        };
+        let mut result = build_result(outcome, info, hint_cx, &opts, inner.opts.max_tool_calls);
         result.duration_seconds = round2(t0.elapsed().as_secs_f64());
         result
     }
@@ -1208,7 +1206,7 @@ fn truncation_warning(name: &str, c: &Captured) -> Option<String> {
 fn build_result(
     outcome: CellOutcome,
     mut kernel: KernelInfo,
-    hint_cx: &HintContext,
+    hint_cx: impl FnOnce() -> HintContext,
     opts: &CellOptions,
     max_tool_calls: u32,
 ) -> ExecuteResult {
@@ -1371,14 +1369,14 @@ fn build_result(
         }
         output.push_str(&traceback);
     }
-    let mut cx = hint_cx.clone();
-    cx.stdin_requested = stdin_requested;
-    cx.budget_exhausted = budget_exhausted;
-    cx.max_tool_calls = max_tool_calls;
-    cx.killed_by_timeout = killed_by_timeout;
     let hint = if status == Status::Success {
         None
     } else {
+        let mut cx = hint_cx();
+        cx.stdin_requested = stdin_requested;
+        cx.budget_exhausted = budget_exhausted;
+        cx.max_tool_calls = max_tool_calls;
+        cx.killed_by_timeout = killed_by_timeout;
         hints::hint(&traceback, &cx)
     };
     let warning = [

@@ -147,35 +147,6 @@ impl Tree {
     }
 }
 
-/// Sends `signal` to the process group `pgid` (if any), to `root` and to
-/// every descendant of `root` found now.
-pub fn signal_tree(root: u32, pgid: Option<u32>, signal: Signal) {
-    let found = descendants(root);
-    if let Some(g) = pgid.and_then(|g| i32::try_from(g).ok()) {
-        let _ = killpg(Pid::from_raw(g), signal);
-    }
-    for pid in std::iter::once(root).chain(found) {
-        if let Ok(p) = i32::try_from(pid) {
-            let _ = kill(Pid::from_raw(p), signal);
-        }
-    }
-}
-
-/// SIGTERM to the whole tree, then SIGKILL after `grace` to whatever is
-/// still there (descendants are looked up again, so processes forked in
-/// the meantime are caught too).
-pub async fn kill_tree(root: u32, pgid: Option<u32>, grace: Duration) {
-    signal_tree(root, pgid, Signal::SIGTERM);
-    let deadline = tokio::time::Instant::now() + grace;
-    while tokio::time::Instant::now() < deadline {
-        if !alive(root) && descendants(root).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    signal_tree(root, pgid, Signal::SIGKILL);
-}
-
 /// Whether `pid` exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -210,7 +181,12 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(!found.is_empty(), "no descendant found");
-        signal_tree(pid, None, Signal::SIGKILL);
+        Tree {
+            root: pid,
+            pgid: None,
+            marker: None,
+        }
+        .signal(Signal::SIGKILL);
         let _ = child.wait();
         std::thread::sleep(Duration::from_millis(100));
         for d in found {

@@ -142,10 +142,8 @@ pub fn report(result: &ExecuteResult, json: bool, streamed: bool) -> anyhow::Res
         std::io::stdout()
             .lock()
             .write_all(result.output.as_bytes())?;
-    } else if let Some((_, tail)) = result.output.split_once("\n--- stderr ---\n") {
-        // stderr was streamed; the traceback was not.
-        let _ = tail;
     }
+    // When output was streamed, stderr was too, but not the traceback.
     if streamed && let Some(tb) = traceback_of(result) {
         err.write_all(tb.as_bytes())?;
     }
