@@ -379,6 +379,78 @@ impl Default for Daemon {
     }
 }
 
+/// `[journal] enabled`: on, off, or what the host decides (`"auto"`: on
+/// for `serve`, `mcp` and the daemon, off for a one-shot `exec`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Switch {
+    /// The host decides (`"auto"`, the default).
+    #[default]
+    Auto,
+    /// `true`.
+    On,
+    /// `false`.
+    Off,
+}
+
+impl Switch {
+    /// Whether it is on, `host_default` deciding `Auto`.
+    pub fn resolve(self, host_default: bool) -> bool {
+        match self {
+            Self::Auto => host_default,
+            Self::On => true,
+            Self::Off => false,
+        }
+    }
+
+    fn to_value(self) -> Value {
+        match self {
+            Self::Auto => Value::String("auto".into()),
+            Self::On => Value::Boolean(true),
+            Self::Off => Value::Boolean(false),
+        }
+    }
+
+    fn from_value(value: &Value) -> Option<Self> {
+        match value {
+            Value::Boolean(true) => Some(Self::On),
+            Value::Boolean(false) => Some(Self::Off),
+            Value::String(s) if s == "auto" => Some(Self::Auto),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for Switch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Auto => s.serialize_str("auto"),
+            Self::On => s.serialize_bool(true),
+            Self::Off => s.serialize_bool(false),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Switch {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        Self::from_value(&v)
+            .ok_or_else(|| serde::de::Error::custom("expected true, false or \"auto\""))
+    }
+}
+
+/// `[journal]`: the SQLite record of every cell (see [`crate::journal`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct JournalConfig {
+    /// On, off, or `"auto"` (the host decides).
+    pub enabled: Switch,
+    /// The database file; empty: `$XDG_DATA_HOME/toolcell/journal.db`, else
+    /// `~/.local/share/toolcell/journal.db`.
+    pub path: String,
+}
+
 /// Where a key's effective value came from.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -529,6 +601,7 @@ enum Kind {
     Number,
     Text,
     List,
+    Bool,
 }
 
 /// Every key, in the order `to_toml` prints them.
@@ -555,6 +628,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("web.search_api_key_env", Kind::Text),
     ("guard.deny", Kind::List),
     ("daemon.idle_exit", Kind::Number),
+    ("journal.enabled", Kind::Bool),
+    ("journal.path", Kind::Text),
 ];
 
 /// Section names, in the order `to_toml` prints them.
@@ -568,6 +643,7 @@ const SECTIONS: &[&str] = &[
     "web",
     "guard",
     "daemon",
+    "journal",
 ];
 
 /// The effective configuration: SPEC §11's keys plus `[execution]
@@ -601,6 +677,8 @@ pub struct Config {
     pub guard: Guard,
     /// `[daemon]`
     pub daemon: Daemon,
+    /// `[journal]`
+    pub journal: JournalConfig,
     /// Provenance of every key not at its default.
     #[serde(skip)]
     sources: HashMap<&'static str, Source>,
@@ -804,6 +882,8 @@ impl Config {
             "web.search_api_key_env" => text(&self.web.search_api_key_env),
             "guard.deny" => strings(&self.guard.deny),
             "daemon.idle_exit" => seconds_value(self.daemon.idle_exit),
+            "journal.enabled" => self.journal.enabled.to_value(),
+            "journal.path" => text(&self.journal.path),
             _ => return None,
         })
     }
@@ -870,6 +950,51 @@ impl Config {
     /// `[kernels] idle_timeout` as a [`Duration`].
     pub fn idle_timeout(&self) -> Duration {
         duration(self.kernels.idle_timeout)
+    }
+
+    /// The journal file: `[journal] path` (a leading `~/` is the home
+    /// dir), or when it is empty `$XDG_DATA_HOME/toolcell/journal.db`, else
+    /// `~/.local/share/toolcell/journal.db`, else (no usable `HOME`)
+    /// `<temp dir>/toolcell-<uid>/journal.db`.
+    pub fn journal_path(&self) -> PathBuf {
+        self.journal_path_with(|name| std::env::var_os(name))
+    }
+
+    /// [`Config::journal_path`] with the environment given as a lookup function.
+    pub fn journal_path_with(&self, env: impl Fn(&str) -> Option<OsString>) -> PathBuf {
+        let configured = self.journal.path.as_str();
+        if !configured.is_empty() {
+            if let (Some(rest), Some(home)) = (configured.strip_prefix("~/"), abs_var(&env, "HOME"))
+            {
+                return home.join(rest);
+            }
+            return PathBuf::from(configured);
+        }
+        if let Some(data) = abs_var(&env, "XDG_DATA_HOME") {
+            return data.join("toolcell").join("journal.db");
+        }
+        if let Some(home) = abs_var(&env, "HOME") {
+            return home.join(".local/share/toolcell/journal.db");
+        }
+        std::env::temp_dir()
+            .join(format!("toolcell-{}", nix::unistd::getuid()))
+            .join("journal.db")
+    }
+
+    /// The journal this host should record into: `[journal] enabled`, with
+    /// `host_default` deciding `"auto"` (on for `serve`, `mcp` and the
+    /// daemon, off for a one-shot `exec`); `None` when off.
+    ///
+    /// # Errors
+    /// The journal could not be opened (see [`crate::journal::JournalError`]).
+    pub fn journal(
+        &self,
+        host_default: bool,
+    ) -> Result<Option<crate::journal::Journal>, crate::journal::JournalError> {
+        if !self.journal.enabled.resolve(host_default) {
+            return Ok(None);
+        }
+        crate::journal::Journal::open(&self.journal_path()).map(Some)
     }
 
     /// `[daemon] idle_exit` as a [`Duration`].
@@ -1028,6 +1153,23 @@ impl Config {
             }
             "guard.deny" => self.guard.deny = list(value, ListRule::Regexes).map_err(invalid)?,
             "daemon.idle_exit" => self.daemon.idle_exit = seconds(value, false).map_err(invalid)?,
+            "journal.enabled" => {
+                self.journal.enabled = Switch::from_value(value)
+                    .ok_or_else(|| invalid("true, false or \"auto\"".into()))?;
+            }
+            "journal.path" => {
+                let path = text(value, TextRule::Path).map_err(invalid)?;
+                self.journal.path = match base_dir {
+                    Some(base)
+                        if !path.is_empty()
+                            && !path.starts_with("~/")
+                            && Path::new(&path).is_relative() =>
+                    {
+                        base.join(&path).to_string_lossy().into_owned()
+                    }
+                    _ => path,
+                };
+            }
             _ => return Err(unknown_key(origin.clone(), key)),
         }
         Ok(())
@@ -1222,6 +1364,11 @@ fn parse_flag_value(kind: Kind, raw: &str) -> Value {
             }
         }
         Kind::Text => Value::String(raw.to_string()),
+        Kind::Bool => match trimmed {
+            "true" => Value::Boolean(true),
+            "false" => Value::Boolean(false),
+            _ => Value::String(raw.to_string()),
+        },
         Kind::List => {
             if trimmed.starts_with('[') {
                 return trimmed

@@ -79,6 +79,7 @@ pub mod capture;
 pub mod config;
 pub mod env;
 pub mod interpreter;
+pub mod journal;
 pub mod kernel;
 pub mod registry;
 pub mod result;

@@ -90,6 +90,10 @@ pub struct RegistryOptions {
     pub kernels_root: Option<PathBuf>,
     /// How long a kernel may take to start.
     pub startup_timeout: Duration,
+    /// Where every result [`Registry::execute`] returns is recorded (see
+    /// [`crate::journal`]); `None`: nowhere. [`RegistryOptions::from_config`]
+    /// leaves it `None`: the host decides with [`crate::config::Config::journal`].
+    pub journal: Option<crate::journal::Journal>,
 }
 
 impl Default for RegistryOptions {
@@ -120,6 +124,7 @@ impl Default for RegistryOptions {
             default_cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             kernels_root: None,
             startup_timeout: Duration::from_secs(60),
+            journal: None,
         }
     }
 }
@@ -164,6 +169,7 @@ impl RegistryOptions {
             default_cwd,
             kernels_root: None,
             startup_timeout: Duration::from_secs(60),
+            journal: None,
         })
     }
 }
@@ -568,7 +574,36 @@ impl Registry {
 
     /// Runs one cell and returns its SPEC §6 result. Never panics on input;
     /// every failure is a result.
+    ///
+    /// With [`RegistryOptions::journal`] set, every result returned here —
+    /// success, error, timeout, interrupted, refused, or a request that
+    /// could not run — is queued for the journal (cleaned output as
+    /// returned, code redacted); recording never delays the result.
     pub async fn execute(&self, req: ExecuteRequest) -> ExecuteResult {
+        let Some(journal) = &self.inner.opts.journal else {
+            return self.run_cell(&req, None).await;
+        };
+        let started = std::time::SystemTime::now();
+        let mut calls = Vec::new();
+        let result = self.run_cell(&req, Some(&mut calls)).await;
+        journal.record(crate::journal::CellRecord::from_result(
+            &req.owner,
+            &req.code,
+            &result,
+            &calls,
+            started,
+            &self.inner.redactor,
+        ));
+        result
+    }
+
+    /// [`Registry::execute`] without the journal; the cell's tool calls go
+    /// to `calls` when given.
+    async fn run_cell(
+        &self,
+        req: &ExecuteRequest,
+        calls: Option<&mut Vec<toolcell_rpc::CallRecord>>,
+    ) -> ExecuteResult {
         let inner = &self.inner;
         let t0 = Instant::now();
         let mode = req.mode.unwrap_or(inner.opts.mode);
@@ -577,7 +612,7 @@ impl Registry {
             ..KernelInfo::default()
         };
         // Admit: the embedder's guard, then `[guard] deny`.
-        if let Some(rule) = self.admit(&req) {
+        if let Some(rule) = self.admit(req) {
             return ExecuteResult::not_run(
                 Status::Refused,
                 format!("the cell was refused by {rule}; none of its code ran"),
@@ -813,6 +848,9 @@ impl Registry {
             interrupt: token.clone(),
         };
         let mut outcome = kernel.execute(&req.code, &opts).await;
+        if let (Some(calls), Some(report)) = (calls, outcome.tools.as_ref()) {
+            calls.extend_from_slice(report.calls());
+        }
         if slot.meta().shut_down
             && let Ending::Died { .. } = outcome.ending
         {

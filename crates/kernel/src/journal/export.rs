@@ -1,0 +1,458 @@
+//! Journal rows as a Jupyter notebook (nbformat 4.5), a percent-format
+//! Python script, or Markdown.
+
+use std::fmt::Write as _;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use super::{CellRecord, rfc3339};
+use crate::result::Status;
+
+/// The separator between stdout and stderr in a result's `output` (SPEC §6).
+const STDERR_SEP: &str = "\n--- stderr ---\n";
+
+/// Largest display file embedded in a notebook.
+const MAX_FIGURE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// What [`export`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Format {
+    /// A Jupyter notebook, nbformat 4.5.
+    Ipynb,
+    /// A percent-format script (`# %%` cells), outputs as comments.
+    Py,
+    /// Markdown: fenced code and output blocks.
+    Md,
+}
+
+impl Format {
+    /// Parses `ipynb`, `py` or `md`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "ipynb" => Some(Self::Ipynb),
+            "py" => Some(Self::Py),
+            "md" => Some(Self::Md),
+            _ => None,
+        }
+    }
+}
+
+/// `rows` (oldest first, as [`Journal::history`](super::Journal::history)
+/// returns them) in `format`.
+pub fn export(rows: &[CellRecord], format: Format) -> String {
+    match format {
+        Format::Ipynb => ipynb(rows),
+        Format::Py => py(rows),
+        Format::Md => md(rows),
+    }
+}
+
+/// A cell's output split as SPEC §6 joins it.
+struct Parts<'a> {
+    stdout: &'a str,
+    /// Stderr text before the traceback.
+    stderr: &'a str,
+    /// The traceback, when the cell raised.
+    traceback: Option<&'a str>,
+}
+
+fn split_output(r: &CellRecord) -> Parts<'_> {
+    let (stdout, rest) = match r.output.split_once(STDERR_SEP) {
+        Some((out, err)) => (out, err),
+        None => (r.output.as_str(), ""),
+    };
+    let mut parts = Parts {
+        stdout,
+        stderr: rest,
+        traceback: None,
+    };
+    if r.status == Status::Error {
+        let marker = "Traceback (most recent call last):";
+        let at = if rest.starts_with(marker) {
+            Some(0)
+        } else {
+            rest.rfind(&format!("\n{marker}")).map(|i| i + 1)
+        };
+        if let Some(i) = at {
+            parts.stderr = &rest[..i];
+            parts.traceback = Some(&rest[i..]);
+        }
+    }
+    parts
+}
+
+/// `(ename, evalue)` from a traceback's last line (`NameError: name 'x' is
+/// not defined`).
+fn exception_of(traceback: &str) -> (String, String) {
+    let last = traceback
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty() && !l.starts_with(' '))
+        .unwrap_or("")
+        .trim();
+    match last.split_once(": ") {
+        Some((name, value)) if !name.contains(' ') => (name.to_string(), value.to_string()),
+        _ if !last.contains(' ') && !last.is_empty() => (last.to_string(), String::new()),
+        _ => ("Error".to_string(), last.to_string()),
+    }
+}
+
+/// Why a new kernel started before `r`, if one did after an earlier cell.
+fn new_kernel_note(prev: Option<&CellRecord>, r: &CellRecord) -> Option<String> {
+    let prev = prev?;
+    if r.kernel_id.is_empty() || r.kernel_id == prev.kernel_id {
+        return None;
+    }
+    let why = if prev.ended {
+        match prev.status {
+            Status::Timeout => "the previous cell timed out and its kernel was killed",
+            Status::Interrupted => "the previous cell was interrupted and its kernel was killed",
+            _ => "the previous kernel ended (it exited or died)",
+        }
+    } else if r.state_reset {
+        "the session was reset (or its kernel was evicted or reaped)"
+    } else {
+        "a new kernel was started"
+    };
+    Some(format!(
+        "New kernel `{}` (Python {}): {why}; variables from earlier cells are gone.",
+        r.kernel_id,
+        if r.python.is_empty() { "?" } else { &r.python }
+    ))
+}
+
+/// A one-line summary of a cell: status, duration, tool calls.
+fn summary(r: &CellRecord) -> String {
+    let mut s = format!("{} · {:.2}s", r.status.as_str(), r.duration_seconds);
+    if r.tool_calls_made > 0 {
+        let names: Vec<&str> = r.tool_calls.iter().map(|c| c.tool.as_str()).collect();
+        let _ = write!(
+            s,
+            " · {} tool call{} ({})",
+            r.tool_calls_made,
+            if r.tool_calls_made == 1 { "" } else { "s" },
+            names.join(", ")
+        );
+    }
+    s
+}
+
+/// Notes the host added (error sentence for failures other than a
+/// traceback, truncation warnings), as `[toolcell] …` lines.
+fn host_notes(r: &CellRecord, has_traceback: bool) -> String {
+    let mut notes = String::new();
+    if let Some(e) = &r.error
+        && !(r.status == Status::Error && has_traceback)
+    {
+        let _ = writeln!(notes, "[toolcell] {}: {e}", r.status.as_str());
+    }
+    if let Some(w) = &r.warning {
+        let _ = writeln!(notes, "[toolcell] {w}");
+    }
+    notes
+}
+
+fn stream(name: &str, text: &str) -> Value {
+    json!({"output_type": "stream", "name": name, "text": text})
+}
+
+fn figure(path: &str, mime: &str) -> Result<Value, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;
+    if meta.len() > MAX_FIGURE_BYTES {
+        return Err(format!(
+            "{path}: {} bytes, more than the {MAX_FIGURE_BYTES} embedded",
+            meta.len()
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+    Ok(json!({"output_type": "display_data", "data": {mime: b64}, "metadata": {}}))
+}
+
+fn ipynb(rows: &[CellRecord]) -> String {
+    let mut cells: Vec<Value> = Vec::new();
+    if let Some(first) = rows.first() {
+        let last = rows.last().unwrap_or(first);
+        cells.push(json!({
+            "cell_type": "markdown",
+            "id": "toolcell-title",
+            "metadata": {},
+            "source": format!(
+                "# toolcell session `{}`\n\n{} cells, {} to {} (UTC). Exported from the toolcell journal: \
+                 the code the agent ran and the output it saw (secrets redacted).",
+                first.session,
+                rows.len(),
+                rfc3339(first.started_at),
+                rfc3339(last.finished_at)
+            ),
+        }));
+    }
+    let mut prev: Option<&CellRecord> = None;
+    for (i, r) in rows.iter().enumerate() {
+        if let Some(note) = new_kernel_note(prev, r) {
+            cells.push(json!({
+                "cell_type": "markdown",
+                "id": format!("kernel-{i}"),
+                "metadata": {},
+                "source": format!("*{note}*"),
+            }));
+        }
+        let parts = split_output(r);
+        let mut outputs: Vec<Value> = Vec::new();
+        if !parts.stdout.is_empty() {
+            outputs.push(stream("stdout", parts.stdout));
+        }
+        for d in &r.display {
+            match figure(&d.path, &d.mime) {
+                Ok(v) => outputs.push(v),
+                Err(e) => outputs.push(stream(
+                    "stderr",
+                    &format!("[toolcell] display file not embedded: {e}\n"),
+                )),
+            }
+        }
+        let mut stderr = parts.stderr.to_string();
+        stderr.push_str(&host_notes(r, parts.traceback.is_some()));
+        if !stderr.is_empty() {
+            outputs.push(stream("stderr", &stderr));
+        }
+        if let Some(tb) = parts.traceback {
+            let (ename, evalue) = exception_of(tb);
+            let lines: Vec<&str> = tb.lines().collect();
+            outputs.push(json!({
+                "output_type": "error",
+                "ename": ename,
+                "evalue": evalue,
+                "traceback": lines,
+            }));
+        }
+        let ran = !r.kernel_id.is_empty() && r.execution_count > 0;
+        cells.push(json!({
+            "cell_type": "code",
+            "id": format!("cell-{i}"),
+            "execution_count": if ran { json!(r.execution_count) } else { Value::Null },
+            "metadata": {
+                "toolcell": {
+                    "status": r.status.as_str(),
+                    "exit_code": r.exit_code,
+                    "duration_seconds": r.duration_seconds,
+                    "kernel_id": r.kernel_id,
+                    "started_at": rfc3339(r.started_at),
+                    "tool_calls": r.tool_calls,
+                }
+            },
+            "source": r.code,
+            "outputs": outputs,
+        }));
+        prev = Some(r);
+    }
+    let python = rows
+        .iter()
+        .map(|r| r.python.as_str())
+        .find(|p| !p.is_empty())
+        .unwrap_or("3");
+    let nb = json!({
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {
+                "name": "python",
+                "version": python,
+                "file_extension": ".py",
+                "mimetype": "text/x-python",
+            },
+            "toolcell": {"session": rows.first().map(|r| r.session.as_str()).unwrap_or("")},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    });
+    let mut out = serde_json::to_string_pretty(&nb).unwrap_or_default();
+    out.push('\n');
+    out
+}
+
+/// What a reader sees of a cell's output, as plain text.
+fn output_text(r: &CellRecord) -> String {
+    let parts = split_output(r);
+    let mut text = parts.stdout.to_string();
+    let mut err = parts.stderr.to_string();
+    if let Some(tb) = parts.traceback {
+        err.push_str(tb);
+    }
+    if !err.is_empty() {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str("--- stderr ---\n");
+        text.push_str(&err);
+    }
+    for d in &r.display {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        let _ = writeln!(text, "[display {}: {}]", d.mime, d.path);
+    }
+    let notes = host_notes(r, parts.traceback.is_some());
+    if !notes.is_empty() {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&notes);
+    }
+    text
+}
+
+fn count_label(r: &CellRecord) -> String {
+    if r.execution_count > 0 && !r.kernel_id.is_empty() {
+        format!("[{}]", r.execution_count)
+    } else {
+        "[ ]".to_string()
+    }
+}
+
+fn py(rows: &[CellRecord]) -> String {
+    let mut out = String::new();
+    if let Some(first) = rows.first() {
+        let _ = writeln!(
+            out,
+            "# toolcell session {:?}: {} cells, exported from the journal (secrets redacted).\n",
+            first.session,
+            rows.len()
+        );
+    }
+    let mut prev = None;
+    for r in rows {
+        if let Some(note) = new_kernel_note(prev, r) {
+            let _ = writeln!(out, "# %% [markdown]\n# {note}\n");
+        }
+        let _ = writeln!(out, "# %% {} {}", count_label(r), summary(r));
+        out.push_str(&r.code);
+        if !r.code.ends_with('\n') {
+            out.push('\n');
+        }
+        let text = output_text(r);
+        if !text.is_empty() {
+            out.push_str("# Output:\n");
+            for line in text.lines() {
+                if line.is_empty() {
+                    out.push_str("#\n");
+                } else {
+                    let _ = writeln!(out, "# {line}");
+                }
+            }
+        }
+        out.push('\n');
+        prev = Some(r);
+    }
+    out
+}
+
+/// A backtick fence longer than any run of backticks in `text`.
+fn fence(text: &str) -> String {
+    let mut longest = 0;
+    let mut run = 0;
+    for c in text.chars() {
+        if c == '`' {
+            run += 1;
+            longest = longest.max(run);
+        } else {
+            run = 0;
+        }
+    }
+    "`".repeat((longest + 1).max(3))
+}
+
+fn md(rows: &[CellRecord]) -> String {
+    let mut out = String::new();
+    if let Some(first) = rows.first() {
+        let last = rows.last().unwrap_or(first);
+        let _ = writeln!(
+            out,
+            "# toolcell session `{}`\n\n{} cells, {} to {} (UTC), exported from the journal (secrets redacted).\n",
+            first.session,
+            rows.len(),
+            rfc3339(first.started_at),
+            rfc3339(last.finished_at)
+        );
+    }
+    let mut prev = None;
+    for r in rows {
+        if let Some(note) = new_kernel_note(prev, r) {
+            let _ = writeln!(out, "*{note}*\n");
+        }
+        let _ = writeln!(out, "## {} {}\n", count_label(r), summary(r));
+        let f = fence(&r.code);
+        let code = r.code.trim_end_matches('\n');
+        let _ = writeln!(out, "{f}python\n{code}\n{f}\n");
+        let text = output_text(r);
+        if !text.is_empty() {
+            let f = fence(&text);
+            let body = text.trim_end_matches('\n');
+            let _ = writeln!(out, "{f}text\n{body}\n{f}\n");
+        }
+        prev = Some(r);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(code: &str, status: Status, output: &str) -> CellRecord {
+        let mut r = CellRecord::new("s", code);
+        r.status = status;
+        r.output = output.into();
+        r.kernel_id = "k-1".into();
+        r.execution_count = 1;
+        r
+    }
+
+    #[test]
+    fn error_output_splits_into_stderr_and_traceback() {
+        let r = cell(
+            "print('a'); 1/0",
+            Status::Error,
+            "a\n\n--- stderr ---\nwarn\nTraceback (most recent call last):\n  File \"<cell-1>\", line 1, in <module>\nZeroDivisionError: division by zero\n",
+        );
+        let p = split_output(&r);
+        assert_eq!(p.stdout, "a\n");
+        assert_eq!(p.stderr, "warn\n");
+        let tb = p.traceback.unwrap();
+        assert!(tb.starts_with("Traceback"));
+        assert_eq!(
+            exception_of(tb),
+            ("ZeroDivisionError".into(), "division by zero".into())
+        );
+    }
+
+    #[test]
+    fn a_bare_exception_name_is_the_ename() {
+        assert_eq!(
+            exception_of("Traceback (most recent call last):\nKeyboardInterrupt\n"),
+            ("KeyboardInterrupt".into(), String::new())
+        );
+    }
+
+    #[test]
+    fn fences_outgrow_backticks_in_the_text() {
+        assert_eq!(fence("no ticks"), "```");
+        assert_eq!(fence("a ```` b"), "`````");
+    }
+
+    #[test]
+    fn a_new_kernel_after_a_killing_timeout_is_marked() {
+        let mut a = cell("while True: pass", Status::Timeout, "");
+        a.ended = true;
+        let mut b = cell("x", Status::Success, "");
+        b.kernel_id = "k-2".into();
+        b.state_reset = true;
+        let note = new_kernel_note(Some(&a), &b).unwrap();
+        assert!(note.contains("timed out"), "{note}");
+        assert!(new_kernel_note(Some(&b), &b).is_none());
+        let md = md(&[a, b]);
+        assert!(md.contains("New kernel `k-2`"), "{md}");
+    }
+}
