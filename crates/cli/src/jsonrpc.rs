@@ -127,10 +127,10 @@ fn session_of(p: &Map<String, Value>, method: &str) -> Result<String, BadParams>
 }
 
 /// Validated `execute` parameters.
-struct ExecParams {
-    req: ExecuteRequest,
-    session: String,
-    stream: bool,
+pub(crate) struct ExecParams {
+    pub(crate) req: ExecuteRequest,
+    pub(crate) session: String,
+    pub(crate) stream: bool,
 }
 
 const EXECUTE_PARAMS: [&str; 8] = [
@@ -138,40 +138,63 @@ const EXECUTE_PARAMS: [&str; 8] = [
 ];
 
 fn execute_params(params: &Value, known_tools: &ToolRegistry) -> Result<ExecParams, BadParams> {
-    let p = params_object(params, "execute")?;
+    execute_params_for(params, known_tools, "execute", &EXECUTE_PARAMS)
+}
+
+/// Parses the parameters of a cell request named `method` (serve's
+/// `execute`, MCP's `execute_code`), accepting only the keys in `accepted`.
+/// The error is a message for the caller: what was wrong and what to pass.
+pub(crate) fn cell_params(
+    params: &Value,
+    known_tools: &ToolRegistry,
+    method: &str,
+    accepted: &[&str],
+) -> Result<ExecParams, String> {
+    execute_params_for(params, known_tools, method, accepted).map_err(|BadParams(m)| m)
+}
+
+fn execute_params_for(
+    params: &Value,
+    known_tools: &ToolRegistry,
+    method: &str,
+    accepted: &[&str],
+) -> Result<ExecParams, BadParams> {
+    let p = params_object(params, method)?;
     // Misdirected calls first (SPEC §8): the most useful message wins.
     let code = match p.get("code") {
         None => {
             if p.contains_key("command") {
-                return Err(bad(
-                    "execute takes `code` (Python source), not `command`. To run a shell command, \
-                     pass Python such as `print(terminal(\"ls -la\")[\"output\"])` or a line `!ls -la`.",
-                ));
+                return Err(bad(format!(
+                    "{method} takes `code` (Python source), not `command`. To run a shell command, \
+                     pass Python such as `print(terminal(\"ls -la\")[\"output\"])` or a line `!ls -la`."
+                )));
             }
-            return Err(bad("execute: missing `code` (the Python source to run)"));
+            return Err(bad(format!(
+                "{method}: missing `code` (the Python source to run)"
+            )));
         }
         Some(Value::String(s)) => s.clone(),
         Some(v) => {
             return Err(bad(format!(
-                "execute: `code` must be a string of Python source, got {}; put the program text in a string",
+                "{method}: `code` must be a string of Python source, got {}; put the program text in a string",
                 type_name(v)
             )));
         }
     };
     if code.trim().is_empty() {
-        return Err(bad(
-            "execute: `code` is empty; pass the Python source to run",
-        ));
+        return Err(bad(format!(
+            "{method}: `code` is empty; pass the Python source to run"
+        )));
     }
-    check_known(p, "execute", &EXECUTE_PARAMS)?;
-    let session = session_of(p, "execute")?;
+    check_known(p, method, accepted)?;
+    let session = session_of(p, method)?;
     let mut req = ExecuteRequest::new(code).owner(session.clone());
     match p.get("reset") {
         None | Some(Value::Null) => {}
         Some(Value::Bool(b)) => req = req.reset(*b),
         Some(v) => {
             return Err(bad(format!(
-                "execute: `reset` must be a boolean, got {}",
+                "{method}: `reset` must be a boolean, got {}",
                 type_name(v)
             )));
         }
@@ -184,18 +207,18 @@ fn execute_params(params: &Value, known_tools: &ToolRegistry) -> Result<ExecPara
             }
             _ => {
                 return Err(bad(format!(
-                    "execute: `timeout` must be a number of seconds > 0, got {v}"
+                    "{method}: `timeout` must be a number of seconds > 0, got {v}"
                 )));
             }
         },
     }
-    match opt_str(p, "mode", "execute")? {
+    match opt_str(p, "mode", method)? {
         None => {}
         Some("project") => req = req.mode(Mode::Project),
         Some("strict") => req = req.mode(Mode::Strict),
         Some(other) => {
             return Err(bad(format!(
-                "execute: `mode` must be \"project\" or \"strict\", got \"{other}\""
+                "{method}: `mode` must be \"project\" or \"strict\", got \"{other}\""
             )));
         }
     }
@@ -206,13 +229,13 @@ fn execute_params(params: &Value, known_tools: &ToolRegistry) -> Result<ExecPara
             for t in a {
                 let Some(name) = t.as_str() else {
                     return Err(bad(format!(
-                        "execute: `tools` must be an array of tool names, got an element that is {}",
+                        "{method}: `tools` must be an array of tool names, got an element that is {}",
                         type_name(t)
                     )));
                 };
                 if known_tools.get(name).is_none() {
                     return Err(bad(format!(
-                        "execute: unknown tool `{name}` in `tools`; known tools: {}",
+                        "{method}: unknown tool `{name}` in `tools`; known tools: {}",
                         known_tools.names().collect::<Vec<_>>().join(", ")
                     )));
                 }
@@ -222,16 +245,16 @@ fn execute_params(params: &Value, known_tools: &ToolRegistry) -> Result<ExecPara
         }
         Some(v) => {
             return Err(bad(format!(
-                "execute: `tools` must be an array of tool names, got {}",
+                "{method}: `tools` must be an array of tool names, got {}",
                 type_name(v)
             )));
         }
     }
-    if let Some(cwd) = opt_str(p, "cwd", "execute")? {
+    if let Some(cwd) = opt_str(p, "cwd", method)? {
         let path = PathBuf::from(cwd);
         if !path.is_absolute() || !path.is_dir() {
             return Err(bad(format!(
-                "execute: `cwd` must be an absolute path to a directory, got \"{cwd}\""
+                "{method}: `cwd` must be an absolute path to a directory, got \"{cwd}\""
             )));
         }
         req = req.cwd(path);
@@ -241,7 +264,7 @@ fn execute_params(params: &Value, known_tools: &ToolRegistry) -> Result<ExecPara
         Some(Value::Bool(b)) => *b,
         Some(v) => {
             return Err(bad(format!(
-                "execute: `stream` must be a boolean, got {}",
+                "{method}: `stream` must be a boolean, got {}",
                 type_name(v)
             )));
         }
@@ -582,7 +605,7 @@ fn execute_session(line: &str) -> Option<String> {
 
 /// Reads one line of at most `cap` bytes into `buf`; a longer line is
 /// consumed to its end and reported as `cap + 1` bytes (its content dropped).
-async fn read_line_capped<R: AsyncBufReadExt + Unpin>(
+pub(crate) async fn read_line_capped<R: AsyncBufReadExt + Unpin>(
     reader: &mut R,
     buf: &mut Vec<u8>,
     cap: usize,

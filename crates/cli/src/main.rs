@@ -49,6 +49,8 @@ enum Command {
     Exec(cmd::exec::Args),
     #[command(about = "Serve JSON-RPC 2.0 over stdio (one message per line)")]
     Serve(cmd::serve::Args),
+    #[command(about = "Serve the Model Context Protocol over stdio (an execute_code tool)")]
+    Mcp(cmd::mcp::Args),
     #[command(about = "Interactive session: type Python, see results; Ctrl-C interrupts the cell")]
     Repl(cmd::repl::Args),
     #[command(
@@ -83,6 +85,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Exec(args) => cmd::exec::run(config, args),
         Command::Serve(args) => cmd::serve::run(config, args),
+        Command::Mcp(args) => cmd::mcp::run(config, args),
         Command::Repl(args) => cmd::repl::run(config, args),
         Command::Daemon(args) => cmd::daemon::run(config, args),
         Command::Schema(args) => cmd::schema::run(config, &args),

@@ -572,6 +572,19 @@ impl Registry {
         &self.inner.redactor
     }
 
+    /// The settings a tool call runs with when made from a kernel working
+    /// in `cwd` (spill dir, output cap, web settings, the scrubbed child
+    /// environment): for hosts that call tools directly, outside any cell
+    /// (e.g. MCP's `--expose-tools`).
+    pub fn tool_settings(&self, cwd: &Path) -> ToolSettings {
+        let opts = &self.inner.opts;
+        ToolSettings::new(cwd)
+            .spill_dir(&opts.spill_dir)
+            .max_output_bytes(opts.max_stdout_bytes)
+            .web(opts.web.clone())
+            .env(self.inner.base_env.clone())
+    }
+
     /// Runs one cell and returns its SPEC §6 result. Never panics on input;
     /// every failure is a result.
     ///

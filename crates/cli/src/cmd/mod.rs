@@ -4,6 +4,7 @@ pub mod config;
 pub mod daemon;
 pub mod exec;
 pub mod frames;
+pub mod mcp;
 pub mod repl;
 pub mod schema;
 pub mod serve;

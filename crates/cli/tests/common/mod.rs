@@ -379,15 +379,21 @@ fn is_jsonrpc(v: &Value) -> bool {
 impl Serve {
     /// Starts `toolcell serve ARGS` in `env`.
     pub fn start(env: &Env, args: &[&str]) -> Self {
+        Self::start_command(env, "serve", args)
+    }
+
+    /// Starts `toolcell COMMAND ARGS` (a line-oriented JSON-RPC server:
+    /// `serve` or `mcp`) in `env`.
+    pub fn start_command(env: &Env, command: &str, args: &[&str]) -> Self {
         let mut child = env
             .cmd()
-            .arg("serve")
+            .arg(command)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn toolcell serve");
+            .unwrap_or_else(|e| panic!("spawn toolcell {command}: {e}"));
         let stdout = child.stdout.take().unwrap();
         let stderr_pipe = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
