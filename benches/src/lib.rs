@@ -5,6 +5,7 @@
 
 pub mod files;
 pub mod frames;
+pub mod scale;
 pub mod text;
 pub mod web;
 
