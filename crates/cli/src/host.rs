@@ -110,15 +110,66 @@ pub fn cwd() -> anyhow::Result<PathBuf> {
     std::env::current_dir().context("reading the current directory")
 }
 
-/// A registry for `config`; tweak its options with `adjust`.
+/// A registry for `config`; tweak its options with `adjust`. It journals
+/// only when `[journal] enabled = true` (the default of one-shot hosts:
+/// `exec`, `repl`); long-running hosts use [`journaled_registry`].
 pub fn registry(
     config: &Config,
     adjust: impl FnOnce(&mut RegistryOptions),
 ) -> anyhow::Result<Registry> {
+    registry_with_journal(config, false, adjust)
+}
+
+/// A registry for a long-running host (`serve`, `mcp`, the daemon): it
+/// journals every cell unless `[journal] enabled = false`. Call
+/// [`flush_journal`] before the process exits.
+pub fn journaled_registry(
+    config: &Config,
+    adjust: impl FnOnce(&mut RegistryOptions),
+) -> anyhow::Result<Registry> {
+    registry_with_journal(config, true, adjust)
+}
+
+fn registry_with_journal(
+    config: &Config,
+    journal_default: bool,
+    adjust: impl FnOnce(&mut RegistryOptions),
+) -> anyhow::Result<Registry> {
     let mut opts =
         RegistryOptions::from_config(config, cwd()?).map_err(|e| usage(e.to_string()))?;
+    opts.journal = journal(config, journal_default)?;
     adjust(&mut opts);
     Registry::new(opts).context("starting the kernel registry")
+}
+
+/// The journal `config` asks for, `host_default` deciding `[journal]
+/// enabled = "auto"`. A journal that cannot be opened is an error (exit 2)
+/// when the file asked for it, and a warning (no journal) when it was only
+/// the host's default.
+pub fn journal(
+    config: &Config,
+    host_default: bool,
+) -> anyhow::Result<Option<toolcell_kernel::journal::Journal>> {
+    match config.journal(host_default) {
+        Ok(j) => Ok(j),
+        Err(e) if config.journal.enabled == toolcell_kernel::config::Switch::Auto => {
+            tracing::warn!("cells are not journaled: {e}");
+            Ok(None)
+        }
+        Err(e) => Err(usage(format!("journal.enabled = true, but {e}"))),
+    }
+}
+
+/// Waits (at most 5 s) until the registry's journal has written every cell
+/// queued so far; call it after the last cell, before exiting.
+pub fn flush_journal(registry: &Registry) {
+    if let Some(j) = &registry.options().journal
+        && !j.flush(std::time::Duration::from_secs(5))
+    {
+        tracing::warn!(
+            "the journal did not finish writing within 5 s; the last cells may be missing"
+        );
+    }
 }
 
 /// A multi-threaded tokio runtime for a command.
@@ -163,6 +214,7 @@ pub fn exit_on_signals(registry: Arc<Registry>) {
         };
         SIGNAL_EXIT.store(code, std::sync::atomic::Ordering::SeqCst);
         registry.shutdown_all().await;
+        flush_journal(&registry);
         std::process::exit(i32::from(code));
     });
 }

@@ -67,6 +67,10 @@ enum Command {
     Config(cmd::config::Args),
     #[command(about = "Decode a kernel byte stream from stdin into one JSON event per line")]
     Frames(cmd::frames::Args),
+    #[command(about = "List the cells the journal recorded (newest last)")]
+    History(cmd::history::Args),
+    #[command(about = "Export a journaled session as a Jupyter notebook, a script or Markdown")]
+    Export(cmd::export::Args),
 }
 
 fn main() -> ExitCode {
@@ -93,6 +97,8 @@ fn main() -> ExitCode {
         Command::Stubs(args) => cmd::stubs::run(config, &args),
         Command::Config(args) => cmd::config::run(config, &args),
         Command::Frames(args) => cmd::frames::run(&args),
+        Command::History(args) => cmd::history::run(config, &args),
+        Command::Export(args) => cmd::export::run(config, &args),
     };
     match result {
         Ok(code) => code,

@@ -81,7 +81,10 @@ use serde::{Deserialize, Serialize};
 use toolcell_redact::Redactor;
 use toolcell_rpc::{CallOutcome, CallRecord};
 
-use crate::result::{Display, ExecuteResult, Status, Usage};
+use crate::result::{ExecuteResult, Status, Usage};
+
+/// Largest display file (a figure) whose bytes are kept in the journal.
+pub const MAX_DISPLAY_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Rows waiting for the writer, at most, by default.
 pub const DEFAULT_QUEUE: usize = 1024;
@@ -134,11 +137,13 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (cell_id, seq)
     );",
     // v2: the kernel's lifecycle, so an export can mark where a fresh
-    // kernel started (reset, death, kill).
+    // kernel started (reset, death, kill); display files' bytes, so an
+    // export still has a figure after its kernel (and the file) is gone.
     "ALTER TABLE cells ADD COLUMN reused INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE cells ADD COLUMN state_reset INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE cells ADD COLUMN state_kept INTEGER;
-    ALTER TABLE cells ADD COLUMN ended INTEGER NOT NULL DEFAULT 0;",
+    ALTER TABLE cells ADD COLUMN ended INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE display ADD COLUMN data BLOB;",
 ];
 
 /// The schema version this build writes.
@@ -208,6 +213,19 @@ impl ToolCall {
     }
 }
 
+/// A file the cell produced for display (a figure).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DisplayFile {
+    /// MIME type (`image/png`).
+    pub mime: String,
+    /// Where the kernel saved it (gone once the kernel is).
+    pub path: String,
+    /// Its bytes, as the writer found them just after the cell (files over
+    /// [`MAX_DISPLAY_BYTES`] or already gone are not kept). Not in JSON.
+    #[serde(skip)]
+    pub data: Option<Vec<u8>>,
+}
+
 /// One journaled cell: what the caller got back, plus the code and who ran it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellRecord {
@@ -241,7 +259,7 @@ pub struct CellRecord {
     /// CPU and memory, when the runner reported them.
     pub usage: Option<Usage>,
     /// Files produced for display.
-    pub display: Vec<Display>,
+    pub display: Vec<DisplayFile>,
     /// Unix seconds (UTC) when `execute` was called.
     pub started_at: f64,
     /// Unix seconds (UTC) when the result was returned.
@@ -331,7 +349,15 @@ impl CellRecord {
             tool_calls: calls.iter().map(ToolCall::from_record).collect(),
             tool_calls_made: result.tool_calls_made,
             usage: result.usage,
-            display: result.display.clone(),
+            display: result
+                .display
+                .iter()
+                .map(|d| DisplayFile {
+                    mime: d.mime.clone(),
+                    path: d.path.clone(),
+                    data: None,
+                })
+                .collect(),
             started_at: unix_seconds(started_at),
             finished_at: unix_now(),
             duration_seconds: result.duration_seconds,
@@ -393,6 +419,19 @@ struct Shared {
     progress: Arc<Progress>,
     dropped: AtomicU64,
     failed: Arc<AtomicU64>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The last handle: give the writer a moment to finish the queue, so
+        // a short-lived host (a one-shot `exec`) does not exit with rows
+        // still queued. The sender is dropped right after, which ends it.
+        let counts = self.progress.lock();
+        let _ = self
+            .progress
+            .changed
+            .wait_timeout_while(counts, Duration::from_secs(2), |c| c.done < c.queued);
+    }
 }
 
 /// A handle on the journal: cheap to clone; the writer thread ends after the
@@ -710,12 +749,28 @@ fn insert(conn: &Connection, r: &CellRecord) -> rusqlite::Result<()> {
             c.outcome
         ])?;
     }
-    let mut disp = conn
-        .prepare_cached("INSERT INTO display (cell_id, seq, mime, path) VALUES (?1, ?2, ?3, ?4)")?;
+    let mut disp = conn.prepare_cached(
+        "INSERT INTO display (cell_id, seq, mime, path, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
     for (seq, d) in r.display.iter().enumerate() {
-        disp.execute(params![id, seq as i64, d.mime, d.path])?;
+        let data = match &d.data {
+            Some(bytes) => Some(bytes.clone()),
+            None => read_display(&d.path),
+        };
+        disp.execute(params![id, seq as i64, d.mime, d.path, data])?;
     }
     Ok(())
+}
+
+/// The bytes of a display file, if it still exists and is not too large.
+fn read_display(path: &str) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).ok()?;
+    let mut data = Vec::new();
+    file.take(MAX_DISPLAY_BYTES + 1)
+        .read_to_end(&mut data)
+        .ok()?;
+    (data.len() as u64 <= MAX_DISPLAY_BYTES).then_some(data)
 }
 
 fn parse_status(s: &str) -> Status {
@@ -783,7 +838,7 @@ fn read_rows(conn: &Connection, q: &HistoryQuery) -> rusqlite::Result<Vec<CellRe
         "SELECT tool, duration_seconds, outcome FROM tool_calls WHERE cell_id = ?1 ORDER BY seq",
     )?;
     let mut disp =
-        conn.prepare("SELECT mime, path FROM display WHERE cell_id = ?1 ORDER BY seq")?;
+        conn.prepare("SELECT mime, path, data FROM display WHERE cell_id = ?1 ORDER BY seq")?;
     for r in &mut rows {
         let id = r.id.unwrap_or_default();
         r.tool_calls = calls
@@ -797,9 +852,10 @@ fn read_rows(conn: &Connection, q: &HistoryQuery) -> rusqlite::Result<Vec<CellRe
             .collect::<rusqlite::Result<_>>()?;
         r.display = disp
             .query_map([id], |row| {
-                Ok(Display {
+                Ok(DisplayFile {
                     mime: row.get(0)?,
                     path: row.get(1)?,
+                    data: row.get(2)?,
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;

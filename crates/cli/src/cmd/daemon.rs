@@ -240,7 +240,7 @@ fn run_daemon(cfg: toolcell_kernel::config::Config, p: &Paths) -> anyhow::Result
             nix::sys::stat::umask(old);
             l.with_context(|| format!("binding {}", p.socket.display()))?
         };
-        let registry = Arc::new(host::registry(&cfg, |_| {})?);
+        let registry = Arc::new(host::journaled_registry(&cfg, |_| {})?);
         let stop = CancellationToken::new();
         let service = Arc::new(Service {
             registry: Arc::clone(&registry),
@@ -287,6 +287,7 @@ fn run_daemon(cfg: toolcell_kernel::config::Config, p: &Paths) -> anyhow::Result
             }
         }
         registry.shutdown_all().await;
+        host::flush_journal(&registry);
         let _ = std::fs::remove_file(&p.socket);
         // Let in-flight responses (e.g. to `shutdown`) reach their clients.
         tokio::time::sleep(Duration::from_millis(100)).await;

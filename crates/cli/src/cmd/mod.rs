@@ -3,7 +3,9 @@
 pub mod config;
 pub mod daemon;
 pub mod exec;
+pub mod export;
 pub mod frames;
+pub mod history;
 pub mod mcp;
 pub mod repl;
 pub mod schema;

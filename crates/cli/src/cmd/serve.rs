@@ -32,7 +32,7 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config, &args.overrides)?;
     let rt = host::runtime()?;
     rt.block_on(async move {
-        let registry = Arc::new(host::registry(&cfg, |_| {})?);
+        let registry = Arc::new(host::journaled_registry(&cfg, |_| {})?);
         host::exit_on_signals(Arc::clone(&registry));
         let service = Arc::new(Service {
             registry: Arc::clone(&registry),
@@ -41,6 +41,7 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
         });
         serve_connection(service, tokio::io::stdin(), tokio::io::stdout()).await;
         registry.shutdown_all().await;
+        host::flush_journal(&registry);
         Ok(ExitCode::SUCCESS)
     })
 }

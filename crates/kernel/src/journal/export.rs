@@ -6,14 +6,11 @@ use std::fmt::Write as _;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::{CellRecord, rfc3339};
+use super::{CellRecord, DisplayFile, MAX_DISPLAY_BYTES, rfc3339};
 use crate::result::Status;
 
 /// The separator between stdout and stderr in a result's `output` (SPEC §6).
 const STDERR_SEP: &str = "\n--- stderr ---\n";
-
-/// Largest display file embedded in a notebook.
-const MAX_FIGURE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// What [`export`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,17 +155,27 @@ fn stream(name: &str, text: &str) -> Value {
     json!({"output_type": "stream", "name": name, "text": text})
 }
 
-fn figure(path: &str, mime: &str) -> Result<Value, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;
-    if meta.len() > MAX_FIGURE_BYTES {
-        return Err(format!(
-            "{path}: {} bytes, more than the {MAX_FIGURE_BYTES} embedded",
-            meta.len()
-        ));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+/// A display file as a `display_data` output: the bytes the journal kept,
+/// else the file if it still exists.
+fn figure(d: &DisplayFile) -> Result<Value, String> {
+    let path = d.path.as_str();
+    let read;
+    let bytes = match &d.data {
+        Some(b) => b.as_slice(),
+        None => {
+            let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;
+            if meta.len() > MAX_DISPLAY_BYTES {
+                return Err(format!(
+                    "{path}: {} bytes, more than the {MAX_DISPLAY_BYTES} embedded",
+                    meta.len()
+                ));
+            }
+            read = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+            read.as_slice()
+        }
+    };
     let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
-    Ok(json!({"output_type": "display_data", "data": {mime: b64}, "metadata": {}}))
+    Ok(json!({"output_type": "display_data", "data": {d.mime.as_str(): b64}, "metadata": {}}))
 }
 
 fn ipynb(rows: &[CellRecord]) -> String {
@@ -205,7 +212,7 @@ fn ipynb(rows: &[CellRecord]) -> String {
             outputs.push(stream("stdout", parts.stdout));
         }
         for d in &r.display {
-            match figure(&d.path, &d.mime) {
+            match figure(d) {
                 Ok(v) => outputs.push(v),
                 Err(e) => outputs.push(stream(
                     "stderr",
@@ -246,7 +253,9 @@ fn ipynb(rows: &[CellRecord]) -> String {
             "source": r.code,
             "outputs": outputs,
         }));
-        prev = Some(r);
+        if !r.kernel_id.is_empty() {
+            prev = Some(r);
+        }
     }
     let python = rows
         .iter()
@@ -344,7 +353,9 @@ fn py(rows: &[CellRecord]) -> String {
             }
         }
         out.push('\n');
-        prev = Some(r);
+        if !r.kernel_id.is_empty() {
+            prev = Some(r);
+        }
     }
     out
 }
@@ -392,7 +403,9 @@ fn md(rows: &[CellRecord]) -> String {
             let body = text.trim_end_matches('\n');
             let _ = writeln!(out, "{f}text\n{body}\n{f}\n");
         }
-        prev = Some(r);
+        if !r.kernel_id.is_empty() {
+            prev = Some(r);
+        }
     }
     out
 }
@@ -452,7 +465,15 @@ mod tests {
         let note = new_kernel_note(Some(&a), &b).unwrap();
         assert!(note.contains("timed out"), "{note}");
         assert!(new_kernel_note(Some(&b), &b).is_none());
-        let md = md(&[a, b]);
+        let md = md(&[a.clone(), b]);
         assert!(md.contains("New kernel `k-2`"), "{md}");
+        // A refused cell (no kernel) between two cells of one kernel is no
+        // new kernel.
+        let mut refused = cell("no", Status::Refused, "");
+        refused.kernel_id.clear();
+        let mut again = a.clone();
+        again.ended = false;
+        let md = super::md(&[again.clone(), refused, again]);
+        assert!(!md.contains("New kernel"), "{md}");
     }
 }

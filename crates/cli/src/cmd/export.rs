@@ -1,0 +1,63 @@
+//! `toolcell export`: a session from the journal as a notebook, script or
+//! Markdown.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use toolcell_kernel::journal::{self, Format, HistoryQuery, Journal};
+
+use crate::host::{self, Overrides};
+
+/// Arguments of `toolcell export`.
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Write every journaled cell of a session (see `toolcell history`), oldest \
+                  first, as a Jupyter notebook (ipynb: nbformat 4.5, code cells with their \
+                  execution counts, stdout/stderr streams, error outputs with the traceback, PNG \
+                  figures embedded while their files still exist, a markdown note wherever a new \
+                  kernel started), a percent-format Python script (py: `# %%` cells, outputs as \
+                  comments) or Markdown (md). Output goes to stdout, or to FILE with -o."
+)]
+pub struct Args {
+    /// The session to export.
+    #[arg(long, value_name = "S")]
+    session: String,
+    /// Output format.
+    #[arg(long, value_name = "ipynb|py|md", default_value = "ipynb")]
+    format: String,
+    /// Write to FILE instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+/// Runs the command.
+pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
+    let Some(format) = Format::parse(&args.format) else {
+        return Err(host::usage(format!(
+            "--format: expected \"ipynb\", \"py\" or \"md\", got {:?}",
+            args.format
+        )));
+    };
+    let cfg = host::load_config(config, &Overrides::default())?;
+    let path = cfg.journal_path();
+    let rows = Journal::history(&path, &HistoryQuery::session(args.session.clone()))?;
+    if rows.is_empty() {
+        anyhow::bail!(
+            "no cells of session {:?} in the journal {} (see `toolcell history`)",
+            args.session,
+            path.display()
+        );
+    }
+    let text = journal::export(&rows, format);
+    match &args.output {
+        Some(file) => std::fs::write(file, text.as_bytes())
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", file.display()))?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,127 @@
+//! `toolcell history`: the cells the journal recorded.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use toolcell_kernel::journal::{CellRecord, HistoryQuery, Journal, rfc3339};
+
+use crate::host::{self, Overrides};
+
+/// Arguments of `toolcell history`.
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "List the cells recorded in the journal ([journal] path; by default \
+                  $XDG_DATA_HOME/toolcell/journal.db), oldest first: the newest --limit cells, of \
+                  one session or of all. The journal records every cell run through `serve`, \
+                  `mcp` and the daemon (`exec --session`), unless [journal] enabled = false; it \
+                  holds only cleaned output (ANSI stripped, secrets redacted) and redacted code.\n\n\
+                  The table shows: start time (UTC), session, the cell's number in its kernel, \
+                  status, duration and the first line of the code. --json prints one JSON object \
+                  per line (JSON Lines) with every recorded field: session, kernel_id, \
+                  execution_count, code, status, exit_code, output, error, hint, warning, \
+                  tool_calls [{tool, duration_seconds, outcome}], tool_calls_made, usage, display, \
+                  started_at and finished_at (Unix seconds, UTC), duration_seconds, mode, python, \
+                  reused, state_reset, state_kept, ended. It works while a daemon is writing."
+)]
+pub struct Args {
+    /// Only this session.
+    #[arg(long, value_name = "S")]
+    session: Option<String>,
+    /// Show the newest N cells (0: all).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    limit: usize,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the command.
+pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
+    let cfg = host::load_config(config, &Overrides::default())?;
+    let path = cfg.journal_path();
+    let rows = Journal::history(
+        &path,
+        &HistoryQuery {
+            session: args.session.clone(),
+            limit: args.limit,
+        },
+    )?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        for r in &rows {
+            serde_json::to_writer(&mut out, r)?;
+            writeln!(out)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if rows.is_empty() {
+        let mut err = std::io::stderr().lock();
+        match &args.session {
+            Some(s) => writeln!(err, "no cells of session {s:?} in {}", path.display())?,
+            None => writeln!(err, "no cells in {}", path.display())?,
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    write_table(&mut out, &rows)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn first_line(code: &str, max: usize) -> String {
+    let line = code
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim_end();
+    let more = code.lines().filter(|l| !l.trim().is_empty()).count() > 1;
+    let mut s: String = line.chars().take(max).collect();
+    if line.chars().count() > max || more {
+        s.push('…');
+    }
+    s
+}
+
+fn write_table(out: &mut impl Write, rows: &[CellRecord]) -> std::io::Result<()> {
+    let width = rows
+        .iter()
+        .map(|r| r.session.chars().count())
+        .max()
+        .unwrap_or(7)
+        .clamp(7, 24);
+    writeln!(
+        out,
+        "{:<20}  {:<width$}  {:>5}  {:<11}  {:>8}  code",
+        "time (UTC)", "session", "cell", "status", "duration"
+    )?;
+    for r in rows {
+        let time = rfc3339(r.started_at);
+        // 2026-11-29T13:05:07.123Z -> 2026-11-29 13:05:07
+        let time = time.get(..19).unwrap_or(&time).replacen('T', " ", 1);
+        let session: String = r.session.chars().take(width).collect();
+        let cell = if r.execution_count > 0 && !r.kernel_id.is_empty() {
+            r.execution_count.to_string()
+        } else {
+            "-".to_string()
+        };
+        writeln!(
+            out,
+            "{time:<20}  {session:<width$}  {cell:>5}  {:<11}  {:>7.2}s  {}",
+            r.status.as_str(),
+            r.duration_seconds,
+            first_line(&r.code, 60)
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_line_skips_blank_lines_and_marks_more() {
+        assert_eq!(first_line("\n\nx = 1\n", 60), "x = 1");
+        assert_eq!(first_line("x = 1\ny = 2", 60), "x = 1…");
+        assert_eq!(first_line("abcdef", 3), "abc…");
+    }
+}
