@@ -389,3 +389,77 @@ async fn an_exported_notebook_has_code_stream_and_error_outputs() {
     assert!(md.contains("```python\nprint('hi')\n```"), "{md}");
     j.f.reg.shutdown_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cells_return_while_the_journal_cannot_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stuck.db");
+    let journal = Journal::with_capacity(&path, 1).unwrap();
+    let blocker = rusqlite::Connection::open(&path).unwrap();
+    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let j = journal.clone();
+    let f = Fixture::with(move |o| o.journal = Some(j));
+    // The writer is stuck on the lock; every cell still gets its result.
+    for i in 0..4 {
+        let r = f.run_as("stuck", &format!("print({i})")).await;
+        assert_success(&r);
+        assert_eq!(r.output, format!("{i}\n"));
+    }
+    assert!(journal.dropped() >= 2, "dropped {}", journal.dropped());
+    blocker.execute_batch("COMMIT").unwrap();
+    assert!(journal.flush(FLUSH));
+    let rows = Journal::history(&path, &HistoryQuery::session("stuck")).unwrap();
+    assert_eq!(
+        rows.len() as u64 + journal.dropped() + journal.failed(),
+        4,
+        "{rows:#?}"
+    );
+    f.reg.shutdown_all().await;
+}
+
+#[test]
+fn journal_config_keys_name_themselves_in_errors() {
+    use toolcell_kernel::config::{Config, Switch};
+    let c = Config::from_toml_str("[journal]\nenabled = false\npath = \"j.db\"\n", None).unwrap();
+    assert_eq!(c.journal.enabled, Switch::Off);
+    assert!(!c.journal.enabled.resolve(true));
+    assert_eq!(c.journal_path(), PathBuf::from("j.db"));
+    let c = Config::from_toml_str("[journal]\nenabled = \"auto\"\n", None).unwrap();
+    assert!(c.journal.enabled.resolve(true) && !c.journal.enabled.resolve(false));
+    let err = Config::from_toml_str("[journal]\nenabled = \"on\"\n", None).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "journal.enabled: expected true, false or \"auto\", got \"on\""
+    );
+    let err = Config::from_toml_str("[journal]\nfile = \"x\"\n", None).unwrap_err();
+    assert!(err.to_string().contains("journal.file"), "{err}");
+    // Relative to the config file; the XDG data dir by default.
+    let c = Config::from_toml_str(
+        "[journal]\npath = \"db/j.db\"\n",
+        Some(Path::new("/p/toolcell.toml")),
+    )
+    .unwrap();
+    assert_eq!(c.journal_path(), PathBuf::from("/p/db/j.db"));
+    let d = Config::default();
+    let env = |name: &str| match name {
+        "XDG_DATA_HOME" => Some("/xdg/data".into()),
+        "HOME" => Some("/home/u".into()),
+        _ => None,
+    };
+    assert_eq!(
+        d.journal_path_with(env),
+        PathBuf::from("/xdg/data/toolcell/journal.db")
+    );
+    let home_only = |name: &str| (name == "HOME").then(|| "/home/u".into());
+    assert_eq!(
+        d.journal_path_with(home_only),
+        PathBuf::from("/home/u/.local/share/toolcell/journal.db")
+    );
+    let mut flag = Config::default();
+    flag.set_override("journal.enabled", "true").unwrap();
+    assert_eq!(flag.journal.enabled, Switch::On);
+    assert!(
+        flag.to_toml()
+            .contains("[journal]\nenabled = true\npath = \"\"\n")
+    );
+}
