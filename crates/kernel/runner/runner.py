@@ -273,6 +273,39 @@ def _init_fds():
     _ERR_FD = _private_dup(2)
 
 
+_SPARE_FD = -1
+_EMFILE = 24
+
+
+def _reserve_spare():
+    """Hold one spare descriptor, given back when a cell ran out of them.
+
+    Under ``[limits] open_files`` a cell that fills the table would leave the
+    runner unable to import ``traceback`` or read source lines for its
+    result; closing the spare first leaves room for that.
+    """
+    global _SPARE_FD
+    if _SPARE_FD < 0:
+        try:
+            fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _SPARE_FD = _private_dup(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            _SPARE_FD = -1
+
+
+def _release_spare():
+    global _SPARE_FD
+    if _SPARE_FD >= 0:
+        try:
+            os.close(_SPARE_FD)
+        except OSError:
+            pass
+        _SPARE_FD = -1
+
+
 def _reader():
     """The request reader thread: if it fails, the kernel cannot go on."""
     try:
@@ -939,6 +972,23 @@ def _usage(ru0, rc0, t0):
     }
 
 
+def _release_frames(exc):
+    """Drop the local variables of the frames a MemoryError unwound.
+
+    The traceback keeps those frames (and ``sys.last_traceback`` would keep
+    them until the next error), so the list that filled memory would stay
+    alive and the next cell would fail too. ``frame.clear()`` frees the
+    locals but keeps code and line numbers, so the traceback still formats.
+    """
+    tb = exc.__traceback__
+    while tb is not None:
+        try:
+            tb.tb_frame.clear()
+        except RuntimeError:  # a frame still executing (the runner's own)
+            pass
+        tb = tb.tb_next
+
+
 def _set_last(exc):
     sys.last_type = type(exc)
     sys.last_value = exc
@@ -966,6 +1016,10 @@ def _finish_cell(rid, count, filename, exc, ru0, rc0, t0):
             traceback_text = _format_exc(exc, filename)
         else:
             status = "error"
+            if isinstance(exc, MemoryError):
+                _release_frames(exc)
+            elif isinstance(exc, OSError) and exc.errno == _EMFILE:
+                _release_spare()
             _set_last(exc)
             traceback_text = _format_exc(exc, filename)
     display = _save_figures(count)
@@ -977,6 +1031,7 @@ def _finish_cell(rid, count, filename, exc, ru0, rc0, t0):
     result["stdin_requested"] = _stdin.requested
     result["usage"] = _usage(ru0, rc0, t0)
     result["display"] = display
+    _reserve_spare()
     return result
 
 
@@ -1088,6 +1143,7 @@ def main():
     except OSError as e:
         sys.stderr.write("toolcell runner: fd 3 must be the request pipe (%s)\n" % e)
         sys.exit(2)
+    _reserve_spare()
     _thread.start_new_thread(_reader, ())
 
     kind, hello = _requests.get()

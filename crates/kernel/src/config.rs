@@ -242,6 +242,9 @@ pub struct Execution {
     pub kill_grace: f64,
     /// One kernel per session or one per cell.
     pub kernel_mode: KernelMode,
+    /// Confine strict-mode kernels with Landlock (writes only to their own
+    /// directories and the temp dir); requires `mode = "strict"`.
+    pub confine: bool,
 }
 
 impl Default for Execution {
@@ -255,6 +258,7 @@ impl Default for Execution {
             interrupt_grace: 2.0,
             kill_grace: 2.0,
             kernel_mode: KernelMode::Session,
+            confine: false,
         }
     }
 }
@@ -277,6 +281,25 @@ impl Default for Kernels {
             idle_timeout: 1800.0,
         }
     }
+}
+
+/// `[limits]`: resource limits of each kernel (see [`crate::limits`]); 0
+/// means no limit, and every key defaults to 0.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct Limits {
+    /// Address space of each kernel process in bytes (`RLIMIT_AS`); the file
+    /// may also give a size string (`"512MiB"`, `"2GiB"`).
+    pub memory: u64,
+    /// CPU seconds a cell may use (`RLIMIT_CPU`, re-armed per cell).
+    pub cpu_seconds: u64,
+    /// Open file descriptors per process (`RLIMIT_NOFILE`).
+    pub open_files: u64,
+    /// Processes and threads of the whole user (`RLIMIT_NPROC`).
+    pub processes: u64,
+    /// Largest file a kernel may write, in bytes or a size string (`RLIMIT_FSIZE`).
+    pub file_size: u64,
 }
 
 /// `[output]`: caps of SPEC §5.
@@ -614,8 +637,14 @@ const KEYS: &[(&str, Kind)] = &[
     ("execution.interrupt_grace", Kind::Number),
     ("execution.kill_grace", Kind::Number),
     ("execution.kernel_mode", Kind::Text),
+    ("execution.confine", Kind::Bool),
     ("kernels.max_kernels", Kind::Number),
     ("kernels.idle_timeout", Kind::Number),
+    ("limits.memory", Kind::Number),
+    ("limits.cpu_seconds", Kind::Number),
+    ("limits.open_files", Kind::Number),
+    ("limits.processes", Kind::Number),
+    ("limits.file_size", Kind::Number),
     ("output.max_stdout_bytes", Kind::Number),
     ("output.max_stderr_bytes", Kind::Number),
     ("output.spill_dir", Kind::Text),
@@ -636,6 +665,7 @@ const KEYS: &[(&str, Kind)] = &[
 const SECTIONS: &[&str] = &[
     "execution",
     "kernels",
+    "limits",
     "output",
     "env",
     "tools",
@@ -663,6 +693,8 @@ pub struct Config {
     pub execution: Execution,
     /// `[kernels]`
     pub kernels: Kernels,
+    /// `[limits]`
+    pub limits: Limits,
     /// `[output]`
     pub output: Output,
     /// `[env]`
@@ -868,6 +900,12 @@ impl Config {
             "execution.interrupt_grace" => seconds_value(self.execution.interrupt_grace),
             "execution.kill_grace" => seconds_value(self.execution.kill_grace),
             "execution.kernel_mode" => text(self.execution.kernel_mode.as_str()),
+            "execution.confine" => Value::Boolean(self.execution.confine),
+            "limits.memory" => count_value(self.limits.memory),
+            "limits.cpu_seconds" => count_value(self.limits.cpu_seconds),
+            "limits.open_files" => count_value(self.limits.open_files),
+            "limits.processes" => count_value(self.limits.processes),
+            "limits.file_size" => count_value(self.limits.file_size),
             "kernels.max_kernels" => count_value(self.kernels.max_kernels as u64),
             "kernels.idle_timeout" => seconds_value(self.kernels.idle_timeout),
             "output.max_stdout_bytes" => count_value(self.output.max_stdout_bytes as u64),
@@ -929,6 +967,18 @@ impl Config {
         match (!name.is_empty()).then(|| env(name)).flatten() {
             Some(key) => settings.api_key(key.to_string_lossy().into_owned()),
             None => settings,
+        }
+    }
+
+    /// `[limits]` as the kernel takes them (0 = not limited).
+    pub fn limits(&self) -> crate::limits::Limits {
+        let on = |v: u64| (v > 0).then_some(v);
+        crate::limits::Limits {
+            memory: on(self.limits.memory),
+            cpu_seconds: on(self.limits.cpu_seconds),
+            open_files: on(self.limits.open_files),
+            processes: on(self.limits.processes),
+            file_size: on(self.limits.file_size),
         }
     }
 
@@ -1105,6 +1155,26 @@ impl Config {
             "execution.kernel_mode" => {
                 self.execution.kernel_mode = choice(value).map_err(invalid)?;
             }
+            "execution.confine" => {
+                self.execution.confine = value
+                    .as_bool()
+                    .ok_or_else(|| invalid("true or false".into()))?;
+            }
+            "limits.memory" => self.limits.memory = size_limit(value).map_err(invalid)?,
+            "limits.cpu_seconds" => {
+                self.limits.cpu_seconds =
+                    whole_limit(value, "a whole number of CPU seconds per cell")
+                        .map_err(invalid)?;
+            }
+            "limits.open_files" => {
+                self.limits.open_files =
+                    whole_limit(value, "a whole number of open files").map_err(invalid)?;
+            }
+            "limits.processes" => {
+                self.limits.processes =
+                    whole_limit(value, "a whole number of processes").map_err(invalid)?;
+            }
+            "limits.file_size" => self.limits.file_size = size_limit(value).map_err(invalid)?,
             "kernels.max_kernels" => {
                 self.kernels.max_kernels = usize_count(value).map_err(invalid)?;
             }
@@ -1177,6 +1247,14 @@ impl Config {
 
     /// Rules involving two keys.
     fn check_cross(&self) -> Result<(), ConfigError> {
+        if self.execution.confine && self.execution.mode != Mode::Strict {
+            return Err(ConfigError::Invalid {
+                origin: self.source_or_default("execution.confine").clone(),
+                key: "execution.confine".into(),
+                expected: "false unless execution.mode = \"strict\" (Landlock confinement applies to strict-mode kernels only)".into(),
+                got: "true".into(),
+            });
+        }
         if self.web.search_provider == SearchProvider::Searxng
             && self.web.search_url.trim().is_empty()
         {
@@ -1454,6 +1532,27 @@ fn count(value: &Value, max: u64) -> Result<u64, String> {
         Value::Integer(i) if *i >= 1 => Err(format!("a whole number >= 1 and <= {max}")),
         _ => Err("a whole number >= 1".to_string()),
     }
+}
+
+/// A `[limits]` count: a whole number >= 0, 0 meaning no limit.
+fn whole_limit(value: &Value, what: &str) -> Result<u64, String> {
+    match value {
+        Value::Integer(i) if *i >= 0 => Ok(*i as u64),
+        _ => Err(format!("{what} >= 0 (0 = no limit)")),
+    }
+}
+
+/// A `[limits]` size: bytes as a whole number >= 0, or a size string.
+fn size_limit(value: &Value) -> Result<u64, String> {
+    const EXPECTED: &str = "a size in bytes >= 0 (0 = no limit): a whole number or a string like \"512MiB\" or \"2GiB\"";
+    let bytes = match value {
+        Value::Integer(i) if *i >= 0 => Some(*i as u64),
+        Value::String(s) => crate::limits::parse_size(s),
+        _ => None,
+    };
+    bytes
+        .filter(|b| *b <= i64::MAX as u64)
+        .ok_or_else(|| EXPECTED.to_string())
 }
 
 fn usize_count(value: &Value) -> Result<usize, String> {

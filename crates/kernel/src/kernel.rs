@@ -89,6 +89,19 @@ pub enum SpawnError {
     /// The stub module could not be generated.
     #[error("cannot generate the tool stub module: {0}")]
     Stub(#[from] toolcell_tools::stubs::StubError),
+    /// The kernel did not start while `[limits]` were set (likely too low).
+    #[error(
+        "kernel failed to start under [limits] {limits} (a limit may be too low: raise or remove it): {source}"
+    )]
+    UnderLimits {
+        /// The limits in force, `key = value, …`.
+        limits: String,
+        /// Why it did not start.
+        source: Box<SpawnError>,
+    },
+    /// `[execution] confine = true` could not be applied.
+    #[error("cannot confine the kernel: {0}")]
+    Confine(#[from] crate::confine::ConfineError),
     /// The runner exited or misbehaved before saying `ready`.
     #[error("the kernel ({interpreter}) did not start: {reason}{}", stderr_suffix(.stderr))]
     NotReady {
@@ -144,6 +157,11 @@ pub struct KernelSpec {
     pub redactor: Redactor,
     /// How long the runner may take to say `ready`.
     pub startup_timeout: Duration,
+    /// `[limits]`, applied in the child before exec.
+    pub limits: crate::limits::Limits,
+    /// Confine the kernel with Landlock (`[execution] confine`): writes only
+    /// beneath its private directory, `cwd` and the temp dir.
+    pub confine: bool,
 }
 
 impl std::fmt::Debug for KernelSpec {
@@ -412,6 +430,19 @@ impl Kernel {
     /// # Errors
     /// [`SpawnError`] saying what failed; nothing is left behind.
     pub async fn spawn(spec: KernelSpec) -> Result<Kernel, SpawnError> {
+        let limits = spec.limits;
+        Self::spawn_inner(spec).await.map_err(|e| match e {
+            SpawnError::NotReady { .. } | SpawnError::Io { .. } if !limits.is_empty() => {
+                SpawnError::UnderLimits {
+                    limits: limits.describe(),
+                    source: Box::new(e),
+                }
+            }
+            e => e,
+        })
+    }
+
+    async fn spawn_inner(spec: KernelSpec) -> Result<Kernel, SpawnError> {
         let dir = spec.root.join(&spec.id);
         private_dir(&spec.root).map_err(io_err(format!("creating {}", spec.root.display())))?;
         std::fs::DirBuilder::new()
@@ -450,10 +481,27 @@ impl Kernel {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let r = req_r.as_raw_fd();
-        // SAFETY: only async-signal-safe calls (dup2, fcntl, setsid) run
-        // between fork and exec.
+        // Landlock: the ruleset is built here (it opens directories); the
+        // child only enforces it. It lives until the child has exec'd.
+        let confinement = if spec.confine {
+            let writable = vec![dir.clone(), spec.cwd.clone(), std::env::temp_dir()];
+            Some(crate::confine::Confinement::prepare(&writable)?)
+        } else {
+            None
+        };
+        let ruleset_fd = confinement
+            .as_ref()
+            .map(crate::confine::Confinement::raw_fd);
+        let limits = spec.limits;
+        // SAFETY: only async-signal-safe calls (dup2, fcntl, setsid,
+        // setrlimit, sigaction, prctl, landlock_restrict_self) run between
+        // fork and exec.
         unsafe {
             cmd.pre_exec(move || {
+                limits.apply_in_child()?;
+                if let Some(fd) = ruleset_fd {
+                    crate::confine::Confinement::restrict_in_child(fd)?;
+                }
                 if r == 3 {
                     // dup2(3, 3) would keep FD_CLOEXEC: clear it instead.
                     let flags = nix::fcntl::fcntl(
@@ -473,6 +521,7 @@ impl Kernel {
             .spawn()
             .map_err(io_err(format!("launching {}", spec.interpreter.display())))?;
         drop(req_r);
+        drop(confinement);
         let pid = child.id().unwrap_or(0);
         let requests = tokio::net::unix::pipe::Sender::from_owned_fd(req_w)
             .map_err(io_err("opening the request pipe"))?;
@@ -661,6 +710,15 @@ impl Kernel {
         !self.dead
     }
 
+    /// Whether the process still runs, asking the OS: a kernel that died
+    /// while idle is noticed here, not only by its next cell.
+    pub fn check_alive(&mut self) -> bool {
+        if !self.dead && !matches!(self.child.try_wait(), Ok(None)) {
+            self.dead = true;
+        }
+        !self.dead
+    }
+
     /// The rpc endpoint (`TOOLCELL_RPC`).
     pub fn rpc_endpoint(&self) -> &str {
         self.server.endpoint()
@@ -803,6 +861,12 @@ impl Kernel {
             code: code.to_string(),
         })
         .to_line();
+        if let Some(secs) = self.spec.limits.cpu_seconds
+            && !self.dead
+            && let Err(e) = crate::limits::set_cpu_budget(self.pid, secs)
+        {
+            tracing::warn!(kernel = %self.spec.id, "cannot re-arm [limits] cpu_seconds: {e}");
+        }
         let sent = match line {
             Ok(l) => {
                 !self.dead
@@ -965,8 +1029,17 @@ impl Kernel {
     }
 
     async fn exit_description(&mut self) -> String {
+        use std::os::unix::process::ExitStatusExt;
         match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
-            Ok(Ok(status)) => describe_exit(&status),
+            Ok(Ok(status)) => {
+                let how = describe_exit(&status);
+                match self.spec.limits.cpu_seconds {
+                    Some(secs) if status.signal() == Some(Signal::SIGXCPU as i32) => format!(
+                        "{how}: it used up the [limits] cpu_seconds = {secs} CPU seconds a cell may take"
+                    ),
+                    _ => how,
+                }
+            }
             _ => "its output pipes closed".to_string(),
         }
     }

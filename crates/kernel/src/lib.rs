@@ -34,7 +34,11 @@
 //! - timeouts and interrupts: SIGINT to the group, then after the grace a
 //!   kill of the whole tree (group, `/proc` descendants, and anything
 //!   carrying the kernel's `TOOLCELL_RPC` value in its environment), and the
-//!   result says whether state survived.
+//!   result says whether state survived;
+//! - optional `[limits]` ([`limits`]: address space, CPU seconds per cell,
+//!   open files, processes, file size; `setrlimit` in the child before exec)
+//!   and, in strict mode, optional Landlock confinement ([`confine`]: writes
+//!   only to the kernel's own directories and the temp dir).
 //!
 //! # Embedding
 //!
@@ -77,10 +81,12 @@
 
 pub mod capture;
 pub mod config;
+pub mod confine;
 pub mod env;
 pub mod interpreter;
 pub mod journal;
 pub mod kernel;
+pub mod limits;
 pub mod registry;
 pub mod result;
 

@@ -88,6 +88,11 @@ pub struct RegistryOptions {
     /// Where kernel directories live (default: `$XDG_RUNTIME_DIR/toolcell/kernels`
     /// or `<tmp>/toolcell-<uid>/kernels`).
     pub kernels_root: Option<PathBuf>,
+    /// `[limits]` of every kernel.
+    pub limits: crate::limits::Limits,
+    /// `[execution] confine`: Landlock-confine strict-mode kernels; cells in
+    /// project mode are refused.
+    pub confine: bool,
     /// How long a kernel may take to start.
     pub startup_timeout: Duration,
     /// Where every result [`Registry::execute`] returns is recorded (see
@@ -122,6 +127,8 @@ impl Default for RegistryOptions {
             kernel_mode: KernelMode::Session,
             deny: Vec::new(),
             default_cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            limits: crate::limits::Limits::default(),
+            confine: false,
             kernels_root: None,
             startup_timeout: Duration::from_secs(60),
             journal: None,
@@ -167,6 +174,8 @@ impl RegistryOptions {
             },
             deny: config.guard_deny()?,
             default_cwd,
+            limits: config.limits(),
+            confine: config.execution.confine,
             kernels_root: None,
             startup_timeout: Duration::from_secs(60),
             journal: None,
@@ -453,6 +462,9 @@ pub enum RegistryError {
     /// No tokio runtime is running.
     #[error("the kernel registry needs a running tokio runtime")]
     NoRuntime,
+    /// `confine = true` but this system cannot confine kernels.
+    #[error(transparent)]
+    Confine(#[from] crate::confine::ConfineError),
 }
 
 /// Owns kernels and runs cells in them. Dropping it kills every kernel.
@@ -526,6 +538,10 @@ impl Registry {
     ) -> Result<Self, RegistryError> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| RegistryError::NoRuntime)?;
         tools.select(&opts.tools)?;
+        if opts.confine {
+            // Never silently unconfined: no Landlock, no registry.
+            crate::confine::check_supported()?;
+        }
         let root = opts
             .kernels_root
             .clone()
@@ -651,6 +667,13 @@ impl Registry {
                 );
             }
         };
+        if inner.opts.confine && mode != Mode::Strict {
+            return ExecuteResult::not_run(
+                Status::Error,
+                "[execution] confine = true allows only strict-mode cells (Landlock confinement applies to strict-mode kernels); this cell asked for project mode; none of the code ran",
+                blank,
+            );
+        }
         let cwd = match mode {
             Mode::Strict => PathBuf::new(),
             _ => req
@@ -818,6 +841,8 @@ impl Registry {
                 rpc_tcp: inner.opts.rpc_tcp,
                 redactor: inner.redactor.clone(),
                 startup_timeout: inner.opts.startup_timeout,
+                limits: inner.opts.limits,
+                confine: inner.opts.confine,
             };
             match Kernel::spawn(spec).await {
                 Ok(mut k) => {
@@ -899,13 +924,33 @@ impl Registry {
         inner.freed.notify_waiters();
         // Hints are only looked for when a cell fails: build their context then.
         let python = info.python.clone();
+        let kernel_id = info.id.clone();
         let hint_cx = || {
             let mut importable: Vec<String> = stubs::HELPERS[1..]
                 .iter()
                 .map(|s| (*s).to_string())
                 .collect();
             importable.extend(tool_names.iter().cloned());
-            HintContext::new(importable, format!("{} ({python})", interpreter.display()))
+            let mut cx =
+                HintContext::new(importable, format!("{} ({python})", interpreter.display()));
+            cx.limits = inner
+                .opts
+                .limits
+                .pairs()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            if inner.opts.confine {
+                cx.confined_writable = vec![
+                    inner.root.join(&kernel_id).display().to_string(),
+                    inner
+                        .root
+                        .join(format!("{kernel_id}-work"))
+                        .display()
+                        .to_string(),
+                    std::env::temp_dir().display().to_string(),
+                ];
+            }
+            cx
         };
         let mut result = build_result(outcome, info, hint_cx, &opts, inner.opts.max_tool_calls);
         result.duration_seconds = round2(t0.elapsed().as_secs_f64());
@@ -1428,6 +1473,8 @@ fn build_result(
         cx.budget_exhausted = budget_exhausted;
         cx.max_tool_calls = max_tool_calls;
         cx.killed_by_timeout = killed_by_timeout;
+        cx.killed_by_cpu_limit =
+            matches!(&ending, Ending::Died { how } if how.contains("[limits] cpu_seconds"));
         hints::hint(&traceback, &cx)
     };
     let warning = [

@@ -10,7 +10,17 @@
 //! 4. a tool's dict result treated as a string;
 //! 5. the cell asked for stdin;
 //! 6. the cell used up its tool-call budget;
-//! 7. a timeout killed the kernel.
+//! 7. a timeout killed the kernel;
+//! 8. the kernel was killed for using up `[limits] cpu_seconds` (SIGXCPU);
+//! 9. `MemoryError` (names `[limits] memory` when it is set);
+//! 10. a process or thread could not be started: `EAGAIN` (names `[limits] processes` when set);
+//! 11. too many open files: `EMFILE` (names `[limits] open_files` when set);
+//! 12. file too large: `EFBIG` (names `[limits] file_size` when set);
+//! 13. a write refused in a confined kernel (`[execution] confine = true`;
+//!     lists the writable directories).
+//!
+//! A limit is named only when the host says it is configured
+//! ([`HintContext::limits`]); otherwise the hint is the generic advice.
 
 use std::sync::LazyLock;
 
@@ -32,6 +42,13 @@ pub struct HintContext {
     pub max_tool_calls: u32,
     /// The kernel was killed after a timeout (state lost).
     pub killed_by_timeout: bool,
+    /// The `[limits]` in force, `(key, value)`: `("memory", 268435456)`.
+    pub limits: Vec<(String, u64)>,
+    /// The kernel was killed for using up `[limits] cpu_seconds`.
+    pub killed_by_cpu_limit: bool,
+    /// Non-empty when the kernel is confined (`[execution] confine = true`):
+    /// the directories it may write beneath.
+    pub confined_writable: Vec<String>,
 }
 
 impl HintContext {
@@ -78,6 +95,35 @@ static DICT_AS_STRING: LazyLock<Regex> = LazyLock::new(|| {
         r"|TypeError: a bytes-like object is required, not 'dict')"
     ))
     .unwrap_or_else(|_| unreachable_regex())
+});
+
+static MEMORY_ERROR: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^(?:MemoryError\b|\w*Error: \[Errno 12\])")
+        .unwrap_or_else(|_| unreachable_regex())
+});
+static NO_PROCESS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^RuntimeError: can't start new thread").unwrap_or_else(|_| unreachable_regex())
+});
+/// `EAGAIN` is also what a non-blocking read says: it counts as a failed
+/// process start only when the traceback shows one.
+static EAGAIN: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^\w*Error: \[Errno 11\]").unwrap_or_else(|_| unreachable_regex())
+});
+static SPAWNING: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\bfork\b|fork_exec|_execute_child|posix_spawn|Popen|\bspawn")
+        .unwrap_or_else(|_| unreachable_regex())
+});
+static TOO_MANY_FILES: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^\w*Error: \[Errno 24\] Too many open files")
+        .unwrap_or_else(|_| unreachable_regex())
+});
+static FILE_TOO_LARGE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^\w*Error: \[Errno 27\] File too large")
+        .unwrap_or_else(|_| unreachable_regex())
+});
+static PERMISSION_DENIED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^(?:PermissionError: \[Errno (?:13|1)\]|OSError: \[Errno 30\])")
+        .unwrap_or_else(|_| unreachable_regex())
 });
 
 /// A regex that matches nothing; stands in if a literal pattern above ever
@@ -191,6 +237,78 @@ pub fn hint(traceback: &str, cx: &HintContext) -> Option<String> {
                 .to_string(),
         );
     }
+    limit_hint(traceback, cx)
+}
+
+/// ` under [limits] key = value` when `key` is configured, else "".
+fn under(cx: &HintContext, key: &str) -> String {
+    cx.limits
+        .iter()
+        .find(|(k, _)| k == key)
+        .map_or_else(String::new, |(k, v)| format!(" under [limits] {k} = {v}"))
+}
+
+/// Rules 8–13: resource limits and confinement.
+fn limit_hint(traceback: &str, cx: &HintContext) -> Option<String> {
+    if cx.killed_by_cpu_limit {
+        return Some(format!(
+            "The cell used more CPU time than it may{}, so the kernel was killed (SIGXCPU) \
+             and its variables and imports are gone: re-run the setup you need, do less work \
+             per cell (smaller inputs, a faster algorithm, results saved to files), or ask for \
+             a higher [limits] cpu_seconds.",
+            under(cx, "cpu_seconds")
+        ));
+    }
+    if MEMORY_ERROR.is_match(traceback) {
+        let limit = under(cx, "memory");
+        let raise = if limit.is_empty() {
+            ""
+        } else {
+            " or ask for a higher [limits] memory"
+        };
+        return Some(format!(
+            "The cell ran out of memory{limit}. The kernel is still running: free what you \
+             do not need (del big_object), process the data in chunks or stream it from \
+             disk, use compact types (numpy arrays, generators){raise}."
+        ));
+    }
+    if NO_PROCESS.is_match(traceback)
+        || (EAGAIN.is_match(traceback) && SPAWNING.is_match(traceback))
+    {
+        let limit = under(cx, "processes");
+        let why = if limit.is_empty() {
+            ""
+        } else {
+            " (it counts every process and thread of the user, not just this kernel's)"
+        };
+        return Some(format!(
+            "A new process or thread could not be started{limit}{why}: wait for or end the \
+             processes the cell started (subprocess .wait(), pool.close()), use fewer \
+             workers, or do the work in this process."
+        ));
+    }
+    if TOO_MANY_FILES.is_match(traceback) {
+        return Some(format!(
+            "The cell has too many files open{}: close files and sockets when done (use \
+             `with open(...) as f:`), and do not keep one open per item.",
+            under(cx, "open_files")
+        ));
+    }
+    if FILE_TOO_LARGE.is_match(traceback) {
+        return Some(format!(
+            "A file grew past the largest size the kernel may write{}: write less (compress, \
+             sample, or split into several smaller files).",
+            under(cx, "file_size")
+        ));
+    }
+    if !cx.confined_writable.is_empty() && PERMISSION_DENIED.is_match(traceback) {
+        return Some(format!(
+            "The kernel is confined ([execution] confine = true): it may write only beneath {}. \
+             Write there instead (e.g. tempfile.mkdtemp() or the working directory); reading \
+             is not restricted.",
+            cx.confined_writable.join(", ")
+        ));
+    }
     None
 }
 
@@ -207,6 +325,13 @@ mod tests {
             &*HELPER_CALL,
             &*MODULE_NOT_FOUND,
             &*DICT_AS_STRING,
+            &*MEMORY_ERROR,
+            &*NO_PROCESS,
+            &*EAGAIN,
+            &*SPAWNING,
+            &*TOO_MANY_FILES,
+            &*FILE_TOO_LARGE,
+            &*PERMISSION_DENIED,
         ] {
             assert!(!re.is_match("nothing to see"));
         }

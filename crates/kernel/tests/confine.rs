@@ -1,0 +1,233 @@
+//! `[execution] confine = true` with real Landlock and real kernels
+//! (issue 10): a confined strict-mode kernel cannot write outside its private
+//! directory, its working directory and the temp dir (PermissionError and a
+//! hint), can still read, still calls tools (which run in the host,
+//! unconfined), cannot signal the host; project-mode cells are refused.
+//!
+//! Every target path lives under `CARGO_TARGET_TMPDIR`, which is not under
+//! the temp dir, so a write that works there would prove the confinement
+//! broken. The kernels root is there too, so the kernel-directory rule is
+//! tested on its own, not through the temp-dir rule.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{assert_success, show};
+use tempfile::TempDir;
+use toolcell_kernel::config::{Config, Mode};
+use toolcell_kernel::{ExecuteRequest, ExecuteResult, Registry, RegistryOptions, Status};
+
+struct Confined {
+    reg: Registry,
+    /// Outside every writable directory.
+    outside: PathBuf,
+    _tmp: TempDir,
+}
+
+impl Confined {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        assert!(!tmp.path().starts_with(std::env::temp_dir()));
+        let outside = tmp.path().join("home");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("notes.txt"), "readable\n").unwrap();
+        let reg = Registry::new(RegistryOptions {
+            kernels_root: Some(tmp.path().join("kernels")),
+            spill_dir: tmp.path().join("spill"),
+            default_cwd: outside.clone(),
+            mode: Mode::Strict,
+            confine: true,
+            ..RegistryOptions::default()
+        })
+        .unwrap();
+        Self {
+            reg,
+            outside,
+            _tmp: tmp,
+        }
+    }
+
+    async fn run(&self, code: &str) -> ExecuteResult {
+        self.reg.execute(ExecuteRequest::new(code)).await
+    }
+}
+
+fn py(p: &Path) -> String {
+    format!("{:?}", p.display().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_outside_the_allowed_dirs_is_refused_with_a_hint() {
+    let c = Confined::new();
+    let target = c.outside.join("evil.txt");
+    let r = c
+        .run(&format!("open({}, 'w').write('x')", py(&target)))
+        .await;
+    assert_eq!(r.status, Status::Error, "{}", show(&r));
+    assert!(
+        r.output
+            .contains("PermissionError: [Errno 13] Permission denied"),
+        "{}",
+        show(&r)
+    );
+    assert!(!target.exists());
+    let hint = r.hint.as_deref().unwrap();
+    assert!(hint.contains("[execution] confine = true"), "{hint}");
+    assert!(
+        hint.contains(&std::env::temp_dir().display().to_string()),
+        "{hint}"
+    );
+    assert!(hint.contains(&format!("{}-work", r.kernel.id)), "{hint}");
+    // Deleting, renaming into, making directories and truncating are writes too.
+    std::fs::write(c.outside.join("keep.txt"), "precious").unwrap();
+    let keep = c.outside.join("keep.txt");
+    for code in [
+        format!("import os\nos.remove({})", py(&keep)),
+        format!("import os\nos.mkdir({})", py(&c.outside.join("d"))),
+        format!("import os\nos.truncate({}, 0)", py(&keep)),
+        format!(
+            "import os, tempfile\nfd, p = tempfile.mkstemp()\nos.close(fd)\nos.rename(p, {})",
+            py(&c.outside.join("moved"))
+        ),
+    ] {
+        let r = c.run(&code).await;
+        assert_eq!(r.status, Status::Error, "{code}: {}", show(&r));
+        assert!(
+            r.output.contains("PermissionError") || r.output.contains("OSError"),
+            "{code}: {}",
+            show(&r)
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&keep).unwrap(), "precious");
+    assert!(!c.outside.join("d").exists() && !c.outside.join("moved").exists());
+    // A subprocess is confined too.
+    let r = c
+        .run(&format!(
+            "import subprocess\nprint(subprocess.run(['touch', {}]).returncode)",
+            py(&c.outside.join("by_child"))
+        ))
+        .await;
+    assert_success(&r);
+    assert_ne!(r.output.trim(), "0", "{}", show(&r));
+    assert!(!c.outside.join("by_child").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_private_dirs_and_the_temp_dir_stay_writable_and_reads_are_not_restricted() {
+    let c = Confined::new();
+    let code = format!(
+        "import os, tempfile\n\
+         kdir = os.environ['PYTHONPATH'].split(os.pathsep)[0]\n\
+         open(os.path.join(kdir, 'scratch.txt'), 'w').write('k')\n\
+         open('cwd.txt', 'w').write('c')\n\
+         os.mkdir('sub')\n\
+         fd, p = tempfile.mkstemp()\n\
+         os.write(fd, b't')\n\
+         os.close(fd)\n\
+         os.remove(p)\n\
+         open(os.devnull, 'w').write('n')\n\
+         print(open({}).read(), end='')\n\
+         print(os.getcwd().endswith('-work'), os.path.basename(kdir))",
+        py(&c.outside.join("notes.txt"))
+    );
+    let r = c.run(&code).await;
+    assert_success(&r);
+    assert_eq!(r.output, format!("readable\nTrue {}\n", r.kernel.id));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_still_work_from_a_confined_kernel_and_run_unconfined_in_the_host() {
+    let c = Confined::new();
+    let written = c.outside.join("by_tool.txt");
+    let code = format!(
+        "r = write_file({}, 'from the host')\n\
+         print(r['bytes_written'])\n\
+         print(read_file({})['content'], end='')",
+        py(&written),
+        py(&c.outside.join("notes.txt"))
+    );
+    let r = c.run(&code).await;
+    assert_success(&r);
+    assert_eq!(r.tool_calls_made, 2);
+    assert_eq!(r.output, "13\nreadable\n");
+    assert_eq!(std::fs::read_to_string(&written).unwrap(), "from the host");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_kernel_cannot_signal_the_host() {
+    if toolcell_kernel::confine::landlock_abi().unwrap() < 6 {
+        eprintln!("Landlock ABI < 6: signal scoping is not available; not tested");
+        return;
+    }
+    let c = Confined::new();
+    let r = c
+        .run(&format!(
+            "import os, signal\nos.kill({}, signal.SIGCONT)",
+            std::process::id()
+        ))
+        .await;
+    assert_eq!(r.status, Status::Error, "{}", show(&r));
+    assert!(r.output.contains("PermissionError"), "{}", show(&r));
+    // Its own children are in its domain and can be signalled.
+    let r = c
+        .run("import subprocess, signal\np = subprocess.Popen(['sleep', '30'])\np.send_signal(signal.SIGTERM)\nprint(p.wait())")
+        .await;
+    assert_success(&r);
+    assert_eq!(r.output, "-15\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn project_mode_cells_are_refused_when_confine_is_on() {
+    let c = Confined::new();
+    let marker = c.outside.join("ran");
+    let r = c
+        .reg
+        .execute(
+            ExecuteRequest::new(format!("open({}, 'w').write('x')", py(&marker)))
+                .mode(Mode::Project),
+        )
+        .await;
+    assert_eq!(r.status, Status::Error, "{}", show(&r));
+    let error = r.error.unwrap();
+    assert!(error.contains("[execution] confine = true"), "{error}");
+    assert!(error.contains("none of the code ran"), "{error}");
+    assert!(!marker.exists());
+    assert_eq!(c.reg.live_kernels(), 0);
+}
+
+#[test]
+fn confine_in_the_config_needs_strict_mode() {
+    let err = Config::from_toml_str("[execution]\nconfine = true\n", None)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "execution.confine: expected false unless execution.mode = \"strict\" (Landlock confinement applies to strict-mode kernels only), got true"
+    );
+    let c =
+        Config::from_toml_str("[execution]\nmode = \"strict\"\nconfine = true\n", None).unwrap();
+    assert!(c.execution.confine);
+    let opts = RegistryOptions::from_config(&c, std::env::temp_dir()).unwrap();
+    assert!(opts.confine);
+    let err = Config::from_toml_str("[execution]\nconfine = \"yes\"\n", None)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "execution.confine: expected true or false, got \"yes\""
+    );
+    let mut c = Config::from_toml_str("[execution]\nmode = \"strict\"\n", None).unwrap();
+    c.set_override("execution.confine", "true").unwrap();
+    c.validate().unwrap();
+    assert!(
+        c.to_toml_with_sources()
+            .contains("confine = true  # from --confine")
+    );
+    let e = c.set_override("execution.confine", "maybe").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--confine: execution.confine: expected true or false, got \"maybe\""
+    );
+}
