@@ -98,10 +98,18 @@ on_timeout = "kill"
 interrupt_grace = 0
 kill_grace = 0.25
 kernel_mode = "per-call"
+confine = true
 
 [kernels]
 max_kernels = 2
 idle_timeout = 60
+
+[limits]
+memory = "1GiB"
+cpu_seconds = 30
+open_files = 256
+processes = 2048
+file_size = 1000000
 
 [output]
 max_stdout_bytes = 1000
@@ -140,6 +148,16 @@ idle_exit = 30
     assert_eq!(c.interrupt_grace(), Duration::ZERO);
     assert_eq!(c.kill_grace(), Duration::from_millis(250));
     assert_eq!(c.execution.kernel_mode, KernelMode::PerCall);
+    assert!(c.execution.confine);
+    let limits = c.limits();
+    assert_eq!(
+        (limits.memory, limits.cpu_seconds, limits.open_files),
+        (Some(1 << 30), Some(30), Some(256))
+    );
+    assert_eq!(
+        (limits.processes, limits.file_size),
+        (Some(2048), Some(1_000_000))
+    );
     assert_eq!(c.kernels.max_kernels, 2);
     assert_eq!(c.idle_timeout(), Duration::from_secs(60));
     assert_eq!(c.output.max_stdout_bytes, 1000);
@@ -351,7 +369,7 @@ fn unknown_keys_list_the_known_ones_and_suggest_a_near_miss() {
         format!(
             "{}: unknown key `execution.timout` (known keys in [execution]: timeout, \
              max_tool_calls, mode, python, on_timeout, interrupt_grace, kill_grace, \
-             kernel_mode); did you mean `execution.timeout`?",
+             kernel_mode, confine); did you mean `execution.timeout`?",
             path.display()
         )
     );
@@ -377,8 +395,8 @@ fn unknown_sections_and_non_table_sections_are_errors() {
     let (_, msg) = file_error("[exec]\ntimeout = 3\n");
     assert!(
         msg.ends_with(
-            "unknown section `[exec]` (known sections: execution, kernels, output, env, tools, \
-             rpc, web, guard, daemon); did you mean [execution]?"
+            "unknown section `[exec]` (known sections: execution, kernels, limits, output, env, \
+             tools, rpc, web, guard, daemon, journal); did you mean [execution]?"
         ),
         "{msg}"
     );
@@ -392,7 +410,7 @@ fn unknown_sections_and_non_table_sections_are_errors() {
         "{msg}"
     );
     let (_, msg) = file_error("[zzz]\n");
-    assert!(msg.ends_with("guard, daemon)"), "{msg}");
+    assert!(msg.ends_with("guard, daemon, journal)"), "{msg}");
     let (_, msg) = file_error("execution = 3\n");
     assert!(
         msg.ends_with("execution: expected a table [execution], got 3"),
