@@ -111,8 +111,9 @@ pub fn cwd() -> anyhow::Result<PathBuf> {
 }
 
 /// A registry for `config`; tweak its options with `adjust`. It journals
-/// only when `[journal] enabled = true` (the default of one-shot hosts:
-/// `exec`, `repl`); long-running hosts use [`journaled_registry`].
+/// only when `[journal] enabled = true` and pools kernels only when
+/// `[kernels] warm_pool` is set (the defaults of one-shot hosts: `exec`,
+/// `repl`); long-running hosts use [`journaled_registry`].
 pub fn registry(
     config: &Config,
     adjust: impl FnOnce(&mut RegistryOptions),
@@ -121,7 +122,8 @@ pub fn registry(
 }
 
 /// A registry for a long-running host (`serve`, `mcp`, the daemon): it
-/// journals every cell unless `[journal] enabled = false`. Call
+/// journals every cell unless `[journal] enabled = false`, and keeps a
+/// warm pool of one kernel unless `[kernels] warm_pool` says otherwise. Call
 /// [`flush_journal`] before the process exits.
 pub fn journaled_registry(
     config: &Config,
@@ -132,12 +134,15 @@ pub fn journaled_registry(
 
 fn registry_with_journal(
     config: &Config,
-    journal_default: bool,
+    long_running: bool,
     adjust: impl FnOnce(&mut RegistryOptions),
 ) -> anyhow::Result<Registry> {
     let mut opts =
         RegistryOptions::from_config(config, cwd()?).map_err(|e| usage(e.to_string()))?;
-    opts.journal = journal(config, journal_default)?;
+    opts.journal = journal(config, long_running)?;
+    // Long-running hosts keep one ready kernel for the next new session; a
+    // one-shot command would only pay for a kernel it never uses.
+    opts.warm_pool = config.warm_pool(usize::from(long_running));
     adjust(&mut opts);
     Registry::new(opts).context("starting the kernel registry")
 }

@@ -790,3 +790,36 @@ fn logs_go_to_stderr_only() {
     assert!(lines.iter().all(|l| l["jsonrpc"] == "2.0"));
     assert!(!out.stderr.is_empty(), "debug logs are written, to stderr");
 }
+
+#[test]
+fn serve_keeps_one_warm_kernel_unless_the_config_says_otherwise() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    // Before any request, one kernel is already waiting.
+    assert!(
+        eventually(Duration::from_secs(30), || env.python_pids().len() == 1),
+        "no warm kernel: {:?}",
+        env.python_pids()
+    );
+    let r = s.call(1, "execute", json!({"code": "print(1)", "session": "new"}));
+    assert_eq!(r["result"]["kernel"]["reused"], false);
+    // The session took it; a replacement starts.
+    assert!(eventually(Duration::from_secs(30), || env
+        .python_pids()
+        .len()
+        == 2));
+    s.close_stdin();
+    assert!(s.wait(Duration::from_secs(20)).success());
+    assert!(eventually(Duration::from_secs(10), || env
+        .python_pids()
+        .is_empty()));
+
+    let env = Env::with_config("[execution]\ntimeout = 30\n\n[kernels]\nwarm_pool = 0\n");
+    let mut s = Serve::start(&env, &[]);
+    let r = s.call(1, "sessions", json!({}));
+    assert_eq!(r["result"]["sessions"], json!([]));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(env.python_pids().is_empty(), "{:?}", env.python_pids());
+    s.close_stdin();
+    assert!(s.wait(Duration::from_secs(20)).success());
+}

@@ -272,6 +272,11 @@ pub struct Kernels {
     pub max_kernels: usize,
     /// Seconds an idle kernel lives before it is reaped (> 0).
     pub idle_timeout: f64,
+    /// Ready kernels kept for new sessions of the default shape; `None`
+    /// (`"auto"`, the default): the host decides — 1 for `serve`, `mcp` and
+    /// the daemon, 0 for a one-shot `exec`. See [`Config::warm_pool`].
+    #[serde(with = "warm_pool_serde")]
+    pub warm_pool: Option<usize>,
 }
 
 impl Default for Kernels {
@@ -279,7 +284,38 @@ impl Default for Kernels {
         Self {
             max_kernels: 4,
             idle_timeout: 1800.0,
+            warm_pool: None,
         }
+    }
+}
+
+/// The largest `[kernels] warm_pool`.
+pub const MAX_WARM_POOL: usize = 64;
+
+/// `[kernels] warm_pool` in TOML: a whole number, or `"auto"`.
+mod warm_pool_serde {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(v: &Option<usize>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(n) => s.serialize_u64(*n as u64),
+            None => s.serialize_str("auto"),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+        let v = toml::Value::deserialize(d)?;
+        super::warm_pool_value(&v).map_err(serde::de::Error::custom)
+    }
+}
+
+fn warm_pool_value(value: &Value) -> Result<Option<usize>, String> {
+    match value {
+        Value::String(s) if s == "auto" => Ok(None),
+        Value::Integer(n) if (0..=MAX_WARM_POOL as i64).contains(n) => Ok(usize::try_from(*n).ok()),
+        _ => Err(format!(
+            "a whole number of kernels from 0 to {MAX_WARM_POOL}, or \"auto\""
+        )),
     }
 }
 
@@ -640,6 +676,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("execution.confine", Kind::Bool),
     ("kernels.max_kernels", Kind::Number),
     ("kernels.idle_timeout", Kind::Number),
+    ("kernels.warm_pool", Kind::Number),
     ("limits.memory", Kind::Number),
     ("limits.cpu_seconds", Kind::Number),
     ("limits.open_files", Kind::Number),
@@ -908,6 +945,10 @@ impl Config {
             "limits.file_size" => count_value(self.limits.file_size),
             "kernels.max_kernels" => count_value(self.kernels.max_kernels as u64),
             "kernels.idle_timeout" => seconds_value(self.kernels.idle_timeout),
+            "kernels.warm_pool" => match self.kernels.warm_pool {
+                Some(n) => count_value(n as u64),
+                None => text("auto"),
+            },
             "output.max_stdout_bytes" => count_value(self.output.max_stdout_bytes as u64),
             "output.max_stderr_bytes" => count_value(self.output.max_stderr_bytes as u64),
             "output.spill_dir" => text(&self.output.spill_dir),
@@ -1029,6 +1070,11 @@ impl Config {
         std::env::temp_dir()
             .join(format!("toolcell-{}", nix::unistd::getuid()))
             .join("journal.db")
+    }
+
+    /// `[kernels] warm_pool`, `host_default` deciding `"auto"`.
+    pub fn warm_pool(&self, host_default: usize) -> usize {
+        self.kernels.warm_pool.unwrap_or(host_default)
     }
 
     /// The journal this host should record into: `[journal] enabled`, with
@@ -1180,6 +1226,9 @@ impl Config {
             }
             "kernels.idle_timeout" => {
                 self.kernels.idle_timeout = seconds(value, false).map_err(invalid)?
+            }
+            "kernels.warm_pool" => {
+                self.kernels.warm_pool = warm_pool_value(value).map_err(invalid)?
             }
             "output.max_stdout_bytes" => {
                 self.output.max_stdout_bytes = usize_count(value).map_err(invalid)?;

@@ -95,6 +95,14 @@ pub struct RegistryOptions {
     pub confine: bool,
     /// How long a kernel may take to start.
     pub startup_timeout: Duration,
+    /// Ready kernels kept for new sessions of the default shape (default
+    /// mode, interpreter and cwd, the default tool set): the first cell of
+    /// a new session takes one and a replacement starts in the background.
+    /// Pooled kernels are not sessions: they do not count against
+    /// `max_kernels` and `sessions` does not list them. 0: no pool.
+    /// [`RegistryOptions::from_config`] leaves it 0: the host decides with
+    /// [`crate::config::Config::warm_pool`].
+    pub warm_pool: usize,
     /// Where every result [`Registry::execute`] returns is recorded (see
     /// [`crate::journal`]); `None`: nowhere. [`RegistryOptions::from_config`]
     /// leaves it `None`: the host decides with [`crate::config::Config::journal`].
@@ -131,6 +139,7 @@ impl Default for RegistryOptions {
             confine: false,
             kernels_root: None,
             startup_timeout: Duration::from_secs(60),
+            warm_pool: 0,
             journal: None,
         }
     }
@@ -178,6 +187,7 @@ impl RegistryOptions {
             confine: config.execution.confine,
             kernels_root: None,
             startup_timeout: Duration::from_secs(60),
+            warm_pool: 0,
             journal: None,
         })
     }
@@ -434,6 +444,7 @@ struct Inner {
     state: Mutex<State>,
     freed: Notify,
     interpreters: Mutex<HashMap<InterpreterKey, (PathBuf, String)>>,
+    pool: Mutex<Pool>,
 }
 
 impl Inner {
@@ -568,14 +579,22 @@ impl Registry {
             state: Mutex::new(State::default()),
             freed: Notify::new(),
             interpreters: Mutex::new(HashMap::new()),
+            pool: Mutex::new(Pool::default()),
         });
         let reaper = handle.spawn(reap_loop(Arc::downgrade(&inner)));
+        fill_pool(&inner);
         Ok(Self { inner, reaper })
     }
 
     /// The options in force.
     pub fn options(&self) -> &RegistryOptions {
         &self.inner.opts
+    }
+
+    /// How many warm-pool kernels are ready now (see
+    /// [`RegistryOptions::warm_pool`]).
+    pub fn pool_ready(&self) -> usize {
+        self.inner.pool().ready.len()
     }
 
     /// The tools this registry knows.
@@ -691,7 +710,7 @@ impl Registry {
                 blank,
             );
         }
-        let (interpreter, version) = match self.interpreter(mode, &cwd) {
+        let (interpreter, version) = match inner.interpreter(mode, &cwd) {
             Ok(i) => i,
             Err(e) => {
                 return ExecuteResult::not_run(
@@ -805,48 +824,19 @@ impl Registry {
             if let Err(msg) = self.reserve(&slot, deadline).await {
                 return ExecuteResult::not_run(Status::Error, msg, blank);
             }
-            let id = format!("k-{}", toolcell_protocol::random_hex(8).unwrap_or_default());
-            let (kcwd, owned_cwd) = if mode == Mode::Strict {
-                let dir = inner.root.join(format!("{id}-work"));
-                if let Err(e) = crate::kernel::private_dir(&dir) {
-                    slot.meta().live = false;
-                    inner.freed.notify_waiters();
-                    return ExecuteResult::not_run(
-                        Status::Error,
-                        format!(
-                            "cannot create a private working directory: {e}; none of the code ran"
-                        ),
-                        blank,
-                    );
-                }
-                (dir.clone(), Some(dir))
-            } else {
-                (cwd.clone(), None)
-            };
-            let mut settings = ToolSettings::new(&kcwd)
-                .spill_dir(&inner.opts.spill_dir)
-                .max_output_bytes(inner.opts.max_stdout_bytes)
-                .web(inner.opts.web.clone());
-            settings = settings.env(inner.base_env.clone());
-            let spec = KernelSpec {
-                id: id.clone(),
+            let shape = Shape {
+                mode,
                 interpreter: interpreter.clone(),
-                python_version: version.clone(),
-                mode: mode_str(mode).into(),
-                cwd: kcwd,
-                env: inner.base_env.clone(),
-                root: inner.root.clone(),
-                tools: tools.clone(),
-                dispatch: inner.tools.dispatcher(settings),
-                rpc_tcp: inner.opts.rpc_tcp,
-                redactor: inner.redactor.clone(),
-                startup_timeout: inner.opts.startup_timeout,
-                limits: inner.opts.limits,
-                confine: inner.opts.confine,
+                version: version.clone(),
+                cwd: cwd.clone(),
+                tools: tool_names.clone(),
             };
-            match Kernel::spawn(spec).await {
-                Ok(mut k) => {
-                    k.set_owned_cwd(owned_cwd);
+            let spawned = match inner.take_pooled(&shape) {
+                Some(k) => Ok(k),
+                None => spawn_kernel(inner, &shape, &tools).await,
+            };
+            match spawned {
+                Ok(k) => {
                     let mut m = slot.meta();
                     m.had_kernel = true;
                     m.tree = Some(k.tree());
@@ -856,9 +846,6 @@ impl Registry {
                     *guard = Some(k);
                 }
                 Err(e) => {
-                    if let Some(d) = owned_cwd {
-                        let _ = std::fs::remove_dir_all(d);
-                    }
                     slot.meta().live = false;
                     inner.freed.notify_waiters();
                     return ExecuteResult::not_run(
@@ -971,40 +958,6 @@ impl Registry {
         None
     }
 
-    fn interpreter(&self, mode: Mode, cwd: &Path) -> Result<(PathBuf, String), String> {
-        let key = (mode_str(mode), cwd.to_path_buf());
-        let cached = self
-            .inner
-            .interpreters
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&key)
-            .cloned();
-        if let Some(hit) = cached {
-            return Ok(hit);
-        }
-        // A first probe runs the interpreter (up to seconds through a
-        // version-manager shim): keep it off the async workers.
-        let explicit = self.inner.opts.python.clone();
-        let dir = cwd.to_path_buf();
-        let resolve = || crate::interpreter::resolve_for_host(&explicit, mode, &dir);
-        let multi = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        let found = if multi {
-            tokio::task::block_in_place(resolve)
-        } else {
-            resolve()
-        }
-        .map(|i| (i.executable, i.version))
-        .map_err(|e| e.to_string())?;
-        self.inner
-            .interpreters
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key, found.clone());
-        Ok(found)
-    }
-
     /// Makes room for one more live kernel: evicts the least recently used
     /// idle kernel of another session, or waits for one to become idle.
     async fn reserve(&self, slot: &Arc<Slot>, deadline: Instant) -> Result<(), String> {
@@ -1098,6 +1051,13 @@ impl Registry {
 
     /// Kills every kernel.
     pub async fn shutdown_all(&self) -> usize {
+        // The warm pool closes for good: its kernels die with the rest.
+        let pooled = {
+            let mut p = self.inner.pool();
+            p.closed = true;
+            std::mem::take(&mut p.ready)
+        };
+        drop(pooled);
         let slots: Vec<Arc<Slot>> = {
             let mut st = self.inner.state();
             let all: Vec<(SessionKey, Arc<Slot>)> = st.slots.drain().collect();
@@ -1215,6 +1175,226 @@ impl Drop for BusyGuard {
             m.last_used = Instant::now();
         }
         self.inner.freed.notify_waiters();
+    }
+}
+
+/// What a kernel is made of: everything of a session key but the owner,
+/// plus the interpreter's version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Shape {
+    mode: Mode,
+    interpreter: PathBuf,
+    version: String,
+    cwd: PathBuf,
+    tools: Vec<String>,
+}
+
+/// Starts a kernel of `shape` (strict mode: in a fresh private working
+/// directory the kernel owns). The error is a sentence for the result.
+async fn spawn_kernel(
+    inner: &Inner,
+    shape: &Shape,
+    tools: &[Arc<dyn toolcell_tools::DynTool>],
+) -> Result<Kernel, String> {
+    let id = format!("k-{}", toolcell_protocol::random_hex(8).unwrap_or_default());
+    let (kcwd, owned_cwd) = if shape.mode == Mode::Strict {
+        let dir = inner.root.join(format!("{id}-work"));
+        crate::kernel::private_dir(&dir)
+            .map_err(|e| format!("cannot create a private working directory: {e}"))?;
+        (dir.clone(), Some(dir))
+    } else {
+        (shape.cwd.clone(), None)
+    };
+    let mut settings = ToolSettings::new(&kcwd)
+        .spill_dir(&inner.opts.spill_dir)
+        .max_output_bytes(inner.opts.max_stdout_bytes)
+        .web(inner.opts.web.clone());
+    settings = settings.env(inner.base_env.clone());
+    let spec = KernelSpec {
+        id,
+        interpreter: shape.interpreter.clone(),
+        python_version: shape.version.clone(),
+        mode: mode_str(shape.mode).into(),
+        cwd: kcwd,
+        env: inner.base_env.clone(),
+        root: inner.root.clone(),
+        tools: tools.to_vec(),
+        dispatch: inner.tools.dispatcher(settings),
+        rpc_tcp: inner.opts.rpc_tcp,
+        redactor: inner.redactor.clone(),
+        startup_timeout: inner.opts.startup_timeout,
+        limits: inner.opts.limits,
+        confine: inner.opts.confine,
+    };
+    match Kernel::spawn(spec).await {
+        Ok(mut k) => {
+            k.set_owned_cwd(owned_cwd);
+            Ok(k)
+        }
+        Err(e) => {
+            if let Some(d) = owned_cwd {
+                let _ = std::fs::remove_dir_all(d);
+            }
+            Err(e.to_string())
+        }
+    }
+}
+
+/// The warm pool (see [`RegistryOptions::warm_pool`]).
+#[derive(Default)]
+struct Pool {
+    /// Ready kernels, all of `shape`.
+    ready: Vec<Kernel>,
+    /// Spawns in flight.
+    filling: usize,
+    /// Set by `shutdown_all`: nothing is pooled any more.
+    closed: bool,
+    /// The default shape, once resolved.
+    shape: Option<Shape>,
+}
+
+impl Inner {
+    /// The interpreter of `mode` in `cwd` and its version, resolved once
+    /// per `(mode, cwd)`.
+    fn interpreter(&self, mode: Mode, cwd: &Path) -> Result<(PathBuf, String), String> {
+        let key = (mode_str(mode), cwd.to_path_buf());
+        let cached = self
+            .interpreters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        if let Some(hit) = cached {
+            return Ok(hit);
+        }
+        // A first probe runs the interpreter (up to seconds through a
+        // version-manager shim): keep it off the async workers.
+        let explicit = self.opts.python.clone();
+        let dir = cwd.to_path_buf();
+        let resolve = || crate::interpreter::resolve_for_host(&explicit, mode, &dir);
+        let multi = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let found = if multi {
+            tokio::task::block_in_place(resolve)
+        } else {
+            resolve()
+        }
+        .map(|i| (i.executable, i.version))
+        .map_err(|e| e.to_string())?;
+        self.interpreters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, found.clone());
+        Ok(found)
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The shape pooled kernels have: default mode, interpreter and cwd,
+    /// the default tool set.
+    fn default_shape(&self) -> Result<Shape, String> {
+        let mode = self.opts.mode;
+        let cwd = match mode {
+            Mode::Strict => PathBuf::new(),
+            _ => self.opts.default_cwd.clone(),
+        };
+        let (interpreter, version) = self.interpreter(mode, &cwd)?;
+        let mut tools = self.opts.tools.clone();
+        tools.sort();
+        tools.dedup();
+        Ok(Shape {
+            mode,
+            interpreter,
+            version,
+            cwd,
+            tools,
+        })
+    }
+
+    /// A ready pooled kernel of `shape`, if there is one; starts refilling
+    /// the pool either way when `shape` is the pooled one.
+    fn take_pooled(self: &Arc<Self>, shape: &Shape) -> Option<Kernel> {
+        if self.opts.warm_pool == 0 {
+            return None;
+        }
+        let taken = {
+            let mut p = self.pool();
+            match &p.shape {
+                // Not the pooled shape: nothing to take, nothing to refill.
+                Some(pooled) if pooled != shape => return None,
+                // Not resolved yet (the first fill is running, or failed):
+                // nothing to take; the refill below tries again.
+                None => None,
+                Some(_) => {
+                    let mut taken = None;
+                    while let Some(mut k) = p.ready.pop() {
+                        if k.check_alive() {
+                            taken = Some(k);
+                            break;
+                        }
+                    }
+                    taken
+                }
+            }
+        };
+        fill_pool(self);
+        taken
+    }
+}
+
+/// Tops the warm pool up to `warm_pool` kernels in the background.
+fn fill_pool(inner: &Arc<Inner>) {
+    if inner.opts.warm_pool == 0 {
+        return;
+    }
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    handle.spawn(fill_loop(Arc::downgrade(inner)));
+}
+
+async fn fill_loop(inner: Weak<Inner>) {
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let shape = {
+            let mut p = strong.pool();
+            if p.closed || p.ready.len() + p.filling >= strong.opts.warm_pool {
+                return;
+            }
+            p.filling += 1;
+            p.shape.clone()
+        };
+        let shape = match shape {
+            Some(s) => Ok(s),
+            None => strong.default_shape(),
+        };
+        let spawned = match &shape {
+            Ok(shape) => match strong.tools.select(&shape.tools) {
+                Ok(tools) => spawn_kernel(&strong, shape, &tools).await,
+                Err(e) => Err(e.to_string()),
+            },
+            Err(e) => Err(e.clone()),
+        };
+        let mut p = strong.pool();
+        p.filling -= 1;
+        match (spawned, shape) {
+            (Ok(k), Ok(shape)) if !p.closed => {
+                p.shape = Some(shape);
+                p.ready.push(k);
+            }
+            (Ok(_), _) => return,
+            (Err(e), _) => {
+                // No retry loop: the next session that misses tries again.
+                tracing::warn!("warm pool: cannot start a kernel: {e}");
+                return;
+            }
+        }
     }
 }
 

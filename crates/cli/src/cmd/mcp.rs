@@ -403,7 +403,7 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config, &args.overrides)?;
     let rt = host::runtime()?;
     rt.block_on(async move {
-        let registry = Arc::new(host::registry(&cfg, |_| {})?);
+        let registry = Arc::new(host::journaled_registry(&cfg, |_| {})?);
         host::exit_on_signals(Arc::clone(&registry));
         let server = McpServer::new(Arc::clone(&registry), &cfg, args.expose_tools)?;
         let (to_rmcp, rmcp_in) = tokio::io::duplex(1 << 20);
@@ -418,6 +418,7 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
             Err(e) => tracing::warn!("MCP session ended before initialization: {e}"),
         }
         registry.shutdown_all().await;
+        host::flush_journal(&registry);
         screen.abort();
         let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
         Ok(ExitCode::SUCCESS)
