@@ -36,6 +36,21 @@
 //!
 //! Durations are `f64` seconds in the file (an integer is fine too); the
 //! typed getters ([`Config::timeout`], …) return [`Duration`]s.
+//!
+//! Besides SPEC §11's keys, resource limits and confinement (issue 10), all
+//! off by default:
+//!
+//! ```text
+//! [execution]  confine=false     true: Landlock-confine kernels (needs mode="strict", Linux, ABI >= 3)
+//! [limits]     memory=0          address space per process, bytes or "512MiB"/"2GiB"/"1.5G" (RLIMIT_AS)
+//!              cpu_seconds=0     CPU seconds per cell (RLIMIT_CPU, re-armed before each cell)
+//!              open_files=0      descriptors per process (RLIMIT_NOFILE)
+//!              processes=0       processes + threads of the whole user (RLIMIT_NPROC)
+//!              file_size=0       largest file written, bytes or a size string (RLIMIT_FSIZE)
+//! ```
+//!
+//! `0` means no limit; [`Config::limits`] gives them as
+//! [`crate::limits::Limits`]. `toolcell config` prints sizes in bytes.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
