@@ -7,8 +7,8 @@
 #
 # Creates (or reuses) a throwaway venv under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/toolcell/bench-compare-venv with
-# jupyter_client and ipykernel, builds the release binary if it is missing or
-# older than the sources, and runs the script with the venv's python. The same
+# jupyter_client and ipykernel, builds the release binary (cargo rebuilds only
+# what changed), and runs the script with the venv's python. The same
 # interpreter runs toolcell's kernels (--python) and ipykernel, so both sides
 # use one Python. Delete the venv directory to start over.
 #
@@ -24,6 +24,11 @@ venv="${XDG_CACHE_HOME:-$HOME/.cache}/toolcell/bench-compare-venv"
 
 if ! command -v "$python" >/dev/null 2>&1; then
     echo "bench-compare.sh: $python not found; install Python 3.8 or newer (or set PYTHON=/path/to/python3)" >&2
+    exit 2
+fi
+
+if ! "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)' 2>/dev/null; then
+    echo "bench-compare.sh: $python is older than Python 3.8 (set PYTHON=/path/to/python3.8+)" >&2
     exit 2
 fi
 
@@ -58,15 +63,10 @@ fi
 if [ -n "${TOOLCELL_BIN:-}" ]; then
     bin=$TOOLCELL_BIN
 else
-    target="${CARGO_TARGET_DIR:-$root/target}"
-    bin="$target/release/toolcell"
-    # Build only when the binary is missing or a source file is newer.
-    if [ ! -x "$bin" ] || [ -n "$(find crates Cargo.toml Cargo.lock -newer "$bin" \
-        \( -name '*.rs' -o -name '*.py' -o -name 'Cargo.toml' -o -name 'Cargo.lock' \) \
-        -not -path '*/tests/*' -print -quit)" ]; then
-        echo "bench-compare.sh: cargo build --release -p toolcell-cli" >&2
-        cargo build --release -p toolcell-cli
-    fi
+    # cargo decides whether anything changed (a no-op build takes a second).
+    echo "bench-compare.sh: cargo build --release -p toolcell-cli" >&2
+    cargo build --release -p toolcell-cli
+    bin="${CARGO_TARGET_DIR:-$root/target}/release/toolcell"
 fi
 
 exec "$vpy" "$root/benches/compare/jupyter.py" --toolcell "$bin" --python "$vpy" "$@"
