@@ -359,7 +359,6 @@ class JupyterSide:
         from jupyter_client.kernelspec import KernelSpecManager
 
         import jupyter_client
-        import ipykernel  # noqa: F401  (must be importable by `python`)
 
         self.KernelManager = KernelManager
         self.workdir = workdir
@@ -377,17 +376,18 @@ class JupyterSide:
                 f,
             )
         self.ksm = KernelSpecManager(kernel_dirs=[os.path.join(workdir, "kernels")])
-        self.versions = {
-            "jupyter_client": jupyter_client.__version__,
-            "ipykernel": subprocess.run(
-                [python, "-c", "import ipykernel, IPython; print(ipykernel.__version__, IPython.__version__)"],
-                stdout=subprocess.PIPE,
-                universal_newlines=True,
-                check=True,
-            ).stdout.split(),
-        }
-        self.versions["ipython"] = self.versions["ipykernel"][1]
-        self.versions["ipykernel"] = self.versions["ipykernel"][0]
+        # ipykernel must be importable by `python`, which runs the kernels
+        # (jupyter_client only by the python running this script).
+        probe = subprocess.run(
+            [python, "-c", "import ipykernel, IPython; print(ipykernel.__version__, IPython.__version__)"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            universal_newlines=True,
+        )
+        if probe.returncode != 0:
+            raise ImportError("ipykernel is not importable by %s: %s" % (python, probe.stderr.strip()[-300:]))
+        ipk, ipy = probe.stdout.split()
+        self.versions = {"jupyter_client": jupyter_client.__version__, "ipykernel": ipk, "ipython": ipy}
 
     def start(self):
         km = self.KernelManager(kernel_name="bench", kernel_spec_manager=self.ksm)
@@ -651,7 +651,19 @@ def main(argv=None):
             "`cargo build --release -p toolcell-cli` or pass --toolcell PATH\n" % binary
         )
         return 2
-    python = shutil.which(args.python) or args.python
+    # The interpreter's own sys.executable, not a version-manager shim
+    # (pyenv's costs 60-90 ms a launch): toolcell probes it the same way, and
+    # ipykernel should not pay the shim either.
+    try:
+        python = subprocess.run(
+            [args.python, "-c", "import sys; print(sys.executable)"],
+            stdout=subprocess.PIPE,
+            universal_newlines=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as e:
+        sys.stderr.write("jupyter.py: --python %s does not run: %s\n" % (args.python, e))
+        return 2
 
     def log(msg):
         sys.stderr.write("jupyter.py: %s\n" % msg)
