@@ -15,7 +15,8 @@
 //! `cpu_seconds`, whose hard limit stays unlimited because the host raises
 //! the soft limit before every cell ([`set_cpu_budget`]: `prlimit` on the
 //! runner's pid, to its CPU time so far plus `cpu_seconds`, rounded up).
-//! A cell that busy-loops past it gets `SIGXCPU`, which kills the kernel;
+//! A cell that busy-loops past it gets `SIGXCPU`, which kills the kernel
+//! (with `cpu_seconds` set the soft core-file limit is 0, so no core dump);
 //! the result says `[limits] cpu_seconds` and the next cell gets a fresh
 //! kernel. (A cell that calls `resource.setrlimit` itself can lift its own
 //! CPU limit: this guards against runaway code, not against hostile code.)
@@ -43,7 +44,7 @@
 //! assert_eq!(limits.describe(), "memory = 268435456, processes = 64");
 //! ```
 
-use nix::sys::resource::{Resource, setrlimit};
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 /// The limits of one kernel; `None` means not limited.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -88,7 +89,8 @@ impl Limits {
     }
 
     /// Applies the limits to the calling process. For `pre_exec`: only
-    /// `setrlimit` and `sigaction`, no allocation (async-signal-safe).
+    /// `getrlimit`, `setrlimit` and `sigaction`, no allocation
+    /// (async-signal-safe).
     ///
     /// # Errors
     /// The failing call's `errno` (e.g. `EPERM` for a value above the hard
@@ -119,6 +121,10 @@ impl Limits {
             // The first cell's budget; re-armed before every cell.
             setrlimit(Resource::RLIMIT_CPU, secs, nix::libc::RLIM_INFINITY)
                 .map_err(std::io::Error::from)?;
+            // SIGXCPU's default action dumps core: no core file of a
+            // kernel killed by the limit lands in the user's directory.
+            let (_, hard) = getrlimit(Resource::RLIMIT_CORE).map_err(std::io::Error::from)?;
+            setrlimit(Resource::RLIMIT_CORE, 0, hard).map_err(std::io::Error::from)?;
         }
         Ok(())
     }

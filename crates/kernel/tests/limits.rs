@@ -80,7 +80,16 @@ async fn a_busy_loop_is_stopped_by_cpu_seconds_and_the_next_cell_gets_a_fresh_ke
         cpu_seconds: Some(1),
         ..Limits::default()
     });
-    f.ok("x = 1").await;
+    // SIGXCPU dumps core by default: no core file may land anywhere. Kernels
+    // inherit this process's limits; make the core limit non-zero here so
+    // the kernel's 0 is toolcell's doing.
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (_, hard) = getrlimit(Resource::RLIMIT_CORE).unwrap();
+    setrlimit(Resource::RLIMIT_CORE, hard.min(1 << 20), hard).unwrap();
+    let core = f
+        .ok("x = 1\nimport resource\nprint(resource.getrlimit(resource.RLIMIT_CORE)[0])")
+        .await;
+    assert_eq!(core.trim(), "0");
     let r = f
         .reg
         .execute(ExecuteRequest::new("while True:\n    pass").timeout(Duration::from_secs(60)))
