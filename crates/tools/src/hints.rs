@@ -16,8 +16,8 @@
 //! 10. a process or thread could not be started: `EAGAIN` (names `[limits] processes` when set);
 //! 11. too many open files: `EMFILE` (names `[limits] open_files` when set);
 //! 12. file too large: `EFBIG` (names `[limits] file_size` when set);
-//! 13. a write refused in a confined kernel (`[execution] confine = true`;
-//!     lists the writable directories).
+//! 13. a signal or a write refused in a confined kernel (`[execution] confine
+//!     = true`; for a write, lists the writable directories).
 //!
 //! A limit is named only when the host says it is configured
 //! ([`HintContext::limits`]); otherwise the hint is the generic advice.
@@ -123,6 +123,11 @@ static FILE_TOO_LARGE: LazyLock<Regex> = LazyLock::new(|| {
 });
 static PERMISSION_DENIED: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?m)^(?:PermissionError: \[Errno (?:13|1)\]|OSError: \[Errno 30\])")
+        .unwrap_or_else(|_| unreachable_regex())
+});
+
+static SIGNALLING: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\b(?:os\.kill|os\.killpg|kill|killpg|send_signal|pidfd_send_signal)\(")
         .unwrap_or_else(|_| unreachable_regex())
 });
 
@@ -301,6 +306,16 @@ fn limit_hint(traceback: &str, cx: &HintContext) -> Option<String> {
             under(cx, "file_size")
         ));
     }
+    if !cx.confined_writable.is_empty()
+        && PERMISSION_DENIED.is_match(traceback)
+        && SIGNALLING.is_match(traceback)
+    {
+        return Some(
+            "The kernel is confined ([execution] confine = true): it may signal only the \
+             processes it started itself, not the host or other programs."
+                .to_string(),
+        );
+    }
     if !cx.confined_writable.is_empty() && PERMISSION_DENIED.is_match(traceback) {
         return Some(format!(
             "The kernel is confined ([execution] confine = true): it may write only beneath {}. \
@@ -332,6 +347,7 @@ mod tests {
             &*TOO_MANY_FILES,
             &*FILE_TOO_LARGE,
             &*PERMISSION_DENIED,
+            &*SIGNALLING,
         ] {
             assert!(!re.is_match("nothing to see"));
         }

@@ -237,3 +237,14 @@ fn a_cpu_limit_kill_names_cpu_seconds() {
     assert!(h.contains("[limits] cpu_seconds = 5"), "{h}");
     assert!(h.contains("SIGXCPU"), "{h}");
 }
+
+#[test]
+fn a_refused_signal_in_a_confined_kernel_says_so() {
+    let tb = unprivileged_traceback_of("import os\nos.kill(1, 0)");
+    assert!(tb.contains("PermissionError: [Errno 1]"), "{tb}");
+    assert_eq!(hint(&tb, &cx()), None);
+    let mut c = cx();
+    c.confined_writable = vec!["/tmp".into()];
+    let h = hint(&tb, &c).unwrap();
+    assert!(h.contains("may signal only the processes it started"), "{h}");
+}
