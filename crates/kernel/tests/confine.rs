@@ -171,7 +171,10 @@ async fn a_confined_kernel_cannot_signal_the_host() {
     assert_eq!(r.status, Status::Error, "{}", show(&r));
     assert!(r.output.contains("PermissionError"), "{}", show(&r));
     let hint = r.hint.as_deref().unwrap_or_default();
-    assert!(hint.contains("may signal only the processes it started"), "{hint}");
+    assert!(
+        hint.contains("may signal only the processes it started"),
+        "{hint}"
+    );
     // Its own children are in its domain and can be signalled.
     let r = c
         .run("import subprocess, signal\np = subprocess.Popen(['sleep', '30'])\np.send_signal(signal.SIGTERM)\nprint(p.wait())")

@@ -246,5 +246,8 @@ fn a_refused_signal_in_a_confined_kernel_says_so() {
     let mut c = cx();
     c.confined_writable = vec!["/tmp".into()];
     let h = hint(&tb, &c).unwrap();
-    assert!(h.contains("may signal only the processes it started"), "{h}");
+    assert!(
+        h.contains("may signal only the processes it started"),
+        "{h}"
+    );
 }
