@@ -1448,12 +1448,54 @@ async fn reap_loop(inner: Weak<Inner>) {
     }
 }
 
+/// Most bytes of the exception line quoted in `error` (one sentence).
+const MAX_EXCEPTION_LINE: usize = 500;
+
 fn exception_line(traceback: &str) -> Option<String> {
     traceback
         .lines()
         .rev()
         .find(|l| !l.trim().is_empty() && !l.starts_with(' '))
-        .map(|l| l.trim().to_string())
+        .map(|l| clip(l.trim(), MAX_EXCEPTION_LINE))
+}
+
+/// `text` cut to at most `max` bytes on a character boundary, `…` added
+/// when cut.
+fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// The traceback as it goes into `output`: within `cap` bytes (the stderr
+/// cap), a head (40%) and a tail (60%) around a notice, like a captured
+/// stream. The runner already bounds it (2^20 characters), but a cell that
+/// raises a megabyte-long message or recurses 100k frames deep must not put
+/// more than the configured caps into one result.
+fn cap_traceback(traceback: &str, cap: usize) -> std::borrow::Cow<'_, str> {
+    let total = traceback.len();
+    if total <= cap {
+        return std::borrow::Cow::Borrowed(traceback);
+    }
+    let mut head = cap * 2 / 5;
+    while !traceback.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = total - (cap - cap * 2 / 5);
+    while !traceback.is_char_boundary(tail) {
+        tail += 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}\n\n... [TRACEBACK TRUNCATED - {} bytes omitted out of {total} total] ...\n\n{}",
+        &traceback[..head],
+        tail - head,
+        &traceback[tail..]
+    ))
 }
 
 fn truncation_warning(name: &str, c: &Captured) -> Option<String> {
@@ -1643,7 +1685,7 @@ fn build_result(
         if !traceback.is_empty() && !stderr.text.is_empty() && !stderr.text.ends_with('\n') {
             output.push('\n');
         }
-        output.push_str(&traceback);
+        output.push_str(&cap_traceback(&traceback, opts.max_stderr_bytes));
     }
     let hint = if status == Status::Success {
         None

@@ -351,19 +351,38 @@ async fn a_traceback_100k_frames_deep_is_an_error_with_a_bounded_traceback() {
         "{}",
         &r.output[..500.min(r.output.len())]
     );
-    // 100k frames are ~10 MB of traceback; the runner cuts it to a head and
-    // a tail within 1 MiB. (Not to `max_stderr_bytes`: the traceback is not
-    // held to the stderr cap.)
+    // 100k frames are ~10 MB of traceback: what comes back is a head and a
+    // tail within the stderr cap (default 10 000 bytes).
+    let (before, tb) = r.output.split_once("\n--- stderr ---\n").unwrap();
+    assert_eq!(before, "");
+    assert!(tb.len() < 10_200, "traceback of {} bytes", tb.len());
     assert!(
-        r.output.len() <= (1 << 20) + 1000,
-        "traceback of {} bytes",
+        tb.starts_with("Traceback (most recent call last):\n"),
+        "{tb}"
+    );
+    assert!(tb.contains("\n\n... [TRACEBACK TRUNCATED - "), "{tb}");
+    assert!(
+        tb.ends_with("RuntimeError: bottom of 100000 frames\n"),
+        "{tb}"
+    );
+    assert_eq!(
+        r.error.as_deref(),
+        Some("RuntimeError: bottom of 100000 frames (the kernel and its state are kept)")
+    );
+    // A megabyte-long message: the output and the one-sentence error stay
+    // short too.
+    let r = f.run("raise ValueError('x' * 2_000_000)").await;
+    assert_eq!(r.status, Status::Error, "{:.2000}", show(&r));
+    assert!(
+        r.output.len() < 10_200,
+        "output of {} bytes",
         r.output.len()
     );
-    assert!(
-        r.output.contains("truncated"),
-        "{}",
-        &r.output[..2000.min(r.output.len())]
-    );
+    assert!(r.output.contains("TRACEBACK TRUNCATED"));
+    let err = r.error.as_deref().unwrap();
+    assert!(err.len() < 600, "error of {} bytes", err.len());
+    assert!(err.contains("xxxxxxxx…"), "{err}");
+    assert_eq!(f.ok("print(len('still'))").await, "5\n");
     // The same kernel goes on.
     let n = f.run("print(kept, sys.getrecursionlimit())").await;
     assert_success(&n);
