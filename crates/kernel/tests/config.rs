@@ -136,6 +136,10 @@ deny = ["rm\\s+-rf", "^import os$"]
 
 [daemon]
 idle_exit = 30
+
+[journal]
+enabled = false
+path = "/var/toolcell/journal.db"
 "#,
     );
     let c = Config::from_file(&path).unwrap();
@@ -175,6 +179,8 @@ idle_exit = 30
     assert!(deny[0].is_match("rm  -rf /"));
     assert!(!deny[1].is_match("import sys"));
     assert_eq!(c.idle_exit(), Duration::from_secs(30));
+    assert!(!c.journal.enabled.resolve(true));
+    assert_eq!(c.journal_path(), Path::new("/var/toolcell/journal.db"));
     assert_eq!(c.file(), Some(path.as_path()));
     for key in Config::keys() {
         assert_eq!(c.source(key), Some(&Source::File(path.clone())), "{key}");
