@@ -1,7 +1,8 @@
 //! End-to-end kernel figures (issue 6 targets): a warm `x += 1` cell
 //! through `Registry::execute` (≤ 40 µs median), tool calls inside a cell
 //! (≤ 25 µs each), and spawn-to-first-result against the interpreter's own
-//! `-u -c pass` start (≤ 1.25×).
+//! `-u -c pass` start (≤ 1.25×), and the first cell of a new session when
+//! the warm pool holds a kernel (≤ 2 ms, issue 9).
 //!
 //! `cargo bench -p toolcell-benches --bench kernel`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -83,6 +84,36 @@ fn bench(c: &mut Criterion) {
                 total += t.elapsed();
             }
             spawn_env.rt.block_on(spawn_env.reg.shutdown_all());
+            total
+        });
+    });
+    // A new session served by the warm pool (issue 9: <= 2 ms median):
+    // each timed cell is the first of a never-seen session; between cells
+    // (untimed) the session is shut down and the pool refilled.
+    let pool_env = env_with(|o| o.warm_pool = 1);
+    let mut m = 0u64;
+    g.bench_function("new_session_from_warm_pool", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                m += 1;
+                let owner = format!("p{m}");
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while pool_env.reg.pool_ready() == 0 {
+                    assert!(Instant::now() < deadline, "the warm pool never refilled");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let t = Instant::now();
+                let r = pool_env.rt.block_on(
+                    pool_env
+                        .reg
+                        .execute(ExecuteRequest::new("1").owner(owner.clone())),
+                );
+                total += t.elapsed();
+                assert_eq!(r.status, Status::Success, "{}", r.output);
+                assert!(!r.kernel.reused);
+                pool_env.rt.block_on(pool_env.reg.shutdown(&owner));
+            }
             total
         });
     });

@@ -816,6 +816,7 @@ impl Registry {
             slot.meta().live = false;
         }
         let reused = guard.is_some();
+        let mut refill = false;
         if guard.is_none() {
             if slot.meta().had_kernel {
                 state_reset = true;
@@ -831,7 +832,19 @@ impl Registry {
                 cwd: cwd.clone(),
                 tools: tool_names.clone(),
             };
-            let spawned = match inner.take_pooled(&shape) {
+            let (pooled, wants_refill) = inner.take_pooled(&shape);
+            refill = wants_refill;
+            if refill {
+                // After this cell, or in 200 ms if the cell runs longer.
+                let weak = Arc::downgrade(inner);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if let Some(inner) = weak.upgrade() {
+                        fill_pool(&inner);
+                    }
+                });
+            }
+            let spawned = match pooled {
                 Some(k) => Ok(k),
                 None => spawn_kernel(inner, &shape, &tools).await,
             };
@@ -873,6 +886,9 @@ impl Registry {
             interrupt: token.clone(),
         };
         let mut outcome = kernel.execute(&req.code, &opts).await;
+        if refill {
+            fill_pool(inner);
+        }
         if let (Some(calls), Some(report)) = (calls, outcome.tools.as_ref()) {
             calls.extend_from_slice(report.calls());
         }
@@ -1315,19 +1331,22 @@ impl Inner {
         })
     }
 
-    /// A ready pooled kernel of `shape`, if there is one; starts refilling
-    /// the pool either way when `shape` is the pooled one.
-    fn take_pooled(self: &Arc<Self>, shape: &Shape) -> Option<Kernel> {
+    /// A ready pooled kernel of `shape`, if there is one, and whether the
+    /// pool should be refilled (`shape` is the pooled one, or the pooled
+    /// shape is not known yet). The caller refills after its cell (or a
+    /// little later if the cell runs long): a spawn running beside a short
+    /// first cell would slow it on a small machine.
+    fn take_pooled(&self, shape: &Shape) -> (Option<Kernel>, bool) {
         if self.opts.warm_pool == 0 {
-            return None;
+            return (None, false);
         }
         let taken = {
             let mut p = self.pool();
             match &p.shape {
                 // Not the pooled shape: nothing to take, nothing to refill.
-                Some(pooled) if pooled != shape => return None,
+                Some(pooled) if pooled != shape => return (None, false),
                 // Not resolved yet (the first fill is running, or failed):
-                // nothing to take; the refill below tries again.
+                // nothing to take; a refill tries again.
                 None => None,
                 Some(_) => {
                     let mut taken = None;
@@ -1341,8 +1360,7 @@ impl Inner {
                 }
             }
         };
-        fill_pool(self);
-        taken
+        (taken, true)
     }
 }
 
