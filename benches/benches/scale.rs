@@ -44,7 +44,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolcell_benches::scale::{block, percentile, proc_kb};
+use toolcell_benches::scale::{block, cpu_seconds, percentile, proc_kb};
 use toolcell_kernel::{ExecuteRequest, Registry, RegistryOptions, Status};
 
 const MIB: u64 = 1 << 20;
@@ -188,6 +188,29 @@ fn output_workloads(sizes: Sizes) -> bool {
             SPILL_CAP,
         );
     }
+    // CPU time does not depend on what else runs on the machine the way wall
+    // time does: it says what an idle machine could do.
+    println!(
+        "\nCPU seconds for the same cells (/proc/<pid>/stat, 10 ms ticks). Ceiling = what the \
+         CPU time allows on 2 idle cores: the cleaning thread alone, or all the work spread \
+         over both cores, whichever is slower.\n"
+    );
+    println!(
+        "| input | host CPU (cleaning thread + pipe readers) | Python CPU | cleaning thread alone | ceiling on 2 idle cores |"
+    );
+    println!("|---|---|---|---|---|");
+    for r in &rows {
+        let f = |k: &str| r[k].as_f64().unwrap();
+        let (host, clean, py) = (f("host_cpu_s"), f("cleaner_cpu_s"), f("python_cpu_s"));
+        let bound = clean.max((host + py) / 2.0).max(1e-9);
+        println!(
+            "| {} | {host:.2} s ({clean:.2} + {:.2}) | {py:.2} s | {:.0} MB/s | {:.0} MB/s |",
+            r["kind"].as_str().unwrap(),
+            host - clean,
+            mb / clean.max(1e-9),
+            mb / bound,
+        );
+    }
     if let Some(p) = python {
         let rate = |k: &str| mb / p[k].as_f64().unwrap();
         println!(
@@ -261,9 +284,21 @@ fn child_output(kind: &str, blocks: u64) -> Value {
     let code = format!(
         "_w = sys.stdout.buffer.write\nfor _ in range({blocks}):\n    _w(_blk)\nsys.stdout.buffer.flush()"
     );
+    // The cell's future runs on this thread (block_on), so this thread does
+    // the cleaning (strip + redact + capture + spill); the runtime's workers
+    // read the pipes and decode frames.
+    let me = std::process::id();
+    let (cpu0, main0) = (
+        cpu_seconds(me, None).unwrap(),
+        cpu_seconds(me, Some(me)).unwrap(),
+    );
     let t = Instant::now();
     let r = lib.exec(&code);
     let wall = t.elapsed();
+    let (cpu1, main1) = (
+        cpu_seconds(me, None).unwrap(),
+        cpu_seconds(me, Some(me)).unwrap(),
+    );
     let hwm_after = proc_kb(0, "VmHWM").unwrap();
     assert_eq!(r.status, Status::Success, "{}", r.error.unwrap_or_default());
     assert!(r.stdout_truncated, "{blocks} MiB must be cut");
@@ -285,6 +320,9 @@ fn child_output(kind: &str, blocks: u64) -> Value {
         "hwm_after_kb": hwm_after,
         "stdout_bytes_total": r.stdout_bytes_total,
         "spill_bytes": spill_bytes,
+        "host_cpu_s": cpu1 - cpu0,
+        "cleaner_cpu_s": main1 - main0,
+        "python_cpu_s": r.usage.map_or(0.0, |u| u.cpu_seconds),
     })
 }
 
@@ -576,6 +614,10 @@ fn serve_workload(bin: &Path, sizes: Sizes) -> bool {
     // The closed loop: each session sends its next cell when its previous
     // answer arrives.
     let mut lat = Vec::with_capacity(sizes.sessions * sizes.cells);
+    let kernels_cpu =
+        |pids: &[u32]| -> f64 { pids.iter().filter_map(|&p| cpu_seconds(p, None)).sum() };
+    let serve_cpu0 = cpu_seconds(srv.pid(), None).unwrap();
+    let py_cpu0 = kernels_cpu(&pids);
     let t0 = Instant::now();
     for (i, s) in names.iter().enumerate() {
         let (id, t) = srv.send("execute", json!({"code": counter_cell(s), "session": s}));
@@ -604,6 +646,8 @@ fn serve_workload(bin: &Path, sizes: Sizes) -> bool {
         }
     }
     let wall = t0.elapsed();
+    let serve_cpu = cpu_seconds(srv.pid(), None).unwrap() - serve_cpu0;
+    let py_cpu = kernels_cpu(&pids) - py_cpu0;
     let lost = lost_spawn + inflight.len();
     std::thread::sleep(Duration::from_millis(300));
     let pids_end = srv.kernel_pids();
@@ -647,6 +691,20 @@ fn serve_workload(bin: &Path, sizes: Sizes) -> bool {
     );
     let ratio = p(0.99).as_secs_f64() / single_median.as_secs_f64().max(1e-9);
     println!("| p99 ÷ single-session median | {ratio:.1}× | ≤ 10× |");
+    // Little's law: with N cells always in flight, mean latency = N ÷ rate.
+    // However fair the host, no cell can beat the queue it stands in.
+    let mean = wall.as_secs_f64() * k / cells.max(1) as f64;
+    println!(
+        "| mean latency = {} in flight ÷ rate (Little's law); p99 ÷ mean | {:.2} ms; {:.1}× | |",
+        sizes.sessions,
+        mean * 1e3,
+        p(0.99).as_secs_f64() / mean.max(1e-9)
+    );
+    println!(
+        "| CPU per cell: serve / the kernel (Python) | {:.0} / {:.0} µs | |",
+        serve_cpu * 1e6 / cells.max(1) as f64,
+        py_cpu * 1e6 / cells.max(1) as f64
+    );
     println!("| lost / mismatched responses | {lost} / {bad} | 0 / 0 |");
     println!(
         "| serve RSS: no kernels ({idle_kernels} live) / {} idle kernels / at the end ({kernels_end} live) / peak | {:.1} / {:.1} / {:.1} / {:.1} MiB | |",

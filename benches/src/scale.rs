@@ -22,6 +22,28 @@ pub fn proc_kb(pid: u32, field: &str) -> Option<u64> {
     status_field_kb(&std::fs::read_to_string(path).ok()?, field)
 }
 
+/// User + system CPU seconds from a `/proc/<pid>/stat` (or
+/// `/proc/<pid>/task/<tid>/stat`) line, at the usual 100 ticks a second.
+pub fn stat_cpu_seconds(stat: &str) -> Option<f64> {
+    // The command name may hold spaces and parentheses: fields restart
+    // after the last `)`, with field 3 (state) first; utime and stime are
+    // fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
+/// CPU seconds of a process (`tid` `None`) or of one of its threads.
+pub fn cpu_seconds(pid: u32, tid: Option<u32>) -> Option<f64> {
+    let path = match tid {
+        None => format!("/proc/{pid}/stat"),
+        Some(t) => format!("/proc/{pid}/task/{t}/stat"),
+    };
+    stat_cpu_seconds(&std::fs::read_to_string(path).ok()?)
+}
+
 /// The `p` quantile (0..=1) of `sorted` by the nearest-rank rule; zero for
 /// an empty slice.
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -70,6 +92,38 @@ mod tests {
             proc_kb(std::process::id(), "VmHWM").map(|h| h >= rss),
             Some(true)
         );
+    }
+
+    #[test]
+    fn cpu_seconds_from_stat() {
+        let line = "4242 (tokio (rt) x) S 1 4242 4242 0 -1 4194560 90 0 0 0 250 75 3 1 20 0 3 0 1000 1000 100";
+        assert_eq!(stat_cpu_seconds(line), Some(3.25));
+        assert_eq!(stat_cpu_seconds("4242 (x) S 1"), None);
+        assert_eq!(stat_cpu_seconds("no parenthesis"), None);
+    }
+
+    #[test]
+    fn own_cpu_time_grows_with_work() {
+        let me = std::process::id();
+        // This test runs on a harness thread, not the main one: /proc
+        // names it `<pid>/task/<tid>`.
+        let link = std::fs::read_link("/proc/thread-self").unwrap();
+        let tid: u32 = link.file_name().unwrap().to_str().unwrap().parse().unwrap();
+        let before = cpu_seconds(me, Some(tid)).unwrap();
+        let t = std::time::Instant::now();
+        let mut x = 1u64;
+        while t.elapsed() < Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let after = cpu_seconds(me, Some(tid)).unwrap();
+        // Busy for 300 ms of wall time: some ticks were charged even on a
+        // loaded machine, never more than the wall time.
+        assert!(
+            after > before && after - before <= 0.35,
+            "{before} → {after}"
+        );
+        assert!(cpu_seconds(me, None).unwrap() >= after);
+        assert_eq!(cpu_seconds(me, Some(u32::MAX)), None);
     }
 
     #[test]
