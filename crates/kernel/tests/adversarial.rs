@@ -43,6 +43,13 @@ async fn assert_no_kernel_processes(f: &Fixture, within: Duration) {
     assert!(gone, "kernel processes left: {:?}", kernel_processes(&root));
 }
 
+/// Shuts every kernel of the fixture down and asserts none of its
+/// processes is left.
+async fn shut_down_and_check(f: &Fixture) {
+    f.reg.shutdown_all().await;
+    assert_no_kernel_processes(f, Duration::from_secs(5)).await;
+}
+
 /// Asserts that a fresh kernel answers a normal cell: the state is gone.
 async fn assert_fresh_kernel(f: &Fixture, old_id: &str) {
     let n = f.run("print('x' in globals(), 40 + 2)").await;
@@ -105,6 +112,7 @@ async fn closing_or_dup2ing_over_fds_1_2_and_3_cannot_cut_the_protocol() {
     assert_eq!(r.kernel.execution_count, 4, "{}", show(&r));
     assert!(r.kernel.reused && !r.kernel.state_reset, "{}", show(&r));
     assert_eq!(f.reg.live_kernels(), 1);
+    shut_down_and_check(&f).await;
 }
 
 /// Closes every descriptor the process has, the runner's private
@@ -240,6 +248,7 @@ async fn a_million_marker_like_prefixes_come_back_as_text_and_the_real_result_is
     assert_eq!(r.kernel.execution_count, 1);
     assert!(r.duration_seconds < 60.0, "{}", show(&r));
     assert_eq!(f.ok("print('next')").await, "next\n");
+    shut_down_and_check(&f).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -312,6 +321,7 @@ fn long_line_child() {
         assert!(spill.starts_with(b"head word api_key=abc \"quoted\" x: 1; head word"));
         assert!(spill.ends_with(b"\nTHE END\n"));
         assert_eq!(f.ok("print(len(line))").await, "50000000\n");
+        shut_down_and_check(&f).await;
     });
 }
 
@@ -388,6 +398,7 @@ async fn a_traceback_100k_frames_deep_is_an_error_with_a_bounded_traceback() {
     assert_success(&n);
     assert_eq!(n.output, "yes 250000\n");
     assert_eq!(n.kernel.id, r.kernel.id);
+    shut_down_and_check(&f).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -437,6 +448,7 @@ async fn binary_and_invalid_utf8_output_comes_back_as_clean_text() {
         show(&r)
     );
     assert_eq!(f.ok("print('ok')").await, "ok\n");
+    shut_down_and_check(&f).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -505,6 +517,7 @@ async fn blocking_sigint_and_sigterm_in_the_cells_thread_does_not_stop_the_inter
     assert_eq!(n.output, "2\n");
     assert_eq!(n.kernel.id, r.kernel.id);
     assert!(!n.kernel.state_reset);
+    shut_down_and_check(&f).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -531,6 +544,14 @@ async fn a_hundred_subprocesses_live_with_their_kernel_and_die_with_it() {
         pids.iter().all(|&p| alive(p)),
         "children died with the cell"
     );
+    // The /proc scan every test relies on finds the kernel and all of them.
+    let root = f.kernels_root();
+    let scanned = eventually(Duration::from_secs(5), || {
+        let found = kernel_processes(&root);
+        pids.iter().all(|p| found.contains(p)) && found.len() >= 101
+    })
+    .await;
+    assert!(scanned, "{:?} of {pids:?}", kernel_processes(&root));
     assert_eq!(
         f.ok("print(sum(p.poll() is None for p in procs))").await,
         "100\n"
@@ -686,6 +707,7 @@ async fn flooding_the_rpc_socket_from_72_threads_is_refused_within_budget_and_th
     assert_success(&r);
     assert_eq!(r.output, "one line\n");
     assert_eq!(r.tool_calls_made, 1);
+    shut_down_and_check(&f).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -776,6 +798,7 @@ async fn a_cell_cannot_use_another_kernels_socket_without_its_token_or_outside_i
     assert_eq!(a.tool_calls_made, 0, "{}", show(&a));
     assert_success(&b);
     assert_eq!(b.tool_calls_made, 1, "{}", show(&b));
+    shut_down_and_check(&f).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -878,6 +901,7 @@ fn a_cell_reading_the_hosts_proc_environ_gets_no_secret_back_through_toolcell() 
                 );
             }
         }
+        shut_down_and_check(&f).await;
     });
 }
 
