@@ -454,3 +454,61 @@ fn malformed_messages_get_errors_and_the_server_keeps_serving() {
     s.close_stdin();
     assert!(s.wait(Duration::from_secs(20)).success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mcp_cell_is_journaled_and_exports_as_a_notebook() {
+    let env = Env::fast();
+    let client = connect(&env, &[]).await;
+    let secret = format!("ghp_{}", "Zy9Xw8Vu7T".repeat(4));
+    call(&client, "execute_code", json!({"code": "x = 2"})).await;
+    call(
+        &client,
+        "execute_code",
+        json!({"code": format!("print(x * 21)\nprint('{secret}')")}),
+    )
+    .await;
+    call(
+        &client,
+        "execute_code",
+        json!({"code": "1/0", "session": "other"}),
+    )
+    .await;
+    client.service.cancel().await.unwrap();
+    let Client { mut child, .. } = client;
+    let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+
+    let out = env.run(&["history", "--json", "--limit", "0"]);
+    out.expect_code(0);
+    let rows: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let default: Vec<&Value> = rows.iter().filter(|r| r["session"] == "default").collect();
+    assert_eq!(default.len(), 2);
+    assert!(default[1]["output"].as_str().unwrap().starts_with("42\n"));
+    assert!(
+        rows.iter()
+            .any(|r| r["session"] == "other" && r["status"] == "error")
+    );
+    // The secret the cell printed (and typed) is not in the journal.
+    assert!(
+        !out.stdout.contains(&secret),
+        "secret in the journal: {}",
+        out.stdout
+    );
+
+    let nb = env.run(&["export", "--session", "default", "--format", "ipynb"]);
+    nb.expect_code(0);
+    let nb: Value = serde_json::from_str(&nb.stdout).unwrap();
+    assert_eq!(nb["nbformat"], 4);
+    let code_cells: Vec<&Value> = nb["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["cell_type"] == "code")
+        .collect();
+    assert_eq!(code_cells.len(), 2);
+    assert_eq!(code_cells[1]["execution_count"], 2);
+}
