@@ -544,3 +544,63 @@ pub fn session_pid(sessions: &Value, session: &str) -> Option<i32> {
         .and_then(|s| s["pid"].as_i64())
         .and_then(|p| i32::try_from(p).ok())
 }
+
+// ---- Helpers for the soak test (crates/cli/tests/soak.rs) ----
+
+impl Serve {
+    /// Takes the server's stdin and its stdout line channel, so a test can
+    /// write from several threads and read on one of its own. Afterwards
+    /// `send_*`/`next`/`request` must not be used; dropping the returned
+    /// stdin is the EOF. The `not_jsonrpc` check keeps working.
+    pub fn take_io(&mut self) -> (ChildStdin, mpsc::Receiver<String>) {
+        let stdin = self.stdin.take().expect("stdin open");
+        let lines = std::mem::replace(&mut self.lines, mpsc::channel().1);
+        (stdin, lines)
+    }
+}
+
+/// Pids of the live direct children of `parent` whose command name starts
+/// with `python` (a host's kernels), read from `/proc/<pid>/stat`.
+pub fn python_children(parent: i32) -> Vec<i32> {
+    let mut pids = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) S ppid ...": comm may hold spaces and parens.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = &stat[open + 1..close];
+        let mut rest = stat[close + 1..].split_whitespace();
+        let state = rest.next();
+        let ppid = rest.next().and_then(|p| p.parse::<i32>().ok());
+        if ppid == Some(parent) && comm.starts_with("python") && !matches!(state, Some("Z" | "X")) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Number of open file descriptors of `pid` (`/proc/<pid>/fd`).
+pub fn fd_count(pid: i32) -> Option<usize> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()
+        .map(|rd| rd.count())
+}
+
+/// Resident set size of `pid` in KiB (`VmRSS` of `/proc/<pid>/status`).
+pub fn rss_kb(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+}
