@@ -91,7 +91,7 @@ pub enum SpawnError {
     Stub(#[from] toolcell_tools::stubs::StubError),
     /// The kernel did not start while `[limits]` were set (likely too low).
     #[error(
-        "kernel failed to start under [limits] {limits} (a limit may be too low: raise or remove it): {source}"
+        "kernel failed to start under [limits] {limits} (a limit may be too low for Python to start, or above the hard limit the host itself runs under): {source}"
     )]
     UnderLimits {
         /// The limits in force, `key = value, …`.
