@@ -146,7 +146,7 @@ async fn a_cell_that_closes_or_covers_the_runners_private_fds_is_reported_dead_a
         assert_success(&first);
         let r = f
             .reg
-            .execute(ExecuteRequest::new(format!("{evil}x = 2\n")).timeout(Duration::from_secs(8)))
+            .execute(ExecuteRequest::new(format!("{evil}x = 2\n")).timeout(Duration::from_secs(15)))
             .await;
         // Its output pipes close: the host reports the kernel dead (not a
         // timeout: it does not wait for the deadline), its state lost.
@@ -583,20 +583,23 @@ async fn a_hundred_subprocesses_live_with_their_kernel_and_die_with_it() {
     );
     assert_no_kernel_processes(&f, Duration::from_secs(2)).await;
 
-    // One that starts them and times out: the interrupt (SIGINT to the
-    // kernel's process group) ends the cell and keeps the kernel; the
-    // children in its group die of the SIGINT, the setsid'd ones live on
-    // with the kernel, and dropping the registry kills them.
-    let r = f
-        .reg
-        .execute(
-            ExecuteRequest::new(format!(
-                "{HUNDRED}import sys, time\nsys.stdout.flush()\ntime.sleep(60)"
-            ))
-            .timeout(Duration::from_secs(6)),
-        )
-        .await;
-    assert_eq!(r.status, Status::Timeout, "{}", show(&r));
+    // One that starts them and is interrupted once they all run: the
+    // interrupt (SIGINT to the kernel's process group, as on a timeout)
+    // ends the cell and keeps the kernel; the children in its group die of
+    // the SIGINT, the setsid'd ones live on with the kernel, and dropping
+    // the registry kills them.
+    let started = f.work().join("hundred-started");
+    let run = f.reg.execute(ExecuteRequest::new(format!(
+        "{HUNDRED}import sys, time\nsys.stdout.flush()\n{}time.sleep(60)",
+        common::py_mark(&started, "1")
+    )));
+    let interrupt = async {
+        wait_file(&started, Duration::from_secs(30)).await;
+        f.reg.interrupt("default")
+    };
+    let (r, signalled) = tokio::join!(run, interrupt);
+    assert_eq!(signalled, 1);
+    assert_eq!(r.status, Status::Interrupted, "{}", show(&r));
     let pids = common::tagged_pids(&r.output, "sleep");
     assert_eq!(pids.len(), 100, "{}", show(&r));
     assert_eq!(r.kernel.state_kept, Some(true), "{}", show(&r));
@@ -773,7 +776,7 @@ async fn a_cell_cannot_use_another_kernels_socket_without_its_token_or_outside_i
     let started = f.work().join("b-started");
     let a_done = f.work().join("a-done");
     let b_cell = format!(
-        "import os, time\n{}\nfor _ in range(1000):\n    if os.path.exists({:?}):\n        break\n    time.sleep(0.01)\nprint('b done')",
+        "import os, time\n{}\nfor _ in range(3000):\n    if os.path.exists({:?}):\n        break\n    time.sleep(0.01)\nprint('b done')",
         common::py_mark(&started, "1"),
         a_done.display().to_string()
     );
