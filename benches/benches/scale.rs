@@ -614,6 +614,7 @@ fn serve_workload(bin: &Path, sizes: Sizes) -> bool {
     // The closed loop: each session sends its next cell when its previous
     // answer arrives.
     let mut lat = Vec::with_capacity(sizes.sessions * sizes.cells);
+    let mut per_session: Vec<Vec<Duration>> = vec![Vec::new(); sizes.sessions];
     let kernels_cpu =
         |pids: &[u32]| -> f64 { pids.iter().filter_map(|&p| cpu_seconds(p, None)).sum() };
     let serve_cpu0 = cpu_seconds(srv.pid(), None).unwrap();
@@ -631,6 +632,7 @@ fn serve_workload(bin: &Path, sizes: Sizes) -> bool {
             continue;
         };
         lat.push(at - sent);
+        per_session[i].push(at - sent);
         if v["result"]["status"] != "success"
             || v["result"]["output"] != expected_output(&names[i], n)
         {
@@ -699,6 +701,19 @@ fn serve_workload(bin: &Path, sizes: Sizes) -> bool {
         sizes.sessions,
         mean * 1e3,
         p(0.99).as_secs_f64() / mean.max(1e-9)
+    );
+    // Fairness: every session should see about the same latencies.
+    let medians: Vec<Duration> = per_session
+        .iter_mut()
+        .map(|v| {
+            v.sort();
+            percentile(v, 0.5)
+        })
+        .collect();
+    println!(
+        "| per-session median latency: fastest / slowest session | {:.2} / {:.2} ms | |",
+        ms(medians.iter().copied().min().unwrap_or_default()),
+        ms(medians.iter().copied().max().unwrap_or_default())
     );
     println!(
         "| CPU per cell: serve / the kernel (Python) | {:.0} / {:.0} µs | |",
