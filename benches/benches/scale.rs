@@ -613,44 +613,27 @@ fn serve_workload(bin: &Path, sizes: Sizes) -> bool {
 
     // The closed loop: each session sends its next cell when its previous
     // answer arrives.
-    let mut lat = Vec::with_capacity(sizes.sessions * sizes.cells);
-    let mut per_session: Vec<Vec<Duration>> = vec![Vec::new(); sizes.sessions];
     let kernels_cpu =
         |pids: &[u32]| -> f64 { pids.iter().filter_map(|&p| cpu_seconds(p, None)).sum() };
     let serve_cpu0 = cpu_seconds(srv.pid(), None).unwrap();
     let py_cpu0 = kernels_cpu(&pids);
-    let t0 = Instant::now();
-    for (i, s) in names.iter().enumerate() {
-        let (id, t) = srv.send("execute", json!({"code": counter_cell(s), "session": s}));
-        inflight.insert(id, (i, 1, t));
-    }
-    while !inflight.is_empty() {
-        let Some((at, v)) = srv.recv() else { break };
-        let Some((i, n, sent)) = v["id"].as_u64().and_then(|id| inflight.remove(&id)) else {
-            eprintln!("response to no request in flight: {v}");
-            bad += 1;
-            continue;
-        };
-        lat.push(at - sent);
-        per_session[i].push(at - sent);
-        if v["result"]["status"] != "success"
-            || v["result"]["output"] != expected_output(&names[i], n)
-        {
-            if bad < 5 {
-                eprintln!("session {} cell {n}: {v}", names[i]);
-            }
-            bad += 1;
-        }
-        if n < sizes.cells {
-            let s = &names[i];
-            let (id, t) = srv.send("execute", json!({"code": counter_cell(s), "session": s}));
-            inflight.insert(id, (i, n + 1, t));
-        }
-    }
-    let wall = t0.elapsed();
+    let mut counters = vec![1usize; sizes.sessions];
+    let main = closed_loop(&mut srv, &names, &mut counters, sizes.cells);
+    let (mut lat, mut per_session, wall) = (main.lat, main.per_session, main.wall);
+    bad += main.bad;
+    inflight.clear();
     let serve_cpu = cpu_seconds(srv.pid(), None).unwrap() - serve_cpu0;
     let py_cpu = kernels_cpu(&pids) - py_cpu0;
-    let lost = lost_spawn + inflight.len();
+    let lost = lost_spawn + main.lost;
+
+    // How the tail grows with the sessions in flight: the same closed loop
+    // over the first n sessions.
+    let mut sweep = Vec::new();
+    for n in [1, 4, 16].into_iter().filter(|&n| n < sizes.sessions) {
+        let r = closed_loop(&mut srv, &names[..n], &mut counters[..n], sizes.cells);
+        bad += r.bad;
+        sweep.push((n, r));
+    }
     std::thread::sleep(Duration::from_millis(300));
     let pids_end = srv.kernel_pids();
     let rss_end = srv.rss_kb();
@@ -741,6 +724,37 @@ fn serve_workload(bin: &Path, sizes: Sizes) -> bool {
         py_end as f64 / k
     );
     println!("| serve exit status at stdin EOF | {exit:?} | Some(0) |");
+    println!(
+        "\nThe same closed loop ({} cells per session) over fewer sessions, after the {}-session run:\n",
+        sizes.cells, sizes.sessions
+    );
+    println!(
+        "| sessions in flight | cells/s | median | p99 | p99 ÷ single-session median | lost / mismatched |"
+    );
+    println!("|---|---|---|---|---|---|");
+    sweep.push((
+        sizes.sessions,
+        LoopStats {
+            lat: lat.clone(),
+            per_session: Vec::new(),
+            wall,
+            lost: main.lost,
+            bad: main.bad,
+        },
+    ));
+    for (n, r) in &mut sweep {
+        r.lat.sort();
+        println!(
+            "| {n} | {:.0} | {:.2} ms | {:.2} ms | {:.1}× | {} / {} |",
+            r.lat.len() as f64 / r.wall.as_secs_f64(),
+            ms(percentile(&r.lat, 0.5)),
+            ms(percentile(&r.lat, 0.99)),
+            percentile(&r.lat, 0.99).as_secs_f64() / single_median.as_secs_f64().max(1e-9),
+            r.lost,
+            r.bad
+        );
+        ok &= r.lost == 0 && r.lat.len() == *n * sizes.cells;
+    }
 
     ok &= lost == 0 && bad == 0 && exit == Some(0);
     ok &= cells == sizes.sessions * sizes.cells;
@@ -749,4 +763,68 @@ fn serve_workload(bin: &Path, sizes: Sizes) -> bool {
         eprintln!("scale/serve: checks failed (lost {lost}, mismatched {bad}, exit {exit:?})");
     }
     ok
+}
+
+/// What one closed-loop run saw.
+struct LoopStats {
+    /// Every cell's latency, request written → response read.
+    lat: Vec<Duration>,
+    /// The same, per session.
+    per_session: Vec<Vec<Duration>>,
+    wall: Duration,
+    /// Requests never answered within [`RESPONSE_TIMEOUT`].
+    lost: usize,
+    /// Answers to no request in flight, failed cells, or wrong output.
+    bad: usize,
+}
+
+/// Runs `cells` counter cells in each of `names` at once, each session
+/// sending its next cell when its previous answer arrives. `counters[i]` is
+/// the value session `i` prints next; it is advanced.
+fn closed_loop(
+    srv: &mut Server,
+    names: &[String],
+    counters: &mut [usize],
+    cells: usize,
+) -> LoopStats {
+    let mut lat = Vec::with_capacity(names.len() * cells);
+    let mut per_session: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
+    let mut inflight: HashMap<u64, (usize, usize, Instant)> = HashMap::new();
+    let mut bad = 0usize;
+    let t0 = Instant::now();
+    for (i, s) in names.iter().enumerate() {
+        let (id, t) = srv.send("execute", json!({"code": counter_cell(s), "session": s}));
+        inflight.insert(id, (i, 1, t));
+    }
+    while !inflight.is_empty() {
+        let Some((at, v)) = srv.recv() else { break };
+        let Some((i, k, sent)) = v["id"].as_u64().and_then(|id| inflight.remove(&id)) else {
+            eprintln!("response to no request in flight: {v}");
+            bad += 1;
+            continue;
+        };
+        lat.push(at - sent);
+        per_session[i].push(at - sent);
+        if v["result"]["status"] != "success"
+            || v["result"]["output"] != expected_output(&names[i], counters[i])
+        {
+            if bad < 5 {
+                eprintln!("session {} cell {k}: {v}", names[i]);
+            }
+            bad += 1;
+        }
+        counters[i] += 1;
+        if k < cells {
+            let s = &names[i];
+            let (id, t) = srv.send("execute", json!({"code": counter_cell(s), "session": s}));
+            inflight.insert(id, (i, k + 1, t));
+        }
+    }
+    LoopStats {
+        lat,
+        per_session,
+        wall: t0.elapsed(),
+        lost: inflight.len(),
+        bad,
+    }
 }
