@@ -1088,8 +1088,22 @@ def _handle_execute(req):
     except BaseException as err:
         _ignore_sigint()
         result = _internal_error_result(rid, count, err)
-    _send(_ERR_FD, {"type": "end", "id": rid})
-    _send(_OUT_FD, result, False)  # flushed just above
+    try:
+        _send(_ERR_FD, {"type": "end", "id": rid})
+    except (BrokenPipeError, ConnectionResetError):
+        raise  # the host is gone: the main loop dies
+    except OSError:
+        pass  # a cell broke the stderr frame channel; the host copes without `end`
+    try:
+        _send(_OUT_FD, result, False)  # flushed just above
+    except (BrokenPipeError, ConnectionResetError):
+        raise
+    except OSError as e:
+        # A cell closed the runner's private stdout descriptor: no result can
+        # reach the host any more. Die now (the host reports a dead kernel)
+        # rather than leave the host waiting for the cell's timeout.
+        _raw_stderr("cannot send the cell's result (%s: %s); the kernel exits" % (type(e).__name__, e))
+        _die()
     if exit_code is not None:
         _exit(exit_code)
 

@@ -166,6 +166,42 @@ async fn a_cell_that_closes_or_covers_the_runners_private_fds_is_reported_dead_a
     }
 }
 
+/// Closes only the runner's private duplicate of fd 1, the channel its
+/// result frames travel on (found in its globals); fds 1 and 2 stay open.
+const CLOSE_RESULT_CHANNEL: &str = "import gc, os\n\
+    g = next(o for o in gc.get_objects() if isinstance(o, dict) and isinstance(o.get('_OUT_FD'), int) and '_MARK' in o)\n\
+    os.close(g['_OUT_FD'])\n\
+    print('closed', flush=True)\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_that_closes_only_the_result_channel_is_reported_dead_without_waiting_for_the_timeout()
+ {
+    let f = Fixture::new();
+    f.ok("x = 1").await;
+    let r = f
+        .reg
+        .execute(ExecuteRequest::new(CLOSE_RESULT_CHANNEL).timeout(Duration::from_secs(60)))
+        .await;
+    // The runner cannot send the result and exits; the host says so (with
+    // the runner's last stderr line) long before the 60 s deadline.
+    assert_eq!(r.status, Status::Error, "{}", show(&r));
+    assert_eq!(r.exit_code, -1);
+    assert_eq!(r.kernel.ended, Some(true), "{}", show(&r));
+    assert!(r.duration_seconds < 30.0, "{}", show(&r));
+    assert!(r.output.starts_with("closed\n"), "{}", show(&r));
+    let err = r.error.as_deref().unwrap_or_default();
+    assert!(
+        err.contains("died")
+            && err.contains("state is lost")
+            && err.contains("cannot send the cell's result"),
+        "{}",
+        show(&r)
+    );
+    assert_no_kernel_processes(&f, Duration::from_secs(5)).await;
+    assert_fresh_kernel(&f, &r.kernel.id).await;
+    shut_down_and_check(&f).await;
+}
+
 // ---------------------------------------------------------------------------
 // 2. Marker-like prefixes and fake frames
 // ---------------------------------------------------------------------------
