@@ -199,6 +199,25 @@ async fn a_cell_that_closes_only_the_result_channel_is_reported_dead_without_wai
     );
     assert_no_kernel_processes(&f, Duration::from_secs(5)).await;
     assert_fresh_kernel(&f, &r.kernel.id).await;
+
+    // Covering it with /dev/null instead cannot be noticed (writes succeed):
+    // the result vanishes, and the cell ends at its timeout with the kernel
+    // killed and its state lost — honest about the state, bounded by the
+    // timeout.
+    let cover = CLOSE_RESULT_CHANNEL.replace(
+        "os.close(g['_OUT_FD'])",
+        "os.dup2(os.open('/dev/null', os.O_WRONLY), g['_OUT_FD'])",
+    );
+    let r = f
+        .reg
+        .execute(ExecuteRequest::new(cover).timeout(Duration::from_secs(2)))
+        .await;
+    assert_eq!(r.status, Status::Timeout, "{}", show(&r));
+    assert_eq!(r.kernel.state_kept, Some(false), "{}", show(&r));
+    assert_eq!(r.kernel.ended, Some(true), "{}", show(&r));
+    assert!(r.output.starts_with("closed\n"), "{}", show(&r));
+    assert_no_kernel_processes(&f, Duration::from_secs(5)).await;
+    assert_fresh_kernel(&f, &r.kernel.id).await;
     shut_down_and_check(&f).await;
 }
 
