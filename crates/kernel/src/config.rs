@@ -1005,6 +1005,12 @@ impl Config {
             mode: self.execution.mode,
             on_timeout: self.execution.on_timeout,
             interrupt_grace_secs: self.execution.interrupt_grace,
+            resource_limits: self
+                .limits()
+                .pairs()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            confined: self.execution.confine,
         }
     }
 

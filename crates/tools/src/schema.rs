@@ -262,6 +262,12 @@ pub struct ExecuteCodeOptions {
     pub on_timeout: OnTimeout,
     /// Seconds an interrupted cell gets to stop before the kernel is killed.
     pub interrupt_grace_secs: f64,
+    /// Resource limits of each kernel (`[limits]`) as `(key, value)`:
+    /// `("memory", 2147483648)`; empty when none is set.
+    pub resource_limits: Vec<(String, u64)>,
+    /// Writes outside the kernel's private and temp directories fail
+    /// (`[execution] confine`).
+    pub confined: bool,
 }
 
 impl Default for ExecuteCodeOptions {
@@ -274,7 +280,35 @@ impl Default for ExecuteCodeOptions {
             mode: Mode::Project,
             on_timeout: OnTimeout::Interrupt,
             interrupt_grace_secs: 2.0,
+            resource_limits: Vec::new(),
+            confined: false,
         }
+    }
+}
+
+/// `[limits]` as a phrase for the model: `memory 2 GiB (address space)`.
+fn limit_phrase(key: &str, value: u64) -> String {
+    let bytes = |v: u64| {
+        const UNITS: [&str; 4] = ["bytes", "KiB", "MiB", "GiB"];
+        let mut x = v as f64;
+        let mut unit = 0;
+        while x >= 1024.0 && unit < UNITS.len() - 1 {
+            x /= 1024.0;
+            unit += 1;
+        }
+        if x.fract() == 0.0 {
+            format!("{x:.0} {}", UNITS[unit])
+        } else {
+            format!("{x:.1} {}", UNITS[unit])
+        }
+    };
+    match key {
+        "memory" => format!("{} of memory (address space) per process", bytes(value)),
+        "cpu_seconds" => format!("{value} CPU seconds per call"),
+        "open_files" => format!("{value} open files"),
+        "processes" => format!("{value} processes"),
+        "file_size" => format!("files up to {}", bytes(value)),
+        other => format!("{other} {value}"),
     }
 }
 
@@ -375,6 +409,25 @@ pub fn execute_code_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOp
             );
         }
         OnTimeout::Kill => d.push_str("On timeout the kernel is killed and all state is lost."),
+    }
+    if !opts.resource_limits.is_empty() {
+        let phrases: Vec<String> = opts
+            .resource_limits
+            .iter()
+            .map(|(k, v)| limit_phrase(k, *v))
+            .collect();
+        let _ = write!(
+            d,
+            " Resource limits: {}; exceeding one fails the call (a CPU-time overrun ends the \
+             kernel and its state).",
+            phrases.join(", ")
+        );
+    }
+    if opts.confined {
+        d.push_str(
+            "\n\nThe code may write files only in its working directory and the temp \
+             directory; writes elsewhere fail with PermissionError (reading is not restricted).",
+        );
     }
     d.push_str(
         "\n\nThe code runs with the user's rights on this machine; it is not isolated from it.",
@@ -498,6 +551,32 @@ mod tests {
                 assert!(!d.contains("read_file"), "{d}");
             }
         }
+    }
+
+    #[test]
+    fn the_description_states_resource_limits_and_confinement_only_when_set() {
+        let plain = execute_code_description(&[], &ExecuteCodeOptions::default());
+        assert!(!plain.contains("Resource limits"), "{plain}");
+        assert!(!plain.contains("PermissionError"), "{plain}");
+        let opts = ExecuteCodeOptions {
+            resource_limits: vec![
+                ("memory".into(), 2 << 30),
+                ("cpu_seconds".into(), 30),
+                ("file_size".into(), 1536 << 20),
+            ],
+            confined: true,
+            ..ExecuteCodeOptions::default()
+        };
+        let d = execute_code_description(&[], &opts);
+        for needle in [
+            "2 GiB of memory",
+            "30 CPU seconds per call",
+            "files up to 1.5 GiB",
+            "fail with PermissionError",
+        ] {
+            assert!(d.contains(needle), "{needle} missing: {d}");
+        }
+        assert!(!d.to_lowercase().contains("sandbox"), "{d}");
     }
 
     #[test]
