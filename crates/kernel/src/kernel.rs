@@ -962,9 +962,13 @@ impl Kernel {
         }
         if died.is_some() {
             self.dead = true;
-            let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
-            // Make sure nothing of the tree is left.
+            // Make sure nothing of the tree is left: kill first, then reap.
+            // A runner whose pipes a cell closed or covered may still be
+            // running, deaf (waiting for it only delays the result), and
+            // signalling before the reap means the root pid cannot have been
+            // reused by then.
             self.tree().signal(Signal::SIGKILL);
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
         }
 
         let tools = handle.map(toolcell_rpc::CellHandle::settle);
