@@ -565,7 +565,16 @@ fn serve_workload(bin: &Path, sizes: Sizes) -> bool {
     // Single-session baseline: warm cells one at a time.
     let single = "single";
     let mut single_lat = Vec::new();
+    let mut single_cpu0 = (0.0, 0.0);
+    let mut single_pid = 0;
     for n in 0..=sizes.single_cells {
+        if n == 1 {
+            single_pid = srv.kernel_pids()[0];
+            single_cpu0 = (
+                cpu_seconds(srv.pid(), None).unwrap(),
+                cpu_seconds(single_pid, None).unwrap(),
+            );
+        }
         let (lat, r) = srv.call(
             "execute",
             json!({"code": counter_cell(single), "session": single}),
@@ -577,6 +586,11 @@ fn serve_workload(bin: &Path, sizes: Sizes) -> bool {
             single_lat.push(lat);
         }
     }
+    // CPU per cell of one session alone: serve and its kernel.
+    let single_cpu = (cpu_seconds(srv.pid(), None).unwrap() - single_cpu0.0
+        + cpu_seconds(single_pid, None).unwrap()
+        - single_cpu0.1)
+        / sizes.single_cells.max(1) as f64;
     single_lat.sort();
     let single_median = percentile(&single_lat, 0.5);
     srv.call("shutdown_session", json!({"session": single}));
@@ -693,6 +707,17 @@ fn serve_workload(bin: &Path, sizes: Sizes) -> bool {
             percentile(v, 0.5)
         })
         .collect();
+    // The latency a perfectly fair host could give each cell: every session
+    // waits for the others' cells, at the CPU cost one cell has alone.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let floor = k * single_cpu / cores;
+    println!(
+        "| fair-share floor = {} × CPU per cell alone ({:.0} µs) ÷ {cores} cores; p99 ÷ floor | {:.2} ms; {:.1}× | |",
+        sizes.sessions,
+        single_cpu * 1e6,
+        floor * 1e3,
+        p(0.99).as_secs_f64() / floor.max(1e-9)
+    );
     println!(
         "| per-session median latency: fastest / slowest session | {:.2} / {:.2} ms | |",
         ms(medians.iter().copied().min().unwrap_or_default()),
