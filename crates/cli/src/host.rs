@@ -177,6 +177,48 @@ pub fn flush_journal(registry: &Registry) {
     }
 }
 
+/// Async stdin and stdout for a line protocol (`serve`, `mcp`).
+///
+/// tokio's `stdin()`/`stdout()` run every read and write on the blocking
+/// thread pool: two thread hand-offs per message, which on a small machine
+/// cost more than the cell itself. When they are pipes (how agent hosts
+/// start us), they are reopened through `/proc/self/fd` — a new open file
+/// description, so making it non-blocking does not touch the descriptors we
+/// inherited or anyone else's — and driven by the reactor. Anything else
+/// (a terminal, a file) falls back to tokio's handles.
+pub fn stdio() -> (
+    Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+    Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
+) {
+    use tokio::net::unix::pipe;
+    let input: Box<dyn tokio::io::AsyncRead + Unpin + Send> =
+        match reopen_fifo(0, false).and_then(|f| pipe::Receiver::from_file(f).ok()) {
+            Some(r) => Box::new(r),
+            None => Box::new(tokio::io::stdin()),
+        };
+    let output: Box<dyn tokio::io::AsyncWrite + Unpin + Send> =
+        match reopen_fifo(1, true).and_then(|f| pipe::Sender::from_file(f).ok()) {
+            Some(w) => Box::new(w),
+            None => Box::new(tokio::io::stdout()),
+        };
+    (input, output)
+}
+
+/// `fd` reopened non-blocking through `/proc/self/fd`, if it is a pipe.
+fn reopen_fifo(fd: i32, write: bool) -> Option<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let path = format!("/proc/self/fd/{fd}");
+    if !std::fs::metadata(&path).ok()?.file_type().is_fifo() {
+        return None;
+    }
+    std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(&path)
+        .ok()
+}
+
 /// A multi-threaded tokio runtime for a command.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()

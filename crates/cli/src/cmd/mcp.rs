@@ -409,8 +409,9 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
         let (to_rmcp, rmcp_in) = tokio::io::duplex(1 << 20);
         let (rmcp_out, from_rmcp) = tokio::io::duplex(1 << 20);
         let (errors_tx, errors_rx) = mpsc::channel::<String>(64);
-        let screen = tokio::spawn(screen_input(tokio::io::stdin(), to_rmcp, errors_tx));
-        let writer = tokio::spawn(write_output(from_rmcp, errors_rx, tokio::io::stdout()));
+        let (input, output) = host::stdio();
+        let screen = tokio::spawn(screen_input(input, to_rmcp, errors_tx));
+        let writer = tokio::spawn(write_output(from_rmcp, errors_rx, output));
         match server.serve((rmcp_in, rmcp_out)).await {
             Ok(running) => {
                 let _ = running.waiting().await;

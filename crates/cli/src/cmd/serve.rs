@@ -39,7 +39,8 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
             config: cfg,
             daemon: None,
         });
-        serve_connection(service, tokio::io::stdin(), tokio::io::stdout()).await;
+        let (input, output) = host::stdio();
+        serve_connection(service, input, output).await;
         registry.shutdown_all().await;
         host::flush_journal(&registry);
         Ok(ExitCode::SUCCESS)
