@@ -425,6 +425,9 @@ fn says_died(r: &Value) -> bool {
         && r["error"].as_str().is_some_and(|e| e.contains("died"))
 }
 
+/// Checks an execute result against what its cell kind must give.
+type Check = Box<dyn Fn(&Value) -> Result<(), String>>;
+
 /// One client thread: picks cells until the deadline.
 struct Client {
     idx: usize,
@@ -441,7 +444,7 @@ impl Client {
     fn next_id(&mut self) -> Value {
         self.n += 1;
         // Mixed id types: strings and numbers, both must round-trip.
-        if self.n % 2 == 0 {
+        if self.n.is_multiple_of(2) {
             json!(format!("c{}-{}", self.idx, self.n))
         } else {
             json!(self.idx as u64 * 10_000_000 + self.n)
@@ -557,15 +560,9 @@ impl Client {
     }
 
     /// The execute params for a cell of `kind` and a check of its result.
-    #[allow(clippy::type_complexity)]
-    fn cell(
-        &mut self,
-        kind: Kind,
-        n: u64,
-        session: &str,
-    ) -> (Value, Box<dyn Fn(&Value) -> Result<(), String>>) {
+    fn cell(&mut self, kind: Kind, n: u64, session: &str) -> (Value, Check) {
         let mut p = json!({"session": session});
-        let check: Box<dyn Fn(&Value) -> Result<(), String>> = match kind {
+        let check: Check = match kind {
             Kind::Normal => {
                 let (a, b) = (self.rng.below(100_000), self.rng.below(100_000));
                 p["code"] = json!(format!("x = {a}\ny = {b}\nx * y"));
@@ -710,13 +707,7 @@ impl Client {
     }
 
     /// Checks an execute response; returns the outcome for the table.
-    fn judge(
-        &mut self,
-        kind: Kind,
-        session: &str,
-        r: &Value,
-        check: Box<dyn Fn(&Value) -> Result<(), String>>,
-    ) -> String {
+    fn judge(&mut self, kind: Kind, session: &str, r: &Value, check: Check) -> String {
         if r.is_null() {
             return "lost".into();
         }
@@ -1031,7 +1022,7 @@ fn soak_serve_with_16_clients_and_chaos_kills() {
                 idx,
                 shared: Arc::clone(&shared),
                 rx,
-                rng: Rng::new(seed.wrapping_add(idx as u64 * 0x9E37_79B9_7F4A_7C15)),
+                rng: Rng::new(seed.wrapping_add((idx as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))),
                 n: 0,
                 had_cell: HashSet::new(),
                 records: Vec::new(),
@@ -1139,6 +1130,19 @@ fn soak_serve_with_16_clients_and_chaos_kills() {
     out.push_str(&format!(
         "live kernels: first quarter {k_first:.1}, last quarter {k_last:.1}\n"
     ));
+    // All four quarters, to tell a plateau from a trend.
+    let quarters: Vec<String> = steady
+        .chunks(q)
+        .take(4)
+        .map(|c| {
+            format!(
+                "{:.0} fds / {:.0} KiB",
+                mean(c.iter().map(|s| s.fds as f64)),
+                mean(c.iter().map(|s| s.rss_kb as f64))
+            )
+        })
+        .collect();
+    out.push_str(&format!("by quarter: {}\n", quarters.join(", ")));
     out.push_str(&format!(
         "max latency: {:.2}s; serve exit: {status}\n",
         records
