@@ -885,6 +885,10 @@ impl Kernel {
                 None => timer,
             };
             tokio::select! {
+                // Events first: a result already queued when the grace timer
+                // also fires must win, or a kernel that answered in time
+                // would be killed (seen in the soak test at load 16).
+                biased;
                 ev = self.events.recv() => match ev {
                     None => {
                         died = Some(self.exit_description().await);
