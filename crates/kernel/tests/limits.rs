@@ -226,8 +226,20 @@ const FORK_BOMB: &str = "fork_bomb_under_processes_names_the_limit_and_leaves_no
 #[test]
 fn fork_bomb_under_processes_names_the_limit_and_leaves_nothing() {
     if nix::unistd::geteuid().is_root() && !common::is_child(FORK_BOMB) {
-        let exe = std::env::current_exe().unwrap();
+        // `nobody` may not be able to reach the test binary where cargo
+        // put it (CI's target dir lives under root's 0700 home): run a
+        // copy from a world-readable temp dir.
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("tc-forkbomb-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let exe = dir.path().join("limits-test");
+        std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
         let out = std::process::Command::new("runuser")
+            .current_dir(dir.path())
             .args(["-u", "nobody", "--"])
             .arg(exe)
             .args([FORK_BOMB, "--exact", "--test-threads=1", "--nocapture"])
