@@ -28,7 +28,7 @@ struct Confined {
 
 impl Confined {
     fn new() -> Self {
-        let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let tmp = tempfile::tempdir_in(outside_temp_dir()).unwrap();
         assert!(!tmp.path().starts_with(std::env::temp_dir()));
         let outside = tmp.path().join("home");
         std::fs::create_dir_all(&outside).unwrap();
@@ -52,6 +52,24 @@ impl Confined {
     async fn run(&self, code: &str) -> ExecuteResult {
         self.reg.execute(ExecuteRequest::new(code)).await
     }
+}
+
+/// A directory for the test's files that is not under the temp dir (the
+/// confined kernel may write there): cargo's target tmp dir, unless the
+/// target dir itself lives under the temp dir (`CARGO_TARGET_DIR=/tmp/…`),
+/// then `/var/tmp` or `$HOME/.cache`.
+fn outside_temp_dir() -> PathBuf {
+    let temp = std::env::temp_dir();
+    let home_cache = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache"));
+    [
+        Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR"))),
+        Some(PathBuf::from("/var/tmp")),
+        home_cache,
+    ]
+    .into_iter()
+    .flatten()
+    .find(|d| !d.starts_with(&temp) && std::fs::create_dir_all(d).is_ok())
+    .expect("a writable directory outside the temp dir (set CARGO_TARGET_DIR or HOME)")
 }
 
 fn py(p: &Path) -> String {
