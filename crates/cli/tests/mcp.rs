@@ -227,6 +227,19 @@ async fn output_arrives_as_progress_while_the_cell_runs() {
     let r = call(&client, "execute_code", json!({ "code": code })).await;
     let answered = Instant::now();
     assert_eq!(structured(&r)["status"], "success", "{}", text(&r));
+    // A stream's text may come in several chunks (the redactor holds back
+    // what could be the start of a secret until it knows); each stderr
+    // chunk is tagged. The client runs its notification handler in its own
+    // task, so the last chunk's handler may finish just after the response.
+    let stderr_of = |messages: &[String]| -> String {
+        messages
+            .iter()
+            .filter_map(|m| m.strip_prefix("[stderr] "))
+            .collect()
+    };
+    eventually(Duration::from_secs(5), || {
+        stderr_of(&client.recorder.messages()).contains("oops")
+    });
     let messages = client.recorder.messages();
     let all = messages.concat();
     for i in 0..4 {
@@ -235,14 +248,7 @@ async fn output_arrives_as_progress_while_the_cell_runs() {
             "tick {i} missing: {messages:?}"
         );
     }
-    // A stream's text may come in several chunks (the redactor holds back
-    // what could be the start of a secret until it knows); each stderr
-    // chunk is tagged.
-    let stderr: String = messages
-        .iter()
-        .filter_map(|m| m.strip_prefix("[stderr] "))
-        .collect();
-    assert!(stderr.contains("oops"), "{messages:?}");
+    assert!(stderr_of(&messages).contains("oops"), "{messages:?}");
     let progress = client.recorder.progress.lock().unwrap().clone();
     // The first chunk came while the cell was still running (~1.2 s
     // before the answer), not in a burst with the response.
