@@ -84,6 +84,7 @@ pub mod config;
 pub mod confine;
 pub mod env;
 pub mod interpreter;
+#[cfg(feature = "journal")]
 pub mod journal;
 pub mod kernel;
 pub mod limits;

@@ -106,6 +106,8 @@ pub struct RegistryOptions {
     /// Where every result [`Registry::execute`] returns is recorded (see
     /// [`crate::journal`]); `None`: nowhere. [`RegistryOptions::from_config`]
     /// leaves it `None`: the host decides with [`crate::config::Config::journal`].
+    /// Only with the `journal` feature (on by default).
+    #[cfg(feature = "journal")]
     pub journal: Option<crate::journal::Journal>,
 }
 
@@ -140,6 +142,7 @@ impl Default for RegistryOptions {
             kernels_root: None,
             startup_timeout: Duration::from_secs(60),
             warm_pool: 0,
+            #[cfg(feature = "journal")]
             journal: None,
         }
     }
@@ -188,6 +191,7 @@ impl RegistryOptions {
             kernels_root: None,
             startup_timeout: Duration::from_secs(60),
             warm_pool: 0,
+            #[cfg(feature = "journal")]
             journal: None,
         })
     }
@@ -628,21 +632,22 @@ impl Registry {
     /// could not run — is queued for the journal (cleaned output as
     /// returned, code redacted); recording never delays the result.
     pub async fn execute(&self, req: ExecuteRequest) -> ExecuteResult {
-        let Some(journal) = &self.inner.opts.journal else {
-            return self.run_cell(&req, None).await;
-        };
-        let started = std::time::SystemTime::now();
-        let mut calls = Vec::new();
-        let result = self.run_cell(&req, Some(&mut calls)).await;
-        journal.record(crate::journal::CellRecord::from_result(
-            &req.owner,
-            &req.code,
-            &result,
-            &calls,
-            started,
-            &self.inner.redactor,
-        ));
-        result
+        #[cfg(feature = "journal")]
+        if let Some(journal) = &self.inner.opts.journal {
+            let started = std::time::SystemTime::now();
+            let mut calls = Vec::new();
+            let result = self.run_cell(&req, Some(&mut calls)).await;
+            journal.record(crate::journal::CellRecord::from_result(
+                &req.owner,
+                &req.code,
+                &result,
+                &calls,
+                started,
+                &self.inner.redactor,
+            ));
+            return result;
+        }
+        self.run_cell(&req, None).await
     }
 
     /// [`Registry::execute`] without the journal; the cell's tool calls go

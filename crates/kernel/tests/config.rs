@@ -777,11 +777,20 @@ fn the_sources_printout_is_toml_with_one_comment_per_key() {
 fn serde_deserialization_is_strict_too() {
     let err = toml::from_str::<Config>("[execution]\ntimout = 3\n").unwrap_err();
     assert!(err.to_string().contains("timout"), "{err}");
-    let c: Config = toml::from_str("[kernels]\nmax_kernels = 0\n").unwrap();
-    let err = c.validate().unwrap_err();
+    // Values are checked while deserializing, and the error names the key.
+    let de = toml::Deserializer::parse("[kernels]\nmax_kernels = 0\n").unwrap();
+    let err = serde_path_to_error::deserialize::<_, Config>(de).unwrap_err();
+    assert_eq!(err.path().to_string(), "kernels.max_kernels");
     assert_eq!(
-        err.to_string(),
-        "kernels.max_kernels: expected a whole number >= 1, got 0"
+        err.inner().message(),
+        "expected a whole number >= 1, got 0"
+    );
+    // Rules tying two keys together are left to validate().
+    let c: Config = toml::from_str("[execution]\nconfine = true\n").unwrap();
+    let err = c.validate().unwrap_err();
+    assert!(
+        err.to_string().starts_with("execution.confine: expected false unless"),
+        "{err}"
     );
     let c: Config = toml::from_str("[execution]\nmode = \"strict\"\n").unwrap();
     assert_eq!(c.execution.mode, Mode::Strict);

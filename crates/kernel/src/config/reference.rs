@@ -1,0 +1,97 @@
+//! `docs/configuration.md`, rendered from the section declarations.
+
+use toml::Value;
+
+use super::{FILE_NAME, key_infos, section_infos};
+
+const INTRO: &str = "\
+# Configuration reference
+
+<!-- Generated from crates/kernel/src/config/sections.rs; do not edit by hand.
+     Regenerate: UPDATE_DOCS=1 cargo test -p toolcell-kernel --test config_docs -->
+
+toolcell reads one TOML file: the one given with `--config FILE`, else
+`./toolcell.toml` in the working directory, else
+`$XDG_CONFIG_HOME/toolcell/toolcell.toml` (`~/.config/toolcell/toolcell.toml`
+when `XDG_CONFIG_HOME` is not set). Without any of them, every key has its
+default.
+
+Every key is optional. The file is read strictly: an unknown section or key,
+a value of the wrong type or one out of range stops toolcell with an error
+that names the key, what it accepts and what it got. Nothing falls back to a
+default silently.
+
+Command-line flags override the file (`--timeout 30`, `--max-kernels 2`, …).
+`toolcell config` prints the effective configuration as TOML, each key
+followed by where its value came from (`# default`, `# from <file>` or
+`# from --flag`); its output is itself a valid configuration file.
+
+Durations are seconds and may be fractional (`2.5`). Relative paths in a file
+are taken from the file's directory; a path starting with `~/` is in your home
+directory.
+
+";
+
+const EXAMPLE: &str = "\
+## Example
+
+```toml
+[execution]
+timeout = 60
+mode = \"strict\"
+
+[kernels]
+max_kernels = 2
+
+[env]
+passthrough = [\"AWS_*\"]
+
+[tools]
+enabled = [\"read_file\", \"search_files\", \"terminal\"]
+```
+";
+
+/// The configuration reference (`docs/configuration.md`): every section and
+/// key with its default, what it accepts and what it does, in the order
+/// `toolcell config` prints them.
+pub fn reference_markdown() -> String {
+    let mut out = String::from(INTRO);
+    out.push_str(&format!(
+        "The sections below are all there is; keys appear in the order `toolcell config`\nprints them. The file is named `{FILE_NAME}`.\n\n"
+    ));
+    for section in section_infos() {
+        out.push_str(&format!("## `[{}]`\n\n", section.name));
+        out.push_str(&unwrap_lines(&section.doc));
+        out.push_str("\n\n| Key | Default | Accepts | What it does |\n|---|---|---|---|\n");
+        for key in key_infos().iter().filter(|k| k.section == section.name) {
+            out.push_str(&format!(
+                "| `{}` | {} | {} | {} |\n",
+                key.name,
+                cell(&default_text(&key.default)),
+                cell(&key.accepts),
+                cell(&unwrap_lines(&key.doc)),
+            ));
+        }
+        out.push('\n');
+    }
+    out.push_str(EXAMPLE);
+    out
+}
+
+/// A default as it would be written in the file.
+fn default_text(value: &Value) -> String {
+    format!("`{value}`")
+}
+
+/// One paragraph per blank-line-separated block, lines joined.
+fn unwrap_lines(doc: &str) -> String {
+    doc.split("\n\n")
+        .map(|p| p.split('\n').collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// Text safe inside a Markdown table cell.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
