@@ -40,6 +40,13 @@
 //!   and, in strict mode, optional Landlock confinement ([`confine`]: writes
 //!   only to the kernel's own directories and the temp dir).
 //!
+//! # Features
+//!
+//! - `journal` (default): [`journal`], the SQLite record of every cell
+//!   (bundled SQLite via `rusqlite`), and `RegistryOptions::journal`.
+//!   Without it the crate builds without a C compiler or SQLite, and
+//!   `[journal]` keys are still read but nothing is recorded.
+//!
 //! # Embedding
 //!
 //! ```

@@ -2,6 +2,7 @@
 //! is a row (success, error, timeout, refused, bad input), tool calls are
 //! recorded per call, secrets never reach the database file, a full queue
 //! drops rows instead of delaying anyone, and old schemas are migrated.
+#![cfg(feature = "journal")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -11,7 +11,6 @@
 //! another uid are refused.
 
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
@@ -20,6 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
@@ -207,7 +208,7 @@ fn println_out(s: &str) {
 }
 
 /// Takes the daemon lock without blocking; `None` if another process holds it.
-fn try_lock(path: &Path) -> anyhow::Result<Option<std::fs::File>> {
+fn try_lock(path: &Path) -> anyhow::Result<Option<Flock<std::fs::File>>> {
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -215,9 +216,11 @@ fn try_lock(path: &Path) -> anyhow::Result<Option<std::fs::File>> {
         .mode(0o600)
         .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
-    // SAFETY: flock on a valid fd we own.
-    let rc = unsafe { nix::libc::flock(f.as_raw_fd(), nix::libc::LOCK_EX | nix::libc::LOCK_NB) };
-    Ok(if rc == 0 { Some(f) } else { None })
+    match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(lock)),
+        Err((_, Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(e).with_context(|| format!("locking {}", path.display())),
+    }
 }
 
 fn lock_is_free(path: &Path) -> bool {
