@@ -38,7 +38,7 @@ pub struct Args {
     /// Working directory of the kernel (project mode).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
-    /// Print the SPEC §6 result object as JSON instead of the output.
+    /// Print the full result object (status, output, error, hint, …) as JSON, not the output.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
