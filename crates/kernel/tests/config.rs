@@ -781,15 +781,13 @@ fn serde_deserialization_is_strict_too() {
     let de = toml::Deserializer::parse("[kernels]\nmax_kernels = 0\n").unwrap();
     let err = serde_path_to_error::deserialize::<_, Config>(de).unwrap_err();
     assert_eq!(err.path().to_string(), "kernels.max_kernels");
-    assert_eq!(
-        err.inner().message(),
-        "expected a whole number >= 1, got 0"
-    );
+    assert_eq!(err.inner().message(), "expected a whole number >= 1, got 0");
     // Rules tying two keys together are left to validate().
     let c: Config = toml::from_str("[execution]\nconfine = true\n").unwrap();
     let err = c.validate().unwrap_err();
     assert!(
-        err.to_string().starts_with("execution.confine: expected false unless"),
+        err.to_string()
+            .starts_with("execution.confine: expected false unless"),
         "{err}"
     );
     let c: Config = toml::from_str("[execution]\nmode = \"strict\"\n").unwrap();

@@ -464,7 +464,12 @@ pub struct SectionInfo {
 }
 
 fn trim_doc(doc: &str) -> String {
-    doc.lines().map(str::trim).collect::<Vec<_>>().join("\n").trim().to_string()
+    doc.lines()
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_string()
 }
 
 impl SectionInfo {
@@ -794,7 +799,7 @@ impl Config {
         self.write_toml(true)
     }
 
-    /// The limits the `execute_code` schema description states (SPEC §8).
+    /// The limits the `execute_code` tool description states.
     pub fn execute_code_options(&self) -> toolcell_tools::schema::ExecuteCodeOptions {
         toolcell_tools::schema::ExecuteCodeOptions {
             timeout_secs: self.execution.timeout,
@@ -981,7 +986,12 @@ impl Config {
     }
 
     /// Checks and stores one value.
-    fn set_key(&mut self, info: &KeyInfo, value: &Value, origin: &Source) -> Result<(), ConfigError> {
+    fn set_key(
+        &mut self,
+        info: &KeyInfo,
+        value: &Value,
+        origin: &Source,
+    ) -> Result<(), ConfigError> {
         match self.set_in(info.section, info.name, value) {
             Some(Ok(())) => Ok(()),
             Some(Err(expected)) => Err(ConfigError::Invalid {

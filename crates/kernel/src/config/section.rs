@@ -10,8 +10,8 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::path::Path;
 
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize as _;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use toml::Value;
 
 use super::rules::{Kind, expected_got};
