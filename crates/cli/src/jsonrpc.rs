@@ -10,10 +10,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
+use tokio_util::codec::{Decoder, LinesCodec, LinesCodecError};
 use toolcell_kernel::config::Config;
 use toolcell_kernel::{ExecuteRequest, Registry, StreamKind};
 use toolcell_tools::ToolRegistry;
@@ -506,49 +508,36 @@ where
             }
         }
     });
-    let mut reader = BufReader::with_capacity(64 * 1024, input);
+    let mut reader = LineReader::new(input, MAX_LINE);
     let mut tasks = JoinSet::new();
     let mut tails: HashMap<String, oneshot::Receiver<()>> = HashMap::new();
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        let n = match read_line_capped(&mut reader, &mut buf, MAX_LINE).await {
-            Ok(n) => n,
-            Err(_) => break,
-        };
-        if n == 0 {
-            break;
-        }
-        let Some(line) = buf.strip_suffix(b"\n").or(Some(&buf[..])) else {
-            continue;
-        };
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.len() > MAX_LINE {
-            let _ = tx
-                .send(error(
-                    &Value::Null,
-                    code::INVALID_REQUEST,
-                    format!("request line longer than {MAX_LINE} bytes"),
-                ))
-                .await;
-            continue;
-        }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let text = match std::str::from_utf8(line) {
-            Ok(t) => t.to_string(),
-            Err(e) => {
+    while let Some(line) = reader.next_line().await {
+        let text = match line {
+            Line::Text(text) => text,
+            Line::TooLong => {
+                let _ = tx
+                    .send(error(
+                        &Value::Null,
+                        code::INVALID_REQUEST,
+                        format!("request line longer than {MAX_LINE} bytes"),
+                    ))
+                    .await;
+                continue;
+            }
+            Line::NotUtf8 => {
                 let _ = tx
                     .send(error(
                         &Value::Null,
                         code::PARSE,
-                        format!("parse error: not UTF-8 ({e})"),
+                        "parse error: the line is not valid UTF-8",
                     ))
                     .await;
                 continue;
             }
         };
+        if text.bytes().all(|b| b.is_ascii_whitespace()) {
+            continue;
+        }
         // Cells of one session must reach the registry in arrival order
         // (SPEC §4), but spawned tasks may start in any order: an execute
         // waits for the previous execute of its session to be answered.
@@ -603,30 +592,63 @@ fn execute_session(line: &str) -> Option<String> {
     }
 }
 
-/// Reads one line of at most `cap` bytes into `buf`; a longer line is
-/// consumed to its end and reported as `cap + 1` bytes (its content dropped).
-pub(crate) async fn read_line_capped<R: AsyncBufReadExt + Unpin>(
-    reader: &mut R,
-    buf: &mut Vec<u8>,
-    cap: usize,
-) -> std::io::Result<usize> {
-    let mut total = 0usize;
-    loop {
-        let chunk = reader.fill_buf().await?;
-        if chunk.is_empty() {
-            return Ok(total);
+/// Newline-delimited input, one line at a time, with a cap on line length:
+/// tokio-util's [`LinesCodec`] (memchr search, `\r\n` accepted, UTF-8
+/// checked) fed from `input`. A line over the cap is read to its end and
+/// dropped, so memory stays O(cap) whatever a client sends.
+pub(crate) struct LineReader<R> {
+    input: R,
+    codec: LinesCodec,
+    buf: BytesMut,
+    eof: bool,
+}
+
+/// One line of a [`LineReader`]'s input.
+pub(crate) enum Line {
+    /// The line without its `\n` or `\r\n`.
+    Text(String),
+    /// Longer than the cap; skipped.
+    TooLong,
+    /// Not valid UTF-8; skipped.
+    NotUtf8,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    /// Reads `input` in 64 KiB chunks; lines longer than `max` bytes are
+    /// [`Line::TooLong`].
+    pub(crate) fn new(input: R, max: usize) -> Self {
+        Self {
+            input,
+            codec: LinesCodec::new_with_max_length(max),
+            buf: BytesMut::new(),
+            eof: false,
         }
-        let (take, done) = match memchr::memchr(b'\n', chunk) {
-            Some(i) => (i + 1, true),
-            None => (chunk.len(), false),
-        };
-        if buf.len() <= cap {
-            buf.extend_from_slice(&chunk[..take]);
-        }
-        total += take;
-        reader.consume(take);
-        if done {
-            return Ok(total);
+    }
+
+    /// The next line; `None` at the end of input or on a read error. A last
+    /// line without a newline is still a line.
+    pub(crate) async fn next_line(&mut self) -> Option<Line> {
+        loop {
+            let decoded = if self.eof {
+                self.codec.decode_eof(&mut self.buf)
+            } else {
+                self.codec.decode(&mut self.buf)
+            };
+            match decoded {
+                Ok(Some(line)) => return Some(Line::Text(line)),
+                Err(LinesCodecError::MaxLineLengthExceeded) => return Some(Line::TooLong),
+                // The only I/O error decoding makes: the line is not UTF-8
+                // (the codec has consumed it).
+                Err(LinesCodecError::Io(_)) => return Some(Line::NotUtf8),
+                Ok(None) if self.eof => return None,
+                Ok(None) => {}
+            }
+            self.buf.reserve(64 * 1024);
+            match self.input.read_buf(&mut self.buf).await {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
+                Err(_) => return None,
+            }
         }
     }
 }

@@ -479,29 +479,33 @@ async fn screen_input<R>(
 ) where
     R: tokio::io::AsyncRead + Unpin,
 {
-    let mut reader = BufReader::with_capacity(64 * 1024, input);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        match jsonrpc::read_line_capped(&mut reader, &mut buf, MAX_LINE).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.len() > MAX_LINE {
-            let _ = errors
-                .send(error_line(
-                    jsonrpc::code::INVALID_REQUEST,
-                    &format!("message line longer than {MAX_LINE} bytes; it was skipped"),
-                ))
-                .await;
+    let mut reader = jsonrpc::LineReader::new(input, MAX_LINE);
+    while let Some(line) = reader.next_line().await {
+        let line = match line {
+            jsonrpc::Line::Text(text) => text,
+            jsonrpc::Line::TooLong => {
+                let _ = errors
+                    .send(error_line(
+                        jsonrpc::code::INVALID_REQUEST,
+                        &format!("message line longer than {MAX_LINE} bytes; it was skipped"),
+                    ))
+                    .await;
+                continue;
+            }
+            jsonrpc::Line::NotUtf8 => {
+                let _ = errors
+                    .send(error_line(
+                        jsonrpc::code::PARSE,
+                        "parse error: the line is not valid UTF-8; send one JSON-RPC message per line",
+                    ))
+                    .await;
+                continue;
+            }
+        };
+        if line.bytes().all(|b| b.is_ascii_whitespace()) {
             continue;
         }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let problem = match serde_json::from_slice::<Value>(line) {
+        let problem = match serde_json::from_str::<Value>(&line) {
             Err(e) => Some((
                 Value::Null,
                 jsonrpc::code::PARSE,
@@ -515,7 +519,9 @@ async fn screen_input<R>(
             let _ = errors.send(line.to_string()).await;
             continue;
         }
-        if to_rmcp.write_all(line).await.is_err() || to_rmcp.write_all(b"\n").await.is_err() {
+        if to_rmcp.write_all(line.as_bytes()).await.is_err()
+            || to_rmcp.write_all(b"\n").await.is_err()
+        {
             break;
         }
     }
