@@ -287,6 +287,10 @@ pub struct CellOutcome {
 /// A live kernel.
 pub struct Kernel {
     spec: KernelSpec,
+    /// The kernel's own cgroup, where the machine allows one: every process
+    /// the cell starts stays in it, whatever it does to its session or
+    /// environment, and dies with the kernel.
+    cgroup: Option<toolcell_tools::cgroup::KernelCgroup>,
     dir: PathBuf,
     child: tokio::process::Child,
     pid: u32,
@@ -505,6 +509,15 @@ impl Kernel {
             .stderr(Stdio::piped());
         let r = req_r.as_raw_fd();
         let runner_fd = runner.as_raw_fd();
+        let mut cgroup = match toolcell_tools::cgroup::HostCgroup::get() {
+            Some(host) => Some(host.kernel(&spec.id).map_err(io_err(
+                "creating the kernel's cgroup (set TOOLCELL_CGROUP=off to do without)",
+            ))?),
+            None => None,
+        };
+        let procs_fd = cgroup
+            .as_ref()
+            .and_then(toolcell_tools::cgroup::KernelCgroup::procs_fd);
         // Landlock: the ruleset is built here (it opens directories); the
         // child only enforces it. It lives until the child has exec'd.
         let confinement = if spec.confine {
@@ -522,6 +535,13 @@ impl Kernel {
         // fork and exec.
         unsafe {
             cmd.pre_exec(move || {
+                // Into the kernel's cgroup first, so everything after —
+                // the runner's first instruction included — is inside.
+                if let Some(fd) = procs_fd
+                    && nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
                 limits.apply_in_child()?;
                 if let Some(fd) = ruleset_fd {
                     crate::confine::Confinement::restrict_in_child(fd)?;
@@ -551,6 +571,9 @@ impl Kernel {
             .map_err(io_err(format!("launching {}", spec.interpreter.display())))?;
         drop(req_r);
         drop(runner);
+        if let Some(cg) = cgroup.as_mut() {
+            cg.spawned();
+        }
         drop(confinement);
         let pid = child.id().unwrap_or(0);
         let requests = tokio::net::unix::pipe::Sender::from_owned_fd(req_w)
@@ -605,6 +628,7 @@ impl Kernel {
             watch,
             pumps_busy: busy,
             spec,
+            cgroup,
         };
         let hello = Request::Hello(Hello {
             sentinel: sentinel.as_str().to_string(),
@@ -760,6 +784,7 @@ impl Kernel {
             root: self.pid,
             pgid: Some(self.pid),
             marker: Some(("TOOLCELL_RPC".to_string(), self.sentinel_marker_env.clone())),
+            cgroup: self.cgroup.as_ref().map(|c| c.dir().to_path_buf()),
         }
     }
 
