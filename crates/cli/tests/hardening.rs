@@ -90,3 +90,85 @@ fn exec_tools_narrows_and_never_widens_the_configured_set() {
     out.expect_code(0);
     assert!(out.stdout.contains("True False"), "{out:?}");
 }
+
+/// The attack of a confined cell on a daemon's socket: once directly and
+/// once from a double-forked, `setsid`'d grandchild; prints what each got.
+const SOCKET_ATTACK: &str = r#"
+import glob, json, os, socket, sys, time
+run, mark, cwd, out = sys.argv[1:5]
+socks = glob.glob(run + "/toolcell/daemon-*.sock")
+req = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "execute", "params": {
+    "code": "open(%r, 'w').write('pwned')" % mark, "tools": ["terminal", "write_file"],
+    "mode": "project", "cwd": cwd}}) + "\n"
+def attack():
+    got = []
+    for p in socks:
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(20)
+            s.connect(p)
+            s.sendall(req.encode())
+            got.append(s.recv(65536).decode(errors="replace"))
+        except Exception as e:
+            got.append(repr(e))
+    return got
+print("sockets", len(socks))
+print("direct", attack())
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        r = attack()
+        with open(out + ".tmp", "w") as f:
+            f.write(repr(r))
+        os.rename(out + ".tmp", out)
+    os._exit(0)
+for _ in range(300):
+    if os.path.exists(out):
+        break
+    time.sleep(0.1)
+print("orphan", open(out).read())
+"#;
+
+#[test]
+fn a_confined_kernel_cannot_drive_a_daemon_socket() {
+    if toolcell_tools::cgroup::HostCgroup::get().is_none() {
+        // confine = true refuses to start without cgroups (tested below).
+        let env = Env::with_config("[execution]\nmode = \"strict\"\nconfine = true\n");
+        let out = env.run(&["exec", "print(1)"]);
+        assert_eq!(out.code, Some(2), "{out:?}");
+        assert!(out.stderr.contains("cgroup"), "{out:?}");
+        return;
+    }
+    // The daemon of the default configuration: every tool enabled.
+    let env = Env::new();
+    env.run(&["daemon", "start"]).expect_code(0);
+    env.write(
+        "attack.toml",
+        "[execution]\nmode = \"strict\"\nconfine = true\ntimeout = 60\n[tools]\nenabled = [\"read_file\"]\n",
+    );
+    env.write("attack.py", SOCKET_ATTACK);
+    let mark = env.path().join("pwned");
+    let result = env.path().join("tmp").join("orphan.txt");
+    let code = format!(
+        "import sys, runpy\nsys.argv = ['attack', {run:?}, {mark:?}, {cwd:?}, {res:?}]\nrunpy.run_path({script:?}, run_name='__main__')\n",
+        run = env.runtime_dir().display().to_string(),
+        mark = mark.display().to_string(),
+        cwd = env.path().display().to_string(),
+        res = result.display().to_string(),
+        script = env.path().join("attack.py").display().to_string(),
+    );
+    let out = env.run(&["--config", "attack.toml", "exec", &code]);
+    println!("{}", out.stdout);
+    out.expect_code(0);
+    assert!(
+        out.stdout.contains("sockets 1"),
+        "the attack found no daemon socket: {out:?}"
+    );
+    assert!(out.stdout.contains("orphan"), "{out:?}");
+    assert!(
+        !out.stdout.contains("\"result\""),
+        "the daemon answered a confined kernel: {out:?}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!mark.exists(), "a confined kernel made the daemon run code");
+}

@@ -538,6 +538,11 @@ pub enum RegistryError {
     /// `confine = true` but this system cannot confine kernels.
     #[error(transparent)]
     Confine(#[from] crate::confine::ConfineError),
+    /// `confine = true` where nothing keeps a kernel off control sockets.
+    #[error(
+        "[execution] confine = true needs a writable cgroup v2 hierarchy (root, or a delegated subtree) so that a confined kernel cannot drive a toolcell daemon's socket; none is available here (or TOOLCELL_CGROUP=off is set)"
+    )]
+    NoControlFence,
 }
 
 /// Owns kernels and runs cells in them. Dropping it kills every kernel.
@@ -614,6 +619,12 @@ impl Registry {
         if opts.confine {
             // Never silently unconfined: no Landlock, no registry.
             crate::confine::check_supported()?;
+            // Confined kernels must not reach a host's control socket (a
+            // pathname socket, which Landlock does not cover): the daemon
+            // refuses peers in a kernel's cgroup. Without cgroups, say so.
+            if toolcell_tools::cgroup::HostCgroup::get().is_none() {
+                return Err(RegistryError::NoControlFence);
+            }
         }
         let root = verified_root(opts.kernels_root.as_deref())?;
         let swept = sweep_stale(&root);

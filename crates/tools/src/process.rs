@@ -296,6 +296,16 @@ fn reap_stale_zombies(before: &[u32]) -> Vec<u32> {
     now
 }
 
+static DETACHED: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// Marks `pid`, a child this host started on purpose to outlive it (the
+/// daemon a client starts), so [`kill_adopted`] leaves it alone.
+pub fn detach(pid: u32) {
+    if let Ok(mut d) = DETACHED.lock() {
+        d.push(pid);
+    }
+}
+
 /// Kills every child of this host that is not in `keep`, with its tree, and
 /// reaps it: when a subreaper host ends its kernels, what is left among its
 /// children are processes cells started that escaped their kernel's tree.
@@ -303,9 +313,10 @@ pub fn kill_adopted(keep: &[u32]) -> usize {
     if !is_subreaper() {
         return 0;
     }
+    let detached = DETACHED.lock().map(|d| d.clone()).unwrap_or_default();
     let victims: Vec<u32> = own_children()
         .into_iter()
-        .filter(|p| !keep.contains(p))
+        .filter(|p| !keep.contains(p) && !detached.contains(p))
         .collect();
     for &p in &victims {
         Tree {
