@@ -190,6 +190,14 @@
 //! current line lazily (only `\r`, backspace and the 64 KiB commit need it).
 //! Figures are in `BENCHMARKS.md` ("redact / ansi").
 //!
+//! # Head/tail cuts
+//!
+//! [`HeadTail`] (streaming) and [`HeadTailCut`] (whole text, in bytes or
+//! characters) keep the first 40% and the last 60% of a limit around a
+//! [`truncation_notice`], never splitting a UTF-8 character; [`Utf8Stream`]
+//! decodes raw pipe bytes for them. Every cut of output in toolcell goes
+//! through them, after redaction.
+//!
 //! ## Deviations from the original API sketch
 //!
 //! [`Redactor::new`] returns a `Result`: building the automaton over
@@ -198,6 +206,7 @@
 
 mod ansi;
 mod clean;
+mod cut;
 #[doc(hidden)]
 pub mod fuzzing;
 mod redact;
@@ -205,6 +214,9 @@ mod rules;
 
 pub use ansi::{AnsiStripper, HELD_LINE_LIMIT, strip_ansi};
 pub use clean::{Cleaner, SECRET_ENV_WORDS, is_secret_env_name};
+pub use cut::{
+    HEAD_PERCENT, HeadTail, HeadTailCut, Kept, Unit, Utf8Stream, head_limit, truncation_notice,
+};
 pub use redact::{
     LINE_MAX, MAX_HELD, MAX_TOKEN, MIN_EXACT_SECRET_LEN, RedactError, RedactStream, Redactor,
 };
