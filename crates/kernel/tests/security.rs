@@ -352,12 +352,26 @@ fn a_secret_is_masked_wherever_a_line_or_a_traceback_is_cut() {
             );
         }
 
+        // One line over the runner's bound: left out whole, the exception's
+        // type stands in for it.
+        let code = format!("raise ValueError('A' * 1_500_000 + {HOST_SECRET:?})");
+        let r = f.run_as("cuts", &code).await;
+        assert_eq!(r.status, Status::Error, "{}", show(&r));
+        assert!(
+            r.output
+                .ends_with("ValueError: (message too long to show)\n"),
+            "{}",
+            &r.output[r.output.len().saturating_sub(300)..]
+        );
+        assert!(r.output.len() < 10_000, "{}", r.output.len());
+        assert_eq!(pieces_of(HOST_SECRET, &r.output), Vec::<String>::new());
+
         assert!(
             journal.flush(std::time::Duration::from_secs(20)),
             "journal did not flush"
         );
         let rows = Journal::history(&db, &HistoryQuery::session("cuts")).unwrap();
-        assert_eq!(rows.len(), 3);
+        assert_eq!(rows.len(), 4);
         for row in &rows {
             for secret in [HOST_SECRET, OPENAI_KEY] {
                 assert_eq!(pieces_of(secret, &row.output), Vec::<String>::new());
