@@ -103,9 +103,12 @@ _LINECACHE_BUDGET = 64 * 1024 * 1024
 _compile_cache = {}
 _CACHE_ENTRIES = 64
 _CACHE_SRC_MAX = 4096
-# A traceback longer than this (in characters) keeps only its head and tail,
-# so a result frame stays far below the host's maximum frame length.
-_MAX_TRACEBACK = 1 << 20
+# A traceback longer than this (in characters) keeps only its head and tail
+# lines, so a result frame stays below the host's maximum frame length (64 MiB;
+# at most 6 bytes per character once JSON-escaped). It is large so that a long
+# exception message reaches the host whole: the host redacts it, then cuts it
+# to max_stderr_bytes, and only a cut after redaction may fall inside a line.
+_MAX_TRACEBACK = 4 << 20
 # A request line longer than this is discarded (the host never sends one).
 _MAX_REQUEST = 512 * 1024 * 1024
 

@@ -1492,7 +1492,7 @@ fn clip(text: &str, max: usize) -> String {
 
 /// The traceback as it goes into `output`: within `cap` bytes (the stderr
 /// cap), a head (40%) and a tail (60%) around a notice, like a captured
-/// stream. The runner already bounds it (2^20 characters), but a cell that
+/// stream. The runner already bounds it (2^22 characters, whole lines), but a cell that
 /// raises a megabyte-long message or recurses 100k frames deep must not put
 /// more than the configured caps into one result.
 fn cap_traceback(traceback: &str, cap: usize) -> std::borrow::Cow<'_, str> {

@@ -259,7 +259,7 @@ async fn a_cell_that_redirects_or_closes_its_fds_cannot_cut_the_protocol() {
 }
 
 const CUTS: &str = "a_secret_is_masked_wherever_a_line_or_a_traceback_is_cut";
-const HOST_SECRET: &str = "hunter2-Qz7vX9wK3mP5bT8y";
+const HOST_SECRET: &str = "hunter2-Qz7vX9wK3mP5bT8yR4nL6cJ2hD0sF1gA";
 const OPENAI_KEY: &str = "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";
 
 /// Every 5-byte piece of `secret` that occurs in `text`.
@@ -274,8 +274,8 @@ fn pieces_of(secret: &str, text: &str) -> Vec<String> {
 /// A host secret glued to 16 KiB of filler, and an OpenAI key in a `&pw=`
 /// value where the redactor used to cut a long line, are masked in the
 /// result, the spill file and the journal; a traceback over the runner's
-/// 1 MiB bound (with the host's stderr cap above it) is cut by the runner
-/// at line boundaries only, so no part of a secret is left at the cut.
+/// bound (with the host's stderr cap above it) is cut by the runner at line
+/// boundaries only, so no part of a secret is left at the cut.
 #[test]
 fn a_secret_is_masked_wherever_a_line_or_a_traceback_is_cut() {
     if !common::is_child(CUTS) {
@@ -329,9 +329,9 @@ fn a_secret_is_masked_wherever_a_line_or_a_traceback_is_cut() {
             );
         }
 
-        // 60 000 lines of the secret: 1.5 MB of traceback, over the runner's
-        // bound of 2^20 characters, whose old head/tail cut fell inside a line.
-        let code = format!("raise ValueError(('{HOST_SECRET}\\n') * 60000)");
+        // 200 000 lines of the secret: 8 MB of traceback, over the runner's
+        // bound of 2^22 characters (its old head/tail cut fell inside a line).
+        let code = format!("raise ValueError(('{HOST_SECRET}\\n') * 200_000)");
         let r = f.run_as("cuts", &code).await;
         assert_eq!(r.status, Status::Error, "{}", show(&r));
         let stderr = r.output.split_once("--- stderr ---\n").unwrap().1;
@@ -354,7 +354,7 @@ fn a_secret_is_masked_wherever_a_line_or_a_traceback_is_cut() {
 
         // One line over the runner's bound: left out whole, the exception's
         // type stands in for it.
-        let code = format!("raise ValueError('A' * 1_500_000 + {HOST_SECRET:?})");
+        let code = format!("raise ValueError('A' * 5_000_000 + {HOST_SECRET:?})");
         let r = f.run_as("cuts", &code).await;
         assert_eq!(r.status, Status::Error, "{}", show(&r));
         assert!(
