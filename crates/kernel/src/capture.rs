@@ -141,19 +141,17 @@ impl Spill {
 }
 
 fn open_spill(target: &SpillTarget) -> std::io::Result<(PathBuf, File)> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&target.dir)?;
-    let rand = toolcell_protocol::random_hex(4).unwrap_or_else(|_| "0000".into());
-    let path = target.dir.join(format!("{}-{rand}.txt", target.prefix));
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    Ok((path, file))
+    // The spill dir is verified private (ours, 0700, no planted link) and
+    // the file made inside it through its fd (O_EXCL | O_NOFOLLOW, 0600).
+    let dir = toolcell_rpc::private_dir::PrivateDir::ensure(&target.dir)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))?;
+    let rand = toolcell_protocol::random_hex(4)
+        .map_err(|e| std::io::Error::other(format!("no randomness for a spill file name: {e}")))?;
+    let name = format!("{}-{rand}.txt", target.prefix);
+    let file = dir
+        .create_file(&name)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok((dir.path().join(name), file))
 }
 
 impl Capture {

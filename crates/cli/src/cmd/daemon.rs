@@ -487,13 +487,8 @@ pub fn exec_in_session(
         if let Some(m) = &args.overrides.mode {
             params["mode"] = json!(m);
         }
-        if let Some(t) = &args.overrides.tools {
-            params["tools"] = json!(
-                t.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .collect::<Vec<_>>()
-            );
+        if let Some(t) = host::tool_list(args.overrides.tools.as_deref()) {
+            params["tools"] = json!(t);
         }
         // Ctrl-C interrupts the cell in the daemon (the session survives).
         let sock = p.socket.clone();

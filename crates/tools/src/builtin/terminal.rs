@@ -121,6 +121,7 @@ impl Tool for Terminal {
             root: pid,
             pgid: Some(pid),
             marker: Some((MARKER_VAR.to_string(), marker)),
+            cgroup: None,
         };
 
         let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
