@@ -1565,28 +1565,15 @@ fn clip(text: &str, max: usize) -> String {
 
 /// The traceback as it goes into `output`: within `cap` bytes (the stderr
 /// cap), a head (40%) and a tail (60%) around a notice, like a captured
-/// stream. The runner already bounds it (2^20 characters), but a cell that
+/// stream. The runner already bounds it (2^22 characters, whole lines), but a cell that
 /// raises a megabyte-long message or recurses 100k frames deep must not put
 /// more than the configured caps into one result.
 fn cap_traceback(traceback: &str, cap: usize) -> std::borrow::Cow<'_, str> {
-    let total = traceback.len();
-    if total <= cap {
-        return std::borrow::Cow::Borrowed(traceback);
+    use toolcell_redact::{HeadTailCut, Unit};
+    match HeadTailCut::plan(traceback, cap, Unit::Bytes) {
+        None => std::borrow::Cow::Borrowed(traceback),
+        Some(cut) => std::borrow::Cow::Owned(cut.render(traceback, "TRACEBACK")),
     }
-    let mut head = cap * 2 / 5;
-    while !traceback.is_char_boundary(head) {
-        head -= 1;
-    }
-    let mut tail = total - (cap - cap * 2 / 5);
-    while !traceback.is_char_boundary(tail) {
-        tail += 1;
-    }
-    std::borrow::Cow::Owned(format!(
-        "{}\n\n... [TRACEBACK TRUNCATED - {} bytes omitted out of {total} total] ...\n\n{}",
-        &traceback[..head],
-        tail - head,
-        &traceback[tail..]
-    ))
 }
 
 fn truncation_warning(name: &str, c: &Captured) -> Option<String> {
