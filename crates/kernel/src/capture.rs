@@ -146,7 +146,8 @@ fn open_spill(target: &SpillTarget) -> std::io::Result<(PathBuf, File)> {
         .recursive(true)
         .mode(0o700)
         .create(&target.dir)?;
-    let rand = toolcell_protocol::random_hex(4).unwrap_or_else(|_| "0000".into());
+    // No fallback name: a failing random source is a spill error.
+    let rand = toolcell_protocol::random_hex(4).map_err(std::io::Error::other)?;
     let path = target.dir.join(format!("{}-{rand}.txt", target.prefix));
     let file = std::fs::OpenOptions::new()
         .write(true)
