@@ -518,21 +518,22 @@ impl Kernel {
         let procs_fd = cgroup
             .as_ref()
             .and_then(toolcell_tools::cgroup::KernelCgroup::procs_fd);
-        // Landlock: the ruleset is built here (it opens directories); the
-        // child only enforces it. It lives until the child has exec'd.
+        // Landlock and seccomp: the ruleset and the filter are built here
+        // (they open directories, allocate); the child only enforces them.
+        // They live until the child has exec'd.
         let confinement = if spec.confine {
             let writable = vec![dir.clone(), spec.cwd.clone(), std::env::temp_dir()];
             Some(crate::confine::Confinement::prepare(&writable)?)
         } else {
             None
         };
-        let ruleset_fd = confinement
+        let child_confinement = confinement
             .as_ref()
-            .map(crate::confine::Confinement::raw_fd);
+            .map(crate::confine::Confinement::for_child);
         let limits = spec.limits;
         // SAFETY: only async-signal-safe calls (dup2, fcntl, setsid,
-        // setrlimit, sigaction, prctl, landlock_restrict_self) run between
-        // fork and exec.
+        // setrlimit, sigaction, prctl, landlock_restrict_self, seccomp) run
+        // between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
                 // Into the kernel's cgroup first, so everything after —
@@ -543,8 +544,8 @@ impl Kernel {
                     return Err(std::io::Error::last_os_error());
                 }
                 limits.apply_in_child()?;
-                if let Some(fd) = ruleset_fd {
-                    crate::confine::Confinement::restrict_in_child(fd)?;
+                if let Some(c) = &child_confinement {
+                    c.restrict()?;
                 }
                 // Move both to high fds first (close-on-exec), so neither
                 // dup2 below can clobber the other; dup2 onto 3 and 4 then
@@ -824,11 +825,16 @@ impl Kernel {
         self.kill(grace).await;
     }
 
-    /// Runs one cell.
-    pub async fn execute(&mut self, code: &str, opts: &CellOptions) -> CellOutcome {
+    /// Runs one cell. `id` is fresh and random ([`crate::ids::CellId`]): the result is
+    /// accepted only with it.
+    pub async fn execute(
+        &mut self,
+        id: &crate::ids::CellId,
+        code: &str,
+        opts: &CellOptions,
+    ) -> CellOutcome {
         let started = Instant::now();
-        let id = toolcell_protocol::random_hex(8)
-            .unwrap_or_else(|_| format!("{:x}", self.execution_count + 1));
+        let id = id.as_str().to_string();
         let deadline = started + opts.timeout;
         let next_count = self.execution_count + 1;
         let mut streams = [
