@@ -272,6 +272,7 @@ pub fn exit_on_signals(registry: Arc<Registry>) {
         };
         SIGNAL_EXIT.store(code, std::sync::atomic::Ordering::SeqCst);
         registry.shutdown_all().await;
+        toolcell_tools::process::kill_adopted(&[]);
         flush_journal(&registry);
         std::process::exit(i32::from(code));
     });

@@ -287,6 +287,10 @@ pub struct CellOutcome {
 /// A live kernel.
 pub struct Kernel {
     spec: KernelSpec,
+    /// The kernel's own cgroup, where the machine allows one: every process
+    /// the cell starts stays in it, whatever it does to its session or
+    /// environment, and dies with the kernel.
+    cgroup: Option<toolcell_tools::cgroup::KernelCgroup>,
     dir: PathBuf,
     child: tokio::process::Child,
     pid: u32,
@@ -505,26 +509,43 @@ impl Kernel {
             .stderr(Stdio::piped());
         let r = req_r.as_raw_fd();
         let runner_fd = runner.as_raw_fd();
-        // Landlock: the ruleset is built here (it opens directories); the
-        // child only enforces it. It lives until the child has exec'd.
+        let mut cgroup = match toolcell_tools::cgroup::HostCgroup::get() {
+            Some(host) => Some(host.kernel(&spec.id).map_err(io_err(
+                "creating the kernel's cgroup (set TOOLCELL_CGROUP=off to do without)",
+            ))?),
+            None => None,
+        };
+        let procs_fd = cgroup
+            .as_ref()
+            .and_then(toolcell_tools::cgroup::KernelCgroup::procs_fd);
+        // Landlock and seccomp: the ruleset and the filter are built here
+        // (they open directories, allocate); the child only enforces them.
+        // They live until the child has exec'd.
         let confinement = if spec.confine {
             let writable = vec![dir.clone(), spec.cwd.clone(), std::env::temp_dir()];
             Some(crate::confine::Confinement::prepare(&writable)?)
         } else {
             None
         };
-        let ruleset_fd = confinement
+        let child_confinement = confinement
             .as_ref()
-            .map(crate::confine::Confinement::raw_fd);
+            .map(crate::confine::Confinement::for_child);
         let limits = spec.limits;
         // SAFETY: only async-signal-safe calls (dup2, fcntl, setsid,
-        // setrlimit, sigaction, prctl, landlock_restrict_self) run between
-        // fork and exec.
+        // setrlimit, sigaction, prctl, landlock_restrict_self, seccomp) run
+        // between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
+                // Into the kernel's cgroup first, so everything after —
+                // the runner's first instruction included — is inside.
+                if let Some(fd) = procs_fd
+                    && nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
                 limits.apply_in_child()?;
-                if let Some(fd) = ruleset_fd {
-                    crate::confine::Confinement::restrict_in_child(fd)?;
+                if let Some(c) = &child_confinement {
+                    c.restrict()?;
                 }
                 // Move both to high fds first (close-on-exec), so neither
                 // dup2 below can clobber the other; dup2 onto 3 and 4 then
@@ -551,6 +572,9 @@ impl Kernel {
             .map_err(io_err(format!("launching {}", spec.interpreter.display())))?;
         drop(req_r);
         drop(runner);
+        if let Some(cg) = cgroup.as_mut() {
+            cg.spawned();
+        }
         drop(confinement);
         let pid = child.id().unwrap_or(0);
         let requests = tokio::net::unix::pipe::Sender::from_owned_fd(req_w)
@@ -605,6 +629,7 @@ impl Kernel {
             watch,
             pumps_busy: busy,
             spec,
+            cgroup,
         };
         let hello = Request::Hello(Hello {
             sentinel: sentinel.as_str().to_string(),
@@ -760,6 +785,7 @@ impl Kernel {
             root: self.pid,
             pgid: Some(self.pid),
             marker: Some(("TOOLCELL_RPC".to_string(), self.sentinel_marker_env.clone())),
+            cgroup: self.cgroup.as_ref().map(|c| c.dir().to_path_buf()),
         }
     }
 
@@ -799,11 +825,16 @@ impl Kernel {
         self.kill(grace).await;
     }
 
-    /// Runs one cell.
-    pub async fn execute(&mut self, code: &str, opts: &CellOptions) -> CellOutcome {
+    /// Runs one cell. `id` is fresh and random ([`crate::ids::CellId`]): the result is
+    /// accepted only with it.
+    pub async fn execute(
+        &mut self,
+        id: &crate::ids::CellId,
+        code: &str,
+        opts: &CellOptions,
+    ) -> CellOutcome {
         let started = Instant::now();
-        let id = toolcell_protocol::random_hex(8)
-            .unwrap_or_else(|_| format!("{:x}", self.execution_count + 1));
+        let id = id.as_str().to_string();
         let deadline = started + opts.timeout;
         let next_count = self.execution_count + 1;
         let mut streams = [

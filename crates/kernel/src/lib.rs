@@ -90,6 +90,8 @@ pub mod capture;
 pub mod config;
 pub mod confine;
 pub mod env;
+pub mod figures;
+pub mod ids;
 pub mod interpreter;
 #[cfg(feature = "journal")]
 pub mod journal;

@@ -26,7 +26,7 @@ use crate::capture::Captured;
 use crate::kernel::{
     CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, TimeoutPolicy, last_lines,
 };
-use crate::result::{Display, ExecuteResult, KernelInfo, Status, Usage, round2};
+use crate::result::{ExecuteResult, KernelInfo, Status, Usage, round2};
 
 /// Keys remembered after their kernel is gone, for `state_reset`.
 const RETIRED_MEMORY: usize = 4096;
@@ -109,6 +109,17 @@ pub struct RegistryOptions {
     /// Only with the `journal` feature (on by default).
     #[cfg(feature = "journal")]
     pub journal: Option<crate::journal::Journal>,
+}
+
+impl RegistryOptions {
+    /// Whether results are journaled (always false without the `journal`
+    /// feature).
+    fn journaling(&self) -> bool {
+        #[cfg(feature = "journal")]
+        return self.journal.is_some();
+        #[cfg(not(feature = "journal"))]
+        false
+    }
 }
 
 impl Default for RegistryOptions {
@@ -542,6 +553,11 @@ pub enum RegistryError {
     /// `confine = true` but this system cannot confine kernels.
     #[error(transparent)]
     Confine(#[from] crate::confine::ConfineError),
+    /// `confine = true` where nothing keeps a kernel off control sockets.
+    #[error(
+        "[execution] confine = true needs a writable cgroup v2 hierarchy (root, or a delegated subtree) so that a confined kernel cannot drive a toolcell daemon's socket; none is available here (or TOOLCELL_CGROUP=off is set)"
+    )]
+    NoControlFence,
 }
 
 /// Owns kernels and runs cells in them. Dropping it kills every kernel.
@@ -618,6 +634,12 @@ impl Registry {
         if opts.confine {
             // Never silently unconfined: no Landlock, no registry.
             crate::confine::check_supported()?;
+            // Confined kernels must not reach a host's control socket (a
+            // pathname socket, which Landlock does not cover): the daemon
+            // refuses peers in a kernel's cgroup. Without cgroups, say so.
+            if toolcell_tools::cgroup::HostCgroup::get().is_none() {
+                return Err(RegistryError::NoControlFence);
+            }
         }
         let root = verified_root(opts.kernels_root.as_deref())?;
         let swept = sweep_stale(&root);
@@ -787,14 +809,25 @@ impl Registry {
             }
         };
         let per_call = inner.opts.kernel_mode == KernelMode::PerCall;
-        let owner = if per_call {
-            format!(
-                "{}\u{0}per-call-{}",
-                req.owner,
-                toolcell_protocol::random_hex(8).unwrap_or_default()
-            )
-        } else {
-            req.owner.clone()
+        // Random ids come first: a failing random source fails the cell
+        // before anything starts, never a predictable id (crate::ids).
+        let random = crate::ids::CellId::generate().and_then(|cell| {
+            let owner = if per_call {
+                crate::ids::per_call_owner(&req.owner)?
+            } else {
+                req.owner.clone()
+            };
+            Ok((cell, owner))
+        });
+        let (cell_id, owner) = match random {
+            Ok(r) => r,
+            Err(e) => {
+                return ExecuteResult::not_run(
+                    Status::Error,
+                    format!("{e}; none of the code ran"),
+                    blank,
+                );
+            }
         };
         let key = SessionKey {
             owner,
@@ -951,7 +984,15 @@ impl Registry {
             live: req.live.clone(),
             interrupt: token.clone(),
         };
-        let mut outcome = kernel.execute(&req.code, &opts).await;
+        let mut outcome = kernel.execute(&cell_id, &req.code, &opts).await;
+        // The runner's figure list is the cell's to forge: only checked
+        // entries reach the result, read before the kernel's directory can go.
+        let figures = crate::figures::check(
+            kernel.dir(),
+            &runner_display(&mut outcome.ending),
+            &inner.redactor,
+            inner.opts.journaling(),
+        );
         if refill {
             fill_pool(inner);
         }
@@ -1022,6 +1063,13 @@ impl Registry {
             cx
         };
         let mut result = build_result(outcome, info, hint_cx, &opts, inner.opts.max_tool_calls);
+        if let Some(w) = figures.warning() {
+            result.warning = Some(match result.warning.take() {
+                Some(before) => format!("{before} {w}"),
+                None => w,
+            });
+        }
+        result.display = figures.display;
         result.duration_seconds = round2(t0.elapsed().as_secs_f64());
         result
     }
@@ -1278,7 +1326,7 @@ async fn spawn_kernel(
     shape: &Shape,
     tools: &[Arc<dyn toolcell_tools::DynTool>],
 ) -> Result<Kernel, String> {
-    let id = format!("k-{}", toolcell_protocol::random_hex(8).unwrap_or_default());
+    let id = crate::ids::kernel_id().map_err(|e| format!("cannot name a new kernel: {e}"))?;
     let (kcwd, owned_cwd) = if shape.mode == Mode::Strict {
         let dir = toolcell_rpc::private_dir::PrivateDir::ensure(&inner.root)
             .and_then(|root| root.create_dir(&format!("{id}-work")))
@@ -1559,28 +1607,15 @@ fn clip(text: &str, max: usize) -> String {
 
 /// The traceback as it goes into `output`: within `cap` bytes (the stderr
 /// cap), a head (40%) and a tail (60%) around a notice, like a captured
-/// stream. The runner already bounds it (2^20 characters), but a cell that
+/// stream. The runner already bounds it (2^22 characters, whole lines), but a cell that
 /// raises a megabyte-long message or recurses 100k frames deep must not put
 /// more than the configured caps into one result.
 fn cap_traceback(traceback: &str, cap: usize) -> std::borrow::Cow<'_, str> {
-    let total = traceback.len();
-    if total <= cap {
-        return std::borrow::Cow::Borrowed(traceback);
+    use toolcell_redact::{HeadTailCut, Unit};
+    match HeadTailCut::plan(traceback, cap, Unit::Bytes) {
+        None => std::borrow::Cow::Borrowed(traceback),
+        Some(cut) => std::borrow::Cow::Owned(cut.render(traceback, "TRACEBACK")),
     }
-    let mut head = cap * 2 / 5;
-    while !traceback.is_char_boundary(head) {
-        head -= 1;
-    }
-    let mut tail = total - (cap - cap * 2 / 5);
-    while !traceback.is_char_boundary(tail) {
-        tail += 1;
-    }
-    std::borrow::Cow::Owned(format!(
-        "{}\n\n... [TRACEBACK TRUNCATED - {} bytes omitted out of {total} total] ...\n\n{}",
-        &traceback[..head],
-        tail - head,
-        &traceback[tail..]
-    ))
 }
 
 fn truncation_warning(name: &str, c: &Captured) -> Option<String> {
@@ -1606,6 +1641,16 @@ fn truncation_warning(name: &str, c: &Captured) -> Option<String> {
     Some(w)
 }
 
+/// Takes the runner's (unchecked) `display` list out of a cell's ending.
+fn runner_display(ending: &mut Ending) -> Vec<toolcell_protocol::Display> {
+    match ending {
+        Ending::Answered(r) | Ending::TimedOutKept(r) | Ending::InterruptedKept(r) => {
+            std::mem::take(&mut r.display)
+        }
+        _ => Vec::new(),
+    }
+}
+
 fn build_result(
     outcome: CellOutcome,
     mut kernel: KernelInfo,
@@ -1627,21 +1672,12 @@ fn build_result(
     let grace_s = opts.interrupt_grace.as_secs_f64();
     let mut stdin_requested = false;
     let mut usage = None;
-    let mut display = Vec::new();
     let mut take_runner = |r: &toolcell_protocol::CellResult| {
         stdin_requested = r.stdin_requested;
         usage = Some(Usage {
             cpu_seconds: round2(r.usage.cpu_seconds),
             peak_rss_kb: r.usage.peak_rss_kb,
         });
-        display = r
-            .display
-            .iter()
-            .map(|d| Display {
-                mime: d.mime.clone(),
-                path: d.path.clone(),
-            })
-            .collect();
     };
     let (status, exit_code, error, killed_by_timeout) = match &ending {
         Ending::Answered(r) => {
@@ -1812,6 +1848,7 @@ fn build_result(
         stdout_spill_path: stdout.spill_path.map(|p| p.display().to_string()),
         stdin_requested,
         usage,
-        display,
+        // Set by the caller from the checked figures (crate::figures).
+        display: Vec::new(),
     }
 }

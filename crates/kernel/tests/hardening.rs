@@ -162,3 +162,55 @@ fn another_user_racing_the_kernels_root_never_gets_code_run() {
         "kernels were made in the planted root: {ours:?}"
     );
 }
+
+/// A process that clears its environment and starts a new session, so no
+/// marker, group or parent link leads to it, is still killed with its kernel
+/// (its cgroup, where the machine has cgroup v2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_env_cleared_setsid_orphan_dies_with_its_kernel() {
+    if toolcell_tools::cgroup::HostCgroup::get().is_none() {
+        println!(
+            "skipped: no writable cgroup v2 here (the binary's subreaper path is tested in the cli)"
+        );
+        return;
+    }
+    let fx = Fixture::new();
+    let tag = format!("77{}", std::process::id() % 100_000);
+    let code = format!(
+        "import subprocess\nsubprocess.run(['/bin/sh', '-c', 'env -i setsid sleep {tag} </dev/null >/dev/null 2>&1 &'])\n"
+    );
+    assert_success(&fx.run(&code).await);
+    let find = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .map(|c| {
+                        String::from_utf8_lossy(&c).replace('\0', " ").trim()
+                            == format!("sleep {tag}")
+                    })
+                    .unwrap_or(false)
+            })
+            .collect::<Vec<u32>>()
+    };
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || !find().is_empty()).await,
+        "the orphan never started"
+    );
+    let orphan = find()[0];
+    // Its environment has no toolcell marker and it leads its own session.
+    let env = std::fs::read(format!("/proc/{orphan}/environ")).unwrap_or_default();
+    assert!(!String::from_utf8_lossy(&env).contains("TOOLCELL_RPC"));
+    // Resetting the session ends the kernel: the orphan goes with it.
+    assert_success(
+        &fx.reg
+            .execute(ExecuteRequest::new("pass").reset(true))
+            .await,
+    );
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || !alive(orphan)).await,
+        "the setsid orphan {orphan} outlived its kernel"
+    );
+}

@@ -59,7 +59,7 @@ pub enum PrivateDirError {
     },
     /// An ancestor others can write to lacks the sticky bit.
     #[error(
-        "{path} can be written by other users (mode {mode:04o}) and is not sticky, so an entry under it could be swapped — fix its mode or choose another directory"
+        "{path} can be written by other users (mode {mode:04o}) and is not sticky, so an entry under it could be swapped — make it yours with mode 0700 (or sticky, like /tmp) or choose another directory"
     )]
     SharedNotSticky {
         /// The offending ancestor.
@@ -80,6 +80,17 @@ pub enum PrivateDirError {
     NotADirectory {
         /// The offending component.
         path: PathBuf,
+    },
+    /// The directory is ours but others may write to it: entries may have
+    /// been planted.
+    #[error(
+        "{path} can be written by group or others (mode {mode:04o}); it must be yours with mode 0700 — fix its mode (chmod 700) or remove it"
+    )]
+    TooOpen {
+        /// The directory.
+        path: PathBuf,
+        /// Its mode bits.
+        mode: u32,
     },
     /// A name given to create inside a directory is not one plain component.
     #[error("{name:?} is not a plain file name")]
@@ -136,6 +147,22 @@ fn shared(st: &FileStat) -> bool {
 
 fn sticky(st: &FileStat) -> bool {
     st.st_mode & 0o1000 != 0
+}
+
+/// A directory of ours that others may only read or enter is tightened to
+/// 0700; one others may write to is refused (they may have planted entries).
+fn tighten(fd: &OwnedFd, st: &FileStat, path: &Path) -> Result<(), PrivateDirError> {
+    let mode = st.st_mode & 0o7777;
+    if mode == 0o700 {
+        return Ok(());
+    }
+    if mode & 0o022 != 0 {
+        return Err(PrivateDirError::TooOpen {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    fchmod(fd.as_fd(), Mode::from_bits_truncate(0o700)).map_err(io("tightening the mode of", path))
 }
 
 impl PrivateDir {
@@ -220,10 +247,7 @@ impl PrivateDir {
                 ours,
             });
         }
-        if st.st_mode & 0o7777 != 0o700 {
-            fchmod(fd.as_fd(), Mode::from_bits_truncate(0o700))
-                .map_err(io("tightening the mode of", &path))?;
-        }
+        tighten(&fd, &st, &path)?;
         Ok(Self { path, fd })
     }
 
@@ -394,10 +418,7 @@ impl PrivateDir {
                 ours,
             });
         }
-        if st.st_mode & 0o7777 != 0o700 {
-            fchmod(fd.as_fd(), Mode::from_bits_truncate(0o700))
-                .map_err(io("tightening the mode of", &path))?;
-        }
+        tighten(&fd, &st, &path)?;
         Ok(Self { path, fd })
     }
 
@@ -481,13 +502,17 @@ mod tests {
     }
 
     #[test]
-    fn a_loose_directory_of_ours_is_tightened() {
+    fn a_readable_directory_of_ours_is_tightened_and_a_writable_one_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("d");
         std::fs::create_dir(&p).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         PrivateDir::ensure(&p).unwrap();
         assert_eq!(mode(&p), 0o700);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = PrivateDir::ensure(&p).unwrap_err();
+        assert!(matches!(e, PrivateDirError::TooOpen { .. }), "{e}");
+        assert!(e.to_string().contains("0700"), "{e}");
     }
 
     #[test]
