@@ -8,6 +8,7 @@
 //!
 //! Real kernels, a real journal, and (for the host-secret tests) a host
 //! process of its own whose environment holds the secret from the start.
+#![cfg(feature = "journal")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -99,7 +100,8 @@ fn json(r: &ExecuteResult) -> String {
     serde_json::to_string(r).unwrap()
 }
 
-const FORGED: &str = "forged_display_entries_are_dropped_with_a_warning_and_nothing_is_read_from_their_paths";
+const FORGED: &str =
+    "forged_display_entries_are_dropped_with_a_warning_and_nothing_is_read_from_their_paths";
 
 #[test]
 fn forged_display_entries_are_dropped_with_a_warning_and_nothing_is_read_from_their_paths() {

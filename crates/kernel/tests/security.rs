@@ -258,11 +258,15 @@ async fn a_cell_that_redirects_or_closes_its_fds_cannot_cut_the_protocol() {
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "yes!");
 }
 
+#[cfg(feature = "journal")]
 const CUTS: &str = "a_secret_is_masked_wherever_a_line_or_a_traceback_is_cut";
+#[cfg(feature = "journal")]
 const HOST_SECRET: &str = "hunter2-Qz7vX9wK3mP5bT8yR4nL6cJ2hD0sF1gA";
+#[cfg(feature = "journal")]
 const OPENAI_KEY: &str = "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";
 
 /// Every 5-byte piece of `secret` that occurs in `text`.
+#[cfg(feature = "journal")]
 fn pieces_of(secret: &str, text: &str) -> Vec<String> {
     (0..=secret.len() - 5)
         .map(|i| &secret[i..i + 5])
@@ -277,6 +281,7 @@ fn pieces_of(secret: &str, text: &str) -> Vec<String> {
 /// bound (with the host's stderr cap above it) is cut by the runner at line
 /// boundaries only, so no part of a secret is left at the cut.
 #[test]
+#[cfg(feature = "journal")]
 fn a_secret_is_masked_wherever_a_line_or_a_traceback_is_cut() {
     if !common::is_child(CUTS) {
         common::run_child(CUTS, &[("TOOLCELL_TEST_API_KEY", HOST_SECRET)]);
