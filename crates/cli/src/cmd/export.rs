@@ -17,7 +17,8 @@ use crate::host::{self, Overrides};
                   execution counts, stdout/stderr streams, error outputs with the traceback, PNG \
                   figures embedded while their files still exist, a markdown note wherever a new \
                   kernel started), a percent-format Python script (py: `# %%` cells, outputs as \
-                  comments) or Markdown (md). Output goes to stdout, or to FILE with -o."
+                  comments) or Markdown (md). Output goes to stdout, or to FILE with -o. A session with \
+                  no cells in the journal is an error (exit 1), as in `toolcell history`."
 )]
 pub struct Args {
     /// The session to export.
@@ -43,11 +44,7 @@ pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
     let path = cfg.journal_path();
     let rows = Journal::history(&path, &HistoryQuery::session(args.session.clone()))?;
     if rows.is_empty() {
-        anyhow::bail!(
-            "no cells of session {:?} in the journal {} (see `toolcell history`)",
-            args.session,
-            path.display()
-        );
+        return Err(crate::cmd::history::no_cells_of(&args.session, &path));
     }
     let text = journal::export(&rows, format);
     match &args.output {
