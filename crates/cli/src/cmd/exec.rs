@@ -105,6 +105,17 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
     };
     let cfg = host::load_config(config, &overrides)?;
     let tools = host::tool_list(args.overrides.tools.as_deref());
+    if let Some(t) = &tools {
+        let enabled = &cfg.tools.enabled;
+        if let Some(bad) = t.iter().find(|n| !enabled.contains(n)) {
+            // The user's to fix (exit 2), not a cell that failed.
+            return Err(host::usage(format!(
+                "--tools: `{bad}` is not an enabled tool; --tools may only narrow [tools] \
+                 enabled ({})",
+                enabled.join(", ")
+            )));
+        }
+    }
     let cwd = args.abs_cwd()?;
     if let Some(session) = &args.session {
         return crate::cmd::daemon::exec_in_session(config, &args, session, code);
