@@ -517,14 +517,24 @@ fn serve_flags_reach_every_session() {
     assert_eq!(r["result"]["kernel"]["mode"], "strict");
     let r = s.call(2, "execute", json!({"code": "import time; time.sleep(20)"}));
     assert_eq!(r["result"]["status"], "timeout");
-    // A per-request value wins over the flag.
+    // A per-request value wins over the flag (tools may only narrow).
     let r = s.call(
         3,
         "execute",
-        json!({"session": "p", "code": "import time; time.sleep(1.5); print('ok')", "timeout": 10, "mode": "project", "tools": ["terminal"]}),
+        json!({"session": "p", "code": "import time; time.sleep(1.5); print('ok')", "timeout": 10, "mode": "project", "tools": ["read_file"]}),
     );
     assert_eq!(r["result"]["status"], "success", "{r}");
     assert_eq!(r["result"]["kernel"]["mode"], "project");
+    let r = s.call(
+        4,
+        "execute",
+        json!({"session": "p", "code": "print('ran')", "tools": ["terminal"]}),
+    );
+    assert_eq!(r["result"]["status"], "error", "{r}");
+    assert!(
+        r["result"]["error"].as_str().unwrap().contains("narrow"),
+        "{r}"
+    );
 }
 
 #[test]
