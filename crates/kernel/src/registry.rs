@@ -1585,6 +1585,9 @@ async fn fill_loop(inner: Weak<Inner>) {
                 p.ready.push(k);
             }
             (Ok(_), _) => return,
+            // Closed: the host is stopping, and a spawn cut short by it
+            // (its runtime shutting down) is no news.
+            (Err(_), _) if p.closed => return,
             (Err(e), _) => {
                 // No retry loop: the next session that misses tries again.
                 tracing::warn!("warm pool: cannot start a kernel: {e}");
