@@ -275,7 +275,11 @@ pub const BLOCKED_SYSCALLS: &[(&str, i64)] = {
 };
 
 /// No filter is built for other architectures: `confine = true` is refused.
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64")))]
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+)))]
 pub const BLOCKED_SYSCALLS: &[(&str, i64)] = &[];
 
 /// The compiled seccomp program: `EPERM` for [`BLOCKED_SYSCALLS`] (for
@@ -316,7 +320,11 @@ pub fn seccomp_program() -> Result<seccompiler::BpfProgram, ConfineError> {
     };
     let mut rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> = BTreeMap::new();
     for &(name, nr) in BLOCKED_SYSCALLS {
-        let r = if name == "ioctl" { ioctl_rules()? } else { Vec::new() };
+        let r = if name == "ioctl" {
+            ioctl_rules()?
+        } else {
+            Vec::new()
+        };
         // x32 calls carry the same numbers with bit 30 set and the x86_64
         // audit arch: block them too.
         if cfg!(target_arch = "x86_64") {
@@ -371,7 +379,11 @@ impl ChildConfinement {
                 .map_err(|_| std::io::Error::from_raw_os_error(nix::libc::E2BIG))?,
             // `seccompiler::sock_filter` is `#[repr(C)]` with the kernel's
             // layout (u16, u8, u8, u32), as `libc::sock_filter`.
-            filter: self.filter.as_ptr().cast::<nix::libc::sock_filter>().cast_mut(),
+            filter: self
+                .filter
+                .as_ptr()
+                .cast::<nix::libc::sock_filter>()
+                .cast_mut(),
         };
         // SAFETY: the kernel copies the program from `prog`, which points at
         // the live, immutable filter; no_new_privs is already set.
@@ -507,15 +519,18 @@ mod tests {
 
     #[test]
     fn a_kernel_that_cannot_install_a_seccomp_filter_is_refused() {
-        let e = check_seccomp(Err(std::io::Error::from_raw_os_error(nix::libc::EINVAL)))
-            .unwrap_err();
+        let e =
+            check_seccomp(Err(std::io::Error::from_raw_os_error(nix::libc::EINVAL))).unwrap_err();
         assert!(matches!(e, ConfineError::Seccomp { .. }));
         let text = e.to_string();
         assert!(
             text.starts_with("execution.confine = true needs a seccomp filter"),
             "{text}"
         );
-        assert!(text.contains("cannot install one (Invalid argument"), "{text}");
+        assert!(
+            text.contains("cannot install one (Invalid argument"),
+            "{text}"
+        );
         // Here (x86_64, seccomp available) it passes, and the program
         // blocks every listed call and its x32 twin.
         check_seccomp(seccomp_probe()).unwrap();

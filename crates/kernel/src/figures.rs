@@ -244,7 +244,11 @@ fn replace(dir: &OwnedFd, name: &OsStr, bytes: &[u8]) -> std::io::Result<()> {
             .map_err(std::io::Error::from)
     });
     if renamed.is_err() {
-        let _ = nix::unistd::unlinkat(dir, tmp.as_os_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+        let _ = nix::unistd::unlinkat(
+            dir,
+            tmp.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
     }
     renamed
 }

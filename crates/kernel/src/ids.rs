@@ -121,7 +121,10 @@ mod tests {
             b.fill(0x5a);
             Ok(())
         };
-        assert_eq!(CellId::generate_with(fixed).unwrap().as_str(), "5a5a5a5a5a5a5a5a");
+        assert_eq!(
+            CellId::generate_with(fixed).unwrap().as_str(),
+            "5a5a5a5a5a5a5a5a"
+        );
         assert_eq!(kernel_id_with(fixed).unwrap(), "k-5a5a5a5a5a5a5a5a");
         assert_eq!(
             per_call_owner_with("bob", fixed).unwrap(),

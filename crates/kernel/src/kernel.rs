@@ -483,10 +483,22 @@ impl Kernel {
         write_in(&dir_handle, "toolcell_tools.py", &stub)
             .map_err(io_err("writing toolcell_tools.py"))?;
 
+        let mut cgroup = match toolcell_tools::cgroup::HostCgroup::get() {
+            Some(host) => Some(host.kernel(&spec.id).map_err(io_err(
+                "creating the kernel's cgroup (set TOOLCELL_CGROUP=off to do without)",
+            ))?),
+            None => None,
+        };
+        // Only this kernel (and what it starts: the same cgroup) may use its
+        // tool socket; another kernel holding a stolen token may not.
+        let rpc_config = match &cgroup {
+            Some(cg) => ServerConfig::default().peer_cgroup(cg.proc_path()),
+            None => ServerConfig::default(),
+        };
         let server = if spec.rpc_tcp {
             Server::bind_tcp(Arc::clone(&spec.dispatch), ServerConfig::default())?
         } else {
-            Server::bind_unix(&dir, Arc::clone(&spec.dispatch), ServerConfig::default())?
+            Server::bind_unix(&dir, Arc::clone(&spec.dispatch), rpc_config)?
         };
         let mut env = spec.env.clone();
         crate::env::toolcell_vars(&mut env, &dir, server.endpoint(), server.token().expose());
@@ -509,12 +521,6 @@ impl Kernel {
             .stderr(Stdio::piped());
         let r = req_r.as_raw_fd();
         let runner_fd = runner.as_raw_fd();
-        let mut cgroup = match toolcell_tools::cgroup::HostCgroup::get() {
-            Some(host) => Some(host.kernel(&spec.id).map_err(io_err(
-                "creating the kernel's cgroup (set TOOLCELL_CGROUP=off to do without)",
-            ))?),
-            None => None,
-        };
         let procs_fd = cgroup
             .as_ref()
             .and_then(toolcell_tools::cgroup::KernelCgroup::procs_fd);

@@ -370,7 +370,11 @@ async fn chown_xattrs_inode_flags_and_io_uring_are_refused_but_chmod_and_utime_a
     for call in blocked {
         for tag in ["outside", "own"] {
             let key = format!("{call} {tag}");
-            assert_eq!(got.get(&key).map(String::as_str), Some("EPERM"), "{key}: {got:#?}");
+            assert_eq!(
+                got.get(&key).map(String::as_str),
+                Some("EPERM"),
+                "{key}: {got:#?}"
+            );
         }
     }
     assert_eq!(got["io_uring_setup"], "EPERM", "{got:#?}");
@@ -407,10 +411,20 @@ async fn chown_xattrs_inode_flags_and_io_uring_are_refused_but_chmod_and_utime_a
     })
     .unwrap();
     let base = metadata_attempts(&free, &target).await;
-    for key in ["os.chown outside", "os.fchown own", "chown outside", "fchownat own"] {
+    for key in [
+        "os.chown outside",
+        "os.fchown own",
+        "chown outside",
+        "fchownat own",
+    ] {
         assert_eq!(base[key], "ok", "{key}: {base:#?}");
     }
-    for key in ["x32 chown outside", "setxattrat own", "file_setattr own", "io_uring_setup"] {
+    for key in [
+        "x32 chown outside",
+        "setxattrat own",
+        "file_setattr own",
+        "io_uring_setup",
+    ] {
         assert_ne!(base[key], "EPERM", "{key}: {base:#?}");
     }
 }

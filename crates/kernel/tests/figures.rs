@@ -99,7 +99,8 @@ fn json(r: &ExecuteResult) -> String {
     serde_json::to_string(r).unwrap()
 }
 
-const FORGED: &str = "forged_display_entries_are_dropped_with_a_warning_and_nothing_is_read_from_their_paths";
+const FORGED: &str =
+    "forged_display_entries_are_dropped_with_a_warning_and_nothing_is_read_from_their_paths";
 
 #[test]
 fn forged_display_entries_are_dropped_with_a_warning_and_nothing_is_read_from_their_paths() {

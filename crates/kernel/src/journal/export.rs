@@ -317,7 +317,10 @@ fn output_text(r: &CellRecord) -> String {
         if allowed(d) {
             let _ = writeln!(text, "[display {}: {}]", d.mime, d.path);
         } else {
-            let _ = writeln!(text, "[display entry not exported: not an allowed image type]");
+            let _ = writeln!(
+                text,
+                "[display entry not exported: not an allowed image type]"
+            );
         }
     }
     let notes = host_notes(r, parts.traceback.is_some());
