@@ -25,7 +25,9 @@ use similar::TextDiff;
 
 use std::io::Read as _;
 
-use crate::fsutil::{OpenError, StopOnDrop, check_write_target, open_regular, write_atomic};
+use crate::fsutil::{
+    OpenError, StopOnDrop, check_host_path, check_write_target, open_regular, write_atomic,
+};
 use crate::tool::{Tool, ToolContext, ToolError};
 
 /// Files larger than this are refused (they are read whole into memory).
@@ -212,12 +214,15 @@ fn check_target(path: &Path, shown: &str) -> Result<(), ToolError> {
 }
 
 /// The file an in-place edit writes: a symlink's target, so that the link
-/// survives the atomic rename.
-fn edit_target(path: PathBuf) -> PathBuf {
-    match std::fs::symlink_metadata(&path) {
+/// survives the atomic rename. A link into a process's descriptors
+/// (`/proc/<pid>/fd/N`) is refused before it is resolved: resolving it
+/// would name whatever file that descriptor has open.
+fn edit_target(path: PathBuf) -> Result<PathBuf, ToolError> {
+    check_host_path(&path).map_err(|e| ToolError::failed(e.message("patch", "edit", &path)))?;
+    Ok(match std::fs::symlink_metadata(&path) {
         Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(&path).unwrap_or(path),
         _ => path,
-    }
+    })
 }
 
 fn uses_crlf(text: &str) -> bool {
@@ -428,7 +433,7 @@ fn replace_mode(
             "patch: old_string and new_string are identical; nothing would change",
         ));
     }
-    let path = edit_target(resolve(shown));
+    let path = edit_target(resolve(shown))?;
     let text = read_text(&path, shown, cwd)?;
     // A CRLF file edited with \n strings: match and write CRLF.
     let (old, new) = if uses_crlf(&text) && !old_arg.contains('\r') {
@@ -1192,7 +1197,7 @@ fn patch_mode(
                 let p = if move_to.is_some() {
                     resolve(path)
                 } else {
-                    edit_target(resolve(path))
+                    edit_target(resolve(path))?
                 };
                 claim(&p, path, *line)?;
                 let text = read_text(&p, path, cwd)?;
