@@ -2,13 +2,16 @@
 //! default configuration) and the per-tool JSON Schemas.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "web")]
 #[path = "support/golden.rs"]
 mod golden;
 
+#[cfg(feature = "web")]
 use golden::check_golden;
 use toolcell_tools::ToolRegistry;
 use toolcell_tools::schema::{self, ExecuteCodeOptions, Mode, OnTimeout, SchemaFormat};
 
+#[cfg(feature = "web")]
 fn pretty(v: &serde_json::Value) -> String {
     let mut s = serde_json::to_string_pretty(v).unwrap();
     s.push('\n');

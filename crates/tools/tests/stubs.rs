@@ -4,8 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "web")]
 #[path = "support/golden.rs"]
 mod golden;
+#[cfg(feature = "web")]
 use golden::check_golden;
 use std::process::Command;
 use std::sync::Arc;
