@@ -852,8 +852,14 @@ for path in ['/dev/stdin', '/proc/self/fd/0', 'pipe.fifo']:
         (lines[1], "/proc/self/fd/0", "open file descriptor"),
         (lines[2], "pipe.fifo", "FIFO"),
     ] {
-        assert!(line.starts_with(&format!("{path} refused after ")), "{line}");
-        assert!(line.contains(why) && line.contains("regular file"), "{line}");
+        assert!(
+            line.starts_with(&format!("{path} refused after ")),
+            "{line}"
+        );
+        assert!(
+            line.contains(why) && line.contains("regular file"),
+            "{line}"
+        );
         let secs: f64 = line
             .split("after ")
             .nth(1)

@@ -107,7 +107,11 @@ fn stubs_schema_and_tools_show_it() {
     assert!(!module.contains("def shy_tool("));
 
     // `toolcell schema`, each format
-    for format in [SchemaFormat::OpenAi, SchemaFormat::Anthropic, SchemaFormat::Mcp] {
+    for format in [
+        SchemaFormat::OpenAi,
+        SchemaFormat::Anthropic,
+        SchemaFormat::Mcp,
+    ] {
         let def = schema::execute_code_tool(&tools, &config.execute_code_options(), format);
         let text = def.to_string();
         assert!(
@@ -120,7 +124,13 @@ fn stubs_schema_and_tools_show_it() {
     // `toolcell tools`: every registered tool, enabled or not.
     let listed: Vec<String> = reg
         .iter()
-        .map(|t| format!("{}\n    {}", schema::signature(t.as_ref()), schema::summary(t.as_ref())))
+        .map(|t| {
+            format!(
+                "{}\n    {}",
+                schema::signature(t.as_ref()),
+                schema::summary(t.as_ref())
+            )
+        })
         .collect();
     assert!(
         listed
@@ -143,7 +153,9 @@ fn stubs_schema_and_tools_show_it() {
 async fn a_cell_calls_it_with_the_default_options() {
     let f = Fixture::new();
     let r = f
-        .run("from toolcell_tools import count_words\nprint(count_words('one two  three')['words'])")
+        .run(
+            "from toolcell_tools import count_words\nprint(count_words('one two  three')['words'])",
+        )
         .await;
     assert_success(&r);
     assert_eq!(r.output, "3\n", "{}", show(&r));

@@ -56,7 +56,10 @@ fn every_builtin_tool_is_enabled_by_default_and_only_registered_ones_are() {
         assert!(defaults.iter().any(|d| d == name), "{name}: {defaults:?}");
     }
     #[cfg(not(feature = "web"))]
-    assert!(!defaults.iter().any(|d| d.starts_with("web_")), "{defaults:?}");
+    assert!(
+        !defaults.iter().any(|d| d.starts_with("web_")),
+        "{defaults:?}"
+    );
     reg.select(&defaults).unwrap();
 }
 

@@ -24,7 +24,9 @@ fn pretty(v: &serde_json::Value) -> String {
 fn default_configuration_golden_files() {
     let reg = ToolRegistry::builtin().unwrap();
     // The default `[tools] enabled`: derived from the registrations.
-    let tools = reg.select(&toolcell_tools::default_enabled_tools()).unwrap();
+    let tools = reg
+        .select(&toolcell_tools::default_enabled_tools())
+        .unwrap();
     let opts = ExecuteCodeOptions::default();
     for (format, file) in [
         (SchemaFormat::OpenAi, "execute_code.openai.json"),

@@ -90,7 +90,10 @@ async fn fifos_sockets_and_devices_are_refused_by_every_file_tool() {
         json!({"mode": "patch", "patch": "*** Begin Patch\n*** Add File: fifo\n+x\n*** End Patch"}),
     )
     .await;
-    assert!(e.contains("FIFO") && e.contains("Nothing was changed"), "{e}");
+    assert!(
+        e.contains("FIFO") && e.contains("Nothing was changed"),
+        "{e}"
+    );
     let e = refused(
         "patch",
         dir,
@@ -159,7 +162,12 @@ async fn a_processs_own_descriptors_are_refused_however_named() {
             assert!(e.contains("open file descriptor"), "{tool} on {path}: {e}");
         }
     }
-    let e = refused("search_files", dir, json!({"pattern": "x", "path": "/proc/self/fd"})).await;
+    let e = refused(
+        "search_files",
+        dir,
+        json!({"pattern": "x", "path": "/proc/self/fd"}),
+    )
+    .await;
     assert!(e.contains("open file descriptor"), "{e}");
     assert_eq!(std::fs::read_to_string(&held).unwrap(), "host data\n");
     // The file itself, by its real name, is fine.
@@ -285,5 +293,9 @@ async fn read_file_answers_by_the_deadline_and_its_reader_stops() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("cancelled"), "{e}");
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }

@@ -149,14 +149,12 @@ crate::register_tool!(Patch);
 /// `fsutil::open_regular`), be at most [`MAX_FILE_BYTES`] and be UTF-8.
 fn read_text(path: &Path, shown: &str, cwd: &Path) -> Result<String, ToolError> {
     let (file, meta) = open_regular(path).map_err(|e| match e {
-        OpenError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            ToolError::failed(format!(
-                "patch: `{shown}` does not exist (resolved to {}; relative paths are relative to \
+        OpenError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => ToolError::failed(format!(
+            "patch: `{shown}` does not exist (resolved to {}; relative paths are relative to \
                  the working directory {}); create new files with write_file or \"*** Add File:\"",
-                path.display(),
-                cwd.display()
-            ))
-        }
+            path.display(),
+            cwd.display()
+        )),
         OpenError::Dir => ToolError::failed(format!(
             "patch: `{shown}` is a directory; give the path of a file"
         )),

@@ -294,7 +294,10 @@ mod tests {
         assert_eq!(out.total_lines, 2);
         assert!(!out.truncated);
         let first = out.content.lines().next().unwrap_or_default();
-        assert!(first.ends_with("… [line cut: 10 more bytes]"), "{first:.80}");
+        assert!(
+            first.ends_with("… [line cut: 10 more bytes]"),
+            "{first:.80}"
+        );
         assert!(out.content.ends_with("\nnext\n"));
     }
 
@@ -305,7 +308,10 @@ mod tests {
         text.extend_from_slice(b"tail");
         let out = run(&text, 1, 1, 4096);
         assert!(!out.content.contains('\u{fffd}'));
-        assert!(out.content.ends_with("… [line cut: 6 more bytes]"), "no newline was there");
+        assert!(
+            out.content.ends_with("… [line cut: 6 more bytes]"),
+            "no newline was there"
+        );
     }
 
     #[test]

@@ -455,9 +455,11 @@ async fn convert_on_big_stack(
                     let charset = charset.or_else(|| meta_charset(&body));
                     let html = decode(&body, charset.as_deref());
                     drop(body);
-                    html::convert_redacted(&html, &redactor, &stop, html::PARSE_BUDGET).map(|c| Page {
-                        title: c.title,
-                        text: c.markdown,
+                    html::convert_redacted(&html, &redactor, &stop, html::PARSE_BUDGET).map(|c| {
+                        Page {
+                            title: c.title,
+                            text: c.markdown,
+                        }
                     })
                 }
             };

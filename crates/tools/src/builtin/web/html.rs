@@ -76,9 +76,11 @@ thread_local! {
 #[cfg(test)]
 pub(super) fn convert(html: &str) -> Converted {
     let never = AtomicBool::new(false);
-    convert_redacted(html, &Redactor::builtin(), &never, PARSE_BUDGET).unwrap_or_else(|Stopped| Converted {
-        title: String::new(),
-        markdown: String::new(),
+    convert_redacted(html, &Redactor::builtin(), &never, PARSE_BUDGET).unwrap_or_else(|Stopped| {
+        Converted {
+            title: String::new(),
+            markdown: String::new(),
+        }
     })
 }
 
@@ -561,7 +563,11 @@ mod tests {
             }
             // Markers read as written by the redactor, without escapes.
             assert!(!c.markdown.contains("\\_"), "{}", c.markdown);
-            assert!(c.markdown.contains("Your key: «redacted:"), "{}", c.markdown);
+            assert!(
+                c.markdown.contains("Your key: «redacted:"),
+                "{}",
+                c.markdown
+            );
         }
     }
 
@@ -606,10 +612,19 @@ mod tests {
             "<head><title>T</title></head><h1>Head</h1>{}",
             "<p>word</p>".repeat(5_000)
         );
-        let c = convert_redacted(&html, &Redactor::builtin(), &never, std::time::Duration::ZERO)
-            .unwrap();
+        let c = convert_redacted(
+            &html,
+            &Redactor::builtin(),
+            &never,
+            std::time::Duration::ZERO,
+        )
+        .unwrap();
         assert_eq!(c.title, "T");
-        assert!(c.markdown.starts_with("Head\nword\nword"), "{:.40}", c.markdown);
+        assert!(
+            c.markdown.starts_with("Head\nword\nword"),
+            "{:.40}",
+            c.markdown
+        );
         assert!(!c.markdown.contains('#'));
     }
 
@@ -627,7 +642,11 @@ mod tests {
         let html = "<a".repeat(200_000);
         let t = std::time::Instant::now();
         assert_eq!(estimated_depth(&html), 200_000);
-        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            t.elapsed()
+        );
         // `>` still decides self-closing tags.
         assert_eq!(estimated_depth("<a/><b><c/>"), 1);
         // As before, one `>` ends every tag opened before it.
@@ -680,4 +699,3 @@ mod tests {
         }
     }
 }
-
