@@ -95,6 +95,7 @@
 //! Nothing lists the tools by hand.
 
 mod builtin;
+pub mod cgroup;
 mod fsutil;
 pub mod hints;
 pub mod process;
