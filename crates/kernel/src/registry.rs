@@ -303,6 +303,8 @@ pub struct ExecuteRequest {
     pub cwd: Option<PathBuf>,
     /// Receives cleaned output chunks while the cell runs.
     pub live: Option<LiveSink>,
+    /// Cancels this request alone (see [`ExecuteRequest::cancel`]).
+    pub cancel: Option<CancellationToken>,
 }
 
 impl std::fmt::Debug for ExecuteRequest {
@@ -331,6 +333,7 @@ impl ExecuteRequest {
             tools: None,
             cwd: None,
             live: None,
+            cancel: None,
         }
     }
 
@@ -382,6 +385,44 @@ impl ExecuteRequest {
         self.live = Some(sink);
         self
     }
+
+    /// Lets the caller cancel this request alone, whatever else its
+    /// session runs or queues. Cancelled before its cell is sent to the
+    /// kernel — waiting for its turn, for room, or for its kernel to start
+    /// (the check is made under the session's lock, right before sending) —
+    /// the request returns [`Status::Interrupted`] with none of its code
+    /// run ([`ExecuteResult::not_started`] is true); a kernel that was
+    /// starting for it is kept for the session's next cell. Cancelled while
+    /// the cell runs, it interrupts that cell as [`Registry::interrupt`]
+    /// would, and the result is the usual interrupted one.
+    #[must_use]
+    pub fn cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+    }
+
+    /// Resolves when the request is cancelled (never without a token).
+    async fn cancelled(&self) {
+        match &self.cancel {
+            Some(c) => c.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// What a request cancelled before its cell was sent returns.
+fn cancelled_before_start(blank: KernelInfo) -> ExecuteResult {
+    ExecuteResult::not_run(
+        Status::Interrupted,
+        "the request was cancelled before the cell started; none of its code ran",
+        blank,
+    )
 }
 
 /// A session key (SPEC §1): `(owner, mode, interpreter, cwd, sorted tools)`.
@@ -723,6 +764,9 @@ impl Registry {
             mode: mode_str(mode).into(),
             ..KernelInfo::default()
         };
+        if req.is_cancelled() {
+            return cancelled_before_start(blank);
+        }
         // Admit: the embedder's guard, then `[guard] deny`.
         if let Some(rule) = self.admit(req) {
             return ExecuteResult::not_run(
@@ -855,6 +899,7 @@ impl Registry {
         // Strict FIFO per kernel: tokio's mutex is fair.
         let mut guard = tokio::select! {
             g = slot.kernel.lock() => g,
+            () = req.cancelled() => return cancelled_before_start(blank),
             () = token.cancelled() => {
                 return ExecuteResult::not_run(
                     Status::Interrupted,
@@ -869,6 +914,9 @@ impl Registry {
                 "the cell was interrupted before it started; none of its code ran",
                 blank,
             );
+        }
+        if req.is_cancelled() {
+            return cancelled_before_start(blank);
         }
         if !inner
             .state()
@@ -903,7 +951,10 @@ impl Registry {
                 state_reset = true;
             }
             let deadline = Instant::now() + req.timeout.unwrap_or(inner.opts.timeout);
-            if let Err(msg) = self.reserve(&slot, deadline).await {
+            if let Err(msg) = self.reserve(&slot, deadline, req).await {
+                if req.is_cancelled() {
+                    return cancelled_before_start(blank);
+                }
                 return ExecuteResult::not_run(Status::Error, msg, blank);
             }
             let shape = Shape {
@@ -953,6 +1004,27 @@ impl Registry {
         let Some(kernel) = guard.as_mut() else {
             return ExecuteResult::not_run(Status::Error, "no kernel could be started", blank);
         };
+        // The last moment a cancel keeps the cell from running: under the
+        // slot lock, after any spawn, right before the cell is sent.
+        if req.is_cancelled() {
+            return cancelled_before_start(blank);
+        }
+        // From here a cancel interrupts this cell (not the session's others).
+        let (interrupt, _unlink) = match &req.cancel {
+            None => (token.clone(), None),
+            Some(cancel) => {
+                let cell = token.child_token();
+                let (cancel, linked) = (cancel.clone(), cell.clone());
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = cancel.cancelled() => linked.cancel(),
+                        () = linked.cancelled() => {}
+                    }
+                });
+                // Ends the link task with the cell.
+                (cell.clone(), Some(cell.drop_guard()))
+            }
+        };
 
         let opts = CellOptions {
             timeout: req.timeout.unwrap_or(inner.opts.timeout),
@@ -964,7 +1036,7 @@ impl Registry {
             max_stderr_bytes: inner.opts.max_stderr_bytes,
             spill: Some((inner.opts.spill_dir.clone(), inner.opts.spill_cap_bytes)),
             live: req.live.clone(),
-            interrupt: token.clone(),
+            interrupt,
         };
         let mut outcome = kernel.execute(&cell_id, &req.code, &opts).await;
         // The runner's figure list is the cell's to forge: only checked
@@ -1071,8 +1143,14 @@ impl Registry {
     }
 
     /// Makes room for one more live kernel: evicts the least recently used
-    /// idle kernel of another session, or waits for one to become idle.
-    async fn reserve(&self, slot: &Arc<Slot>, deadline: Instant) -> Result<(), String> {
+    /// idle kernel of another session, or waits for one to become idle
+    /// (until `deadline`, or until `req` is cancelled).
+    async fn reserve(
+        &self,
+        slot: &Arc<Slot>,
+        deadline: Instant,
+        req: &ExecuteRequest,
+    ) -> Result<(), String> {
         let inner = &self.inner;
         loop {
             let notified = inner.freed.notified();
@@ -1110,6 +1188,7 @@ impl Registry {
             }
             tokio::select! {
                 () = notified => {}
+                () = req.cancelled() => return Err("the request was cancelled".into()),
                 () = tokio::time::sleep_until(deadline) => {
                     return Err(format!(
                         "all {} kernels are busy running cells (max_kernels = {}); none of the code ran",
@@ -1505,6 +1584,9 @@ async fn fill_loop(inner: Weak<Inner>) {
                 p.ready.push(k);
             }
             (Ok(_), _) => return,
+            // Closed: the host is stopping, and a spawn cut short by it
+            // (its runtime shutting down) is no news.
+            (Err(_), _) if p.closed => return,
             (Err(e), _) => {
                 // No retry loop: the next session that misses tries again.
                 tracing::warn!("warm pool: cannot start a kernel: {e}");
