@@ -139,10 +139,7 @@ impl Default for RegistryOptions {
             spill_dir: default_spill_dir(),
             spill_cap_bytes: 5_000_000,
             passthrough: Vec::new(),
-            tools: crate::config::DEFAULT_TOOLS
-                .iter()
-                .map(|s| (*s).to_string())
-                .collect(),
+            tools: crate::config::default_tools(),
             rpc_tcp: false,
             web: WebSettings::default(),
             kernel_mode: KernelMode::Session,
@@ -740,6 +737,7 @@ impl Registry {
             .max_output_bytes(opts.max_stdout_bytes)
             .web(opts.web.clone())
             .env(self.inner.base_env.clone())
+            .redactor(self.inner.redactor.clone())
     }
 
     /// Runs one cell and returns its SPEC §6 result. Never panics on input;
@@ -1418,7 +1416,8 @@ async fn spawn_kernel(
     let mut settings = ToolSettings::new(&kcwd)
         .spill_dir(&inner.opts.spill_dir)
         .max_output_bytes(inner.opts.max_stdout_bytes)
-        .web(inner.opts.web.clone());
+        .web(inner.opts.web.clone())
+        .redactor(inner.redactor.clone());
     settings = settings.env(inner.base_env.clone());
     let spec = KernelSpec {
         id,

@@ -89,16 +89,13 @@ pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// The largest `[kernels] warm_pool`.
 pub const MAX_WARM_POOL: usize = 64;
 
-/// The built-in tools enabled by default (`[tools] enabled`).
-pub const DEFAULT_TOOLS: &[&str] = &[
-    "read_file",
-    "write_file",
-    "search_files",
-    "patch",
-    "terminal",
-    "web_extract",
-    "web_search",
-];
+/// The tools enabled by default (`[tools] enabled` when the configuration
+/// does not set it): every tool linked into the binary whose registration
+/// says it is on by default (`Tool::DEFAULT_ENABLED`), sorted. Derived from
+/// the tools registry, so a new tool needs no entry here.
+pub fn default_tools() -> Vec<String> {
+    toolcell_tools::default_enabled_tools()
+}
 
 macro_rules! choice_enum {
     (

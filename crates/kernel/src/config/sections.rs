@@ -5,7 +5,7 @@
 
 use super::rules::{AutoFlag, Choice, Count, Flag, Limit, List, Seconds, Size, Text, WarmPool};
 use super::section::section;
-use super::{DEFAULT_TOOLS, KernelMode, Mode, OnTimeout, SearchProvider, Switch, Transport};
+use super::{KernelMode, Mode, OnTimeout, SearchProvider, Switch, Transport, default_tools};
 
 section! {
     /// How each cell runs: its time limit, tool-call budget, interpreter and
@@ -86,8 +86,8 @@ section! {
 section! {
     /// Which tools cells may call.
     pub struct Tools {
-        /// Names of the tools cells may call; each must be a tool toolcell knows.
-        enabled: Vec<String> = DEFAULT_TOOLS.iter().map(|s| (*s).to_string()).collect(), List::ToolNames;
+        /// Names of the tools cells may call; each must be a tool toolcell knows. The default is every built-in tool (a request may narrow the set, never widen it).
+        enabled: Vec<String> = default_tools(), List::ToolNames;
     }
 }
 
