@@ -89,6 +89,9 @@ pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// The largest `[kernels] warm_pool`.
 pub const MAX_WARM_POOL: usize = 64;
 
+/// Most days `[output] spill_retention_days` may say (100 years).
+pub const MAX_RETENTION_DAYS: f64 = 36_500.0;
+
 /// The tools enabled by default (`[tools] enabled` when the configuration
 /// does not set it): every tool linked into the binary whose registration
 /// says it is on by default (`Tool::DEFAULT_ENABLED`), sorted. Derived from
@@ -858,6 +861,18 @@ impl Config {
     /// `[execution] kill_grace` as a [`Duration`].
     pub fn kill_grace(&self) -> Duration {
         duration(self.execution.kill_grace)
+    }
+
+    /// `[output] spill_retention_days` as a [`Duration`]; `None` when 0
+    /// (spill files are never removed for age alone).
+    pub fn spill_retention(&self) -> Option<Duration> {
+        let days = self.output.spill_retention_days;
+        (days > 0.0).then(|| duration(days * 86_400.0))
+    }
+
+    /// `[output] spill_total_cap` in bytes; `None` when 0 (no cap).
+    pub fn spill_total_cap(&self) -> Option<u64> {
+        (self.output.spill_total_cap > 0).then_some(self.output.spill_total_cap)
     }
 
     /// `[kernels] idle_timeout` as a [`Duration`].

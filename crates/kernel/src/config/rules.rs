@@ -254,16 +254,29 @@ impl Rule<u64> for Limit {
     }
 }
 
-/// A size limit: bytes as a whole number >= 0, or a size string.
-pub(crate) struct Size;
+/// A size: bytes as a whole number >= 0, or a size string (`"512MiB"`);
+/// 0 means none. `accepts` is the whole description.
+pub(crate) struct Size {
+    accepts: &'static str,
+}
+
+impl Size {
+    /// A `[limits]` size (0 = no limit).
+    pub(crate) const LIMIT: Self = Self {
+        accepts: "a size in bytes >= 0 (0 = no limit): a whole number or a string like \"512MiB\" or \"2GiB\"",
+    };
+    /// A cap on total bytes (0 = no cap).
+    pub(crate) const CAP: Self = Self {
+        accepts: "a size in bytes >= 0 (0 = no cap): a whole number or a string like \"500MiB\" or \"1GiB\"",
+    };
+}
 
 impl Rule<u64> for Size {
     fn kind(&self) -> Kind {
         Kind::Number
     }
     fn accepts(&self) -> String {
-        "a size in bytes >= 0 (0 = no limit): a whole number or a string like \"512MiB\" or \"2GiB\""
-            .to_string()
+        self.accepts.to_string()
     }
     fn parse(&self, value: &Value) -> Result<u64, String> {
         let bytes = match value {
@@ -277,6 +290,38 @@ impl Rule<u64> for Size {
     }
     fn to_value(&self, value: &u64) -> Value {
         count_value(*value)
+    }
+}
+
+/// A number of days from 0 to `max` (fractions allowed); 0 means never.
+pub(crate) struct Days {
+    pub(crate) max: f64,
+}
+
+impl Rule<f64> for Days {
+    fn kind(&self) -> Kind {
+        Kind::Number
+    }
+    fn accepts(&self) -> String {
+        format!(
+            "a number of days >= 0 and <= {:.0} (0 = never remove spill files for age)",
+            self.max
+        )
+    }
+    fn parse(&self, value: &Value) -> Result<f64, String> {
+        let days = match value {
+            Value::Integer(i) => *i as f64,
+            Value::Float(f) => *f,
+            _ => return Err(self.accepts()),
+        };
+        if days.is_finite() && (0.0..=self.max).contains(&days) {
+            Ok(days)
+        } else {
+            Err(self.accepts())
+        }
+    }
+    fn to_value(&self, days: &f64) -> Value {
+        Seconds { zero: true }.to_value(days)
     }
 }
 

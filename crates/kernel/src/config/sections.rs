@@ -3,9 +3,14 @@
 //! is also the line `docs/configuration.md` gives it. The first line of a
 //! key's doc is its summary there; write it for users.
 
-use super::rules::{AutoFlag, Choice, Count, Flag, Limit, List, Seconds, Size, Text, WarmPool};
+use super::rules::{
+    AutoFlag, Choice, Count, Days, Flag, Limit, List, Seconds, Size, Text, WarmPool,
+};
 use super::section::section;
-use super::{KernelMode, Mode, OnTimeout, SearchProvider, Switch, Transport, default_tools};
+use super::{
+    KernelMode, MAX_RETENTION_DAYS, Mode, OnTimeout, SearchProvider, Switch, Transport,
+    default_tools,
+};
 
 section! {
     /// How each cell runs: its time limit, tool-call budget, interpreter and
@@ -49,7 +54,7 @@ section! {
     /// 0 means no limit; every key defaults to 0.
     pub struct Limits {
         /// Address space of each kernel process (`RLIMIT_AS`), in bytes or a size such as `"512MiB"` or `"2GiB"`.
-        memory: u64 = 0, Size;
+        memory: u64 = 0, Size::LIMIT;
         /// CPU seconds one cell may use (`RLIMIT_CPU`, re-armed before each cell).
         cpu_seconds: u64 = 0, Limit { what: "a whole number of CPU seconds per cell" };
         /// Open file descriptors per process (`RLIMIT_NOFILE`).
@@ -57,7 +62,7 @@ section! {
         /// Processes and threads of the whole user (`RLIMIT_NPROC`).
         processes: u64 = 0, Limit { what: "a whole number of processes" };
         /// Largest file a kernel may write (`RLIMIT_FSIZE`), in bytes or a size string.
-        file_size: u64 = 0, Size;
+        file_size: u64 = 0, Size::LIMIT;
     }
 }
 
@@ -72,6 +77,10 @@ section! {
         spill_dir: String = String::new(), Text::Path;
         /// Bytes written to one spill file at most.
         spill_cap_bytes: u64 = 5_000_000, Count::ANY;
+        /// Spill files older than this many days are removed (when a host starts and hourly); 0 keeps them regardless of age. Fractions are allowed.
+        spill_retention_days: f64 = 7.0, Days { max: MAX_RETENTION_DAYS };
+        /// While the spill files total more than this, the oldest are removed; 0 means no cap.
+        spill_total_cap: u64 = 1 << 30, Size::CAP;
     }
 }
 
