@@ -2,9 +2,10 @@
 //! overrides.
 //!
 //! Every key is optional and has a default. The keys are declared once, in
-//! [`sections`](self#sections) (the section types: each field's type,
-//! default, rule and doc); reading, checking, printing, the provenance
-//! output of `toolcell config` and the reference `docs/configuration.md`
+//! `config/sections.rs` (the section types [`Execution`], [`Kernels`], …:
+//! each field's type, default, rule and doc); reading, checking, printing,
+//! the provenance output of `toolcell config`, the key list
+//! ([`key_infos`]) and the reference `docs/configuration.md`
 //! ([`reference_markdown`]) are all derived from those declarations.
 //!
 //! A file is read strictly: an unknown section or key, a wrong type or an
