@@ -719,6 +719,28 @@ impl Kernel {
         !self.dead
     }
 
+    /// How the process ended, if it ended since the last cell (killed from
+    /// outside, out of memory, `os._exit` in a thread a cell left behind):
+    /// `Some("it was killed by signal 9 (SIGKILL)")`; `None` while it runs
+    /// or when its death was already reported. Asks the OS (a `waitpid`
+    /// that does not block).
+    pub fn ended_between_cells(&mut self) -> Option<String> {
+        if self.dead {
+            return None;
+        }
+        match self.child.try_wait() {
+            Ok(None) => None,
+            Ok(Some(status)) => {
+                self.dead = true;
+                Some(describe_exit(&status))
+            }
+            Err(e) => {
+                self.dead = true;
+                Some(format!("it could not be waited for ({e})"))
+            }
+        }
+    }
+
     /// The rpc endpoint (`TOOLCELL_RPC`).
     pub fn rpc_endpoint(&self) -> &str {
         self.server.endpoint()

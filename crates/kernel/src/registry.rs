@@ -98,8 +98,11 @@ pub struct RegistryOptions {
     /// Ready kernels kept for new sessions of the default shape (default
     /// mode, interpreter and cwd, the default tool set): the first cell of
     /// a new session takes one and a replacement starts in the background.
-    /// Pooled kernels are not sessions: they do not count against
-    /// `max_kernels` and `sessions` does not list them. 0: no pool.
+    /// Pooled kernels are not sessions (`sessions` does not list them), but
+    /// they count against `max_kernels` and yield their room to sessions:
+    /// a session that needs it closes a pooled kernel before any idle
+    /// session is evicted, and the pool refills only when there is room
+    /// again. 0: no pool.
     /// [`RegistryOptions::from_config`] leaves it 0: the host decides with
     /// [`crate::config::Config::warm_pool`].
     pub warm_pool: usize,
@@ -340,6 +343,144 @@ pub struct SessionKey {
     pub tools: Vec<String>,
 }
 
+/// A part of a session key besides the owner: two kernels of one session
+/// name differ in at least one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyPart {
+    Mode,
+    Interpreter,
+    Cwd,
+    Tools,
+}
+
+impl KeyPart {
+    const ALL: [KeyPart; 4] = [
+        KeyPart::Cwd,
+        KeyPart::Mode,
+        KeyPart::Interpreter,
+        KeyPart::Tools,
+    ];
+
+    /// The name `sessions` uses (a `KeyInfo` field).
+    fn name(self) -> &'static str {
+        match self {
+            KeyPart::Mode => "mode",
+            KeyPart::Interpreter => "interpreter",
+            KeyPart::Cwd => "cwd",
+            KeyPart::Tools => "tools",
+        }
+    }
+
+    /// What a sentence calls it.
+    fn label(self) -> &'static str {
+        match self {
+            KeyPart::Mode => "mode",
+            KeyPart::Interpreter => "interpreter",
+            KeyPart::Cwd => "working directory",
+            KeyPart::Tools => "tool set",
+        }
+    }
+
+    fn of(self, key: &KeyInfo) -> String {
+        match self {
+            KeyPart::Mode => key.mode.clone(),
+            KeyPart::Interpreter => key.interpreter.clone(),
+            KeyPart::Cwd if key.cwd.is_empty() => "a private one".into(),
+            KeyPart::Cwd => key.cwd.clone(),
+            KeyPart::Tools if key.tools.is_empty() => "none".into(),
+            KeyPart::Tools => key.tools.join(", "),
+        }
+    }
+
+    fn differs(self, a: &KeyInfo, b: &KeyInfo) -> bool {
+        match self {
+            KeyPart::Mode => a.mode != b.mode,
+            KeyPart::Interpreter => a.interpreter != b.interpreter,
+            KeyPart::Cwd => a.cwd != b.cwd,
+            KeyPart::Tools => a.tools != b.tools,
+        }
+    }
+}
+
+/// The parts in which `a` and `b` differ, owner aside.
+fn differing_parts(a: &KeyInfo, b: &KeyInfo) -> Vec<KeyPart> {
+    KeyPart::ALL
+        .into_iter()
+        .filter(|p| p.differs(a, b))
+        .collect()
+}
+
+/// The warning for a cell whose session name already has kernels under
+/// other keys (`others`): it runs in a separate kernel with its own state.
+fn sibling_warning(key: &SessionKey, others: &[SessionKey]) -> Option<String> {
+    if others.is_empty() {
+        return None;
+    }
+    let mine = KeyInfo::from(key);
+    let described: Vec<String> = others
+        .iter()
+        .map(|o| {
+            let theirs = KeyInfo::from(o);
+            let parts: Vec<String> = differing_parts(&theirs, &mine)
+                .into_iter()
+                .map(|p| {
+                    format!(
+                        "a different {} ({}; this cell's: {})",
+                        p.label(),
+                        p.of(&theirs),
+                        p.of(&mine)
+                    )
+                })
+                .collect();
+            join_and(&parts)
+        })
+        .collect();
+    let which = if others.len() == 1 {
+        "a kernel".to_string()
+    } else {
+        format!("{} kernels", others.len())
+    };
+    Some(format!(
+        "session {:?} already has {which} with {}, so this cell runs in a separate kernel with its own state (a session's kernel is picked by its name together with its working directory, mode, interpreter and tools).",
+        mine.owner,
+        described.join("; another with ")
+    ))
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn join_and(items: &[String]) -> String {
+    match items.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        Some((last, _)) => last.clone(),
+        None => String::new(),
+    }
+}
+
+/// Sets each entry's `differs`: the key parts in which it differs from
+/// other entries of the same session name.
+fn mark_differences(list: &mut [SessionInfo]) {
+    let keys: Vec<KeyInfo> = list.iter().map(|s| s.key.clone()).collect();
+    for (i, entry) in list.iter_mut().enumerate() {
+        let mut parts: Vec<&'static str> = Vec::new();
+        for (j, other) in keys.iter().enumerate() {
+            if i == j || other.owner != entry.key.owner {
+                continue;
+            }
+            for p in differing_parts(&entry.key, other) {
+                if !parts.contains(&p.name()) {
+                    parts.push(p.name());
+                }
+            }
+        }
+        entry.differs = KeyPart::ALL
+            .into_iter()
+            .map(KeyPart::name)
+            .filter(|n| parts.contains(n))
+            .map(String::from)
+            .collect();
+    }
+}
+
 /// A session key as `sessions` shows it (SPEC §1: owner, mode,
 /// interpreter, cwd, sorted tools).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -381,6 +522,28 @@ pub struct SessionInfo {
     pub idle_seconds: f64,
     /// Cells running or waiting.
     pub busy: usize,
+    /// When other kernels of the same session name are listed: the key
+    /// parts (`cwd`, `mode`, `interpreter`, `tools`) in which this one
+    /// differs from them. Omitted when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub differs: Vec<String>,
+}
+
+impl From<&SessionKey> for KeyInfo {
+    fn from(k: &SessionKey) -> Self {
+        Self {
+            owner: k
+                .owner
+                .split('\u{0}')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            mode: k.mode.to_string(),
+            interpreter: k.interpreter.display().to_string(),
+            cwd: k.cwd.display().to_string(),
+            tools: k.tools.clone(),
+        }
+    }
 }
 
 struct SlotMeta {
@@ -414,6 +577,8 @@ impl Slot {
 struct State {
     slots: HashMap<SessionKey, Arc<Slot>>,
     retired: VecDeque<SessionKey>,
+    /// Cells waiting in `reserve` for room (the pool does not refill then).
+    waiting: usize,
 }
 
 impl State {
@@ -803,10 +968,29 @@ impl Registry {
         }
 
         let mut state_reset = false;
-        if guard.as_ref().is_some_and(|k| !k.is_alive()) {
-            *guard = None;
-            state_reset = true;
-            slot.meta().live = false;
+        // Notices for the result's `warning`, before any truncation notice.
+        let mut notices: Vec<String> = Vec::new();
+        // A kernel that died since its last cell (killed from outside, OOM,
+        // `os._exit` in a thread left behind) is noticed here, before the
+        // cell is sent: the cell runs in a fresh kernel instead of failing.
+        if let Some(k) = guard.as_mut() {
+            let ended = k.ended_between_cells();
+            if ended.is_some() || !k.is_alive() {
+                if let Some(how) = ended {
+                    tracing::info!(session = %slot.key.owner, "the kernel ended between cells: {how}");
+                    notices.push(format!(
+                        "the previous kernel of this session ended between cells: {how}; its state (variables, imports) is lost, and this cell ran in a fresh kernel."
+                    ));
+                }
+                if let Some(k) = guard.take() {
+                    // Whatever is left of its tree goes too.
+                    k.shutdown(Duration::from_millis(100)).await;
+                }
+                state_reset = true;
+                let mut m = slot.meta();
+                m.live = false;
+                m.tree = None;
+            }
         }
         if req.reset
             && let Some(k) = guard.take()
@@ -822,9 +1006,6 @@ impl Registry {
                 state_reset = true;
             }
             let deadline = Instant::now() + req.timeout.unwrap_or(inner.opts.timeout);
-            if let Err(msg) = self.reserve(&slot, deadline).await {
-                return ExecuteResult::not_run(Status::Error, msg, blank);
-            }
             let shape = Shape {
                 mode,
                 interpreter: interpreter.clone(),
@@ -832,8 +1013,13 @@ impl Registry {
                 cwd: cwd.clone(),
                 tools: tool_names.clone(),
             };
-            let (pooled, wants_refill) = inner.take_pooled(&shape);
+            let (pooled, wants_refill) = inner.take_pooled(&slot, &shape);
             refill = wants_refill;
+            if pooled.is_none()
+                && let Err(msg) = self.reserve(&slot, deadline).await
+            {
+                return ExecuteResult::not_run(Status::Error, msg, blank);
+            }
             if refill {
                 // After this cell, or in 200 ms if the cell runs longer.
                 let weak = Arc::downgrade(inner);
@@ -872,6 +1058,18 @@ impl Registry {
         let Some(kernel) = guard.as_mut() else {
             return ExecuteResult::not_run(Status::Error, "no kernel could be started", blank);
         };
+        if !reused && !per_call {
+            // A newcomer's trip: the same session name from another
+            // directory (or mode, interpreter, tools) is another kernel.
+            let others: Vec<SessionKey> = inner
+                .state()
+                .slots
+                .values()
+                .filter(|s| s.key.owner == key.owner && s.key != key && s.meta().live)
+                .map(|s| s.key.clone())
+                .collect();
+            notices.extend(sibling_warning(&key, &others));
+        }
 
         let opts = CellOptions {
             timeout: req.timeout.unwrap_or(inner.opts.timeout),
@@ -925,6 +1123,10 @@ impl Registry {
         }
         drop(guard);
         inner.freed.notify_waiters();
+        if !slot.meta().live {
+            // Its room may go back to the warm pool.
+            fill_pool(inner);
+        }
         // Hints are only looked for when a cell fails: build their context then.
         let python = info.python.clone();
         let kernel_id = info.id.clone();
@@ -957,6 +1159,10 @@ impl Registry {
         };
         let mut result = build_result(outcome, info, hint_cx, &opts, inner.opts.max_tool_calls);
         result.duration_seconds = round2(t0.elapsed().as_secs_f64());
+        notices.extend(result.warning.take());
+        if !notices.is_empty() {
+            result.warning = Some(notices.join(" "));
+        }
         result
     }
 
@@ -974,43 +1180,66 @@ impl Registry {
         None
     }
 
-    /// Makes room for one more live kernel: evicts the least recently used
-    /// idle kernel of another session, or waits for one to become idle.
+    /// Makes room for one more live kernel within `max_kernels` (pooled
+    /// kernels included): closes a ready pooled kernel, or has a pool spawn
+    /// in flight discarded, or evicts the least recently used idle kernel of
+    /// another session, or waits for one to become idle.
     async fn reserve(&self, slot: &Arc<Slot>, deadline: Instant) -> Result<(), String> {
         let inner = &self.inner;
+        let mut waiting: Option<WaitingGuard<'_>> = None;
         loop {
             let notified = inner.freed.notified();
-            let victim = {
+            let step = {
                 let mut st = inner.state();
-                if st.live_count() < inner.opts.max_kernels.max(1) {
-                    slot.meta().live = true;
+                let mut p = inner.pool();
+                let census = inner.census(&st, &p);
+                let victim = lru_idle(&st, slot);
+                match make_room(census, victim.is_some()) {
+                    Room::Free => {
+                        slot.meta().live = true;
+                        return Ok(());
+                    }
+                    Room::DrainPooled => {
+                        slot.meta().live = true;
+                        Step::Close(p.ready.pop().map(Box::new))
+                    }
+                    Room::Evict => match victim {
+                        Some(v) => {
+                            st.slots.remove(&v.key);
+                            st.retire(v.key.clone());
+                            v.meta().live = false;
+                            slot.meta().live = true;
+                            Step::Evict(v)
+                        }
+                        None => Step::Wait,
+                    },
+                    Room::YieldFill => {
+                        p.yielding += 1;
+                        Step::Wait
+                    }
+                    Room::Wait => Step::Wait,
+                }
+            };
+            match step {
+                Step::Close(k) => {
+                    tracing::info!("closing a warm-pool kernel to make room for a session");
+                    if let Some(k) = k {
+                        k.shutdown(Duration::from_millis(100)).await;
+                    }
                     return Ok(());
                 }
-                let victim = st
-                    .slots
-                    .values()
-                    .filter(|s| !Arc::ptr_eq(s, slot))
-                    .filter(|s| {
-                        let m = s.meta();
-                        m.live && m.busy == 0
-                    })
-                    .min_by_key(|s| s.meta().last_used)
-                    .cloned();
-                if let Some(v) = &victim {
-                    st.slots.remove(&v.key);
-                    st.retire(v.key.clone());
-                    v.meta().live = false;
-                    slot.meta().live = true;
+                Step::Evict(v) => {
+                    tracing::info!(session = %v.key.owner, "evicting the least recently used idle kernel");
+                    let k = v.kernel.lock().await.take();
+                    if let Some(k) = k {
+                        k.shutdown(Duration::from_millis(200)).await;
+                    }
+                    return Ok(());
                 }
-                victim
-            };
-            if let Some(v) = victim {
-                tracing::info!(session = %v.key.owner, "evicting the least recently used idle kernel");
-                let k = v.kernel.lock().await.take();
-                if let Some(k) = k {
-                    k.shutdown(Duration::from_millis(200)).await;
-                }
-                return Ok(());
+                Step::Wait => {}
+            }
+            if waiting.is_none() {
+                waiting = Some(WaitingGuard::new(inner));
             }
             tokio::select! {
                 () = notified => {}
@@ -1062,7 +1291,9 @@ impl Registry {
             }
             out
         };
-        self.kill_slots(slots).await
+        let n = self.kill_slots(slots).await;
+        fill_pool(&self.inner);
+        n
     }
 
     /// Kills every kernel.
@@ -1117,22 +1348,10 @@ impl Registry {
             .filter_map(|s| {
                 let m = s.meta();
                 let tree = m.tree.as_ref()?;
-                let owner: String = s
-                    .key
-                    .owner
-                    .split('\u{0}')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
+                let key = KeyInfo::from(&s.key);
                 Some(SessionInfo {
-                    key: KeyInfo {
-                        owner: owner.clone(),
-                        mode: s.key.mode.to_string(),
-                        interpreter: s.key.interpreter.display().to_string(),
-                        cwd: s.key.cwd.display().to_string(),
-                        tools: s.key.tools.clone(),
-                    },
-                    session: owner,
+                    session: key.owner.clone(),
+                    key,
                     kernel_id: m.kernel_id.clone(),
                     mode: s.key.mode.to_string(),
                     cwd: s.key.cwd.display().to_string(),
@@ -1142,9 +1361,11 @@ impl Registry {
                     execution_count: m.execution_count,
                     idle_seconds: round2(m.last_used.elapsed().as_secs_f64()),
                     busy: m.busy,
+                    differs: Vec::new(),
                 })
             })
             .collect();
+        mark_differences(&mut out);
         out.sort_by(|a, b| {
             a.session
                 .cmp(&b.session)
@@ -1263,6 +1484,9 @@ struct Pool {
     ready: Vec<Kernel>,
     /// Spawns in flight.
     filling: usize,
+    /// Spawns in flight whose kernel is closed when it is ready: their room
+    /// was given to a session (at most `filling`).
+    yielding: usize,
     /// Set by `shutdown_all`: nothing is pooled any more.
     closed: bool,
     /// The default shape, once resolved.
@@ -1331,16 +1555,20 @@ impl Inner {
         })
     }
 
-    /// A ready pooled kernel of `shape`, if there is one, and whether the
-    /// pool should be refilled (`shape` is the pooled one, or the pooled
-    /// shape is not known yet). The caller refills after its cell (or a
-    /// little later if the cell runs long): a spawn running beside a short
-    /// first cell would slow it on a small machine.
-    fn take_pooled(&self, shape: &Shape) -> (Option<Kernel>, bool) {
+    /// A ready pooled kernel of `shape` for `slot`, if there is one, and
+    /// whether the pool should be refilled (`shape` is the pooled one, or
+    /// the pooled shape is not known yet). A kernel taken moves from the
+    /// pool to the session (the slot is marked live under the same locks),
+    /// so the count of kernels does not change. The caller refills after
+    /// its cell (or a little later if the cell runs long): a spawn running
+    /// beside a short first cell would slow it on a small machine.
+    fn take_pooled(&self, slot: &Slot, shape: &Shape) -> (Option<Kernel>, bool) {
         if self.opts.warm_pool == 0 {
             return (None, false);
         }
+        let mut dead = Vec::new();
         let taken = {
+            let _st = self.state();
             let mut p = self.pool();
             match &p.shape {
                 // Not the pooled shape: nothing to take, nothing to refill.
@@ -1355,16 +1583,156 @@ impl Inner {
                             taken = Some(k);
                             break;
                         }
+                        dead.push(k);
+                    }
+                    if taken.is_some() {
+                        slot.meta().live = true;
                     }
                     taken
                 }
             }
         };
+        // Dead pooled kernels are dropped outside the locks.
+        drop(dead);
         (taken, true)
+    }
+
+    /// The counts room decisions are made on; `st` and `p` are held (in
+    /// that order: state, then pool).
+    fn census(&self, st: &State, p: &Pool) -> Census {
+        Census {
+            live: st.live_count(),
+            pooled: p.ready.len(),
+            filling: p.filling,
+            yielding: p.yielding,
+            waiting: st.waiting,
+            max: self.opts.max_kernels.max(1),
+        }
+    }
+
+    /// Claims one pool spawn if the pool is short and there is room.
+    fn claim_fill(&self) -> bool {
+        let st = self.state();
+        let mut p = self.pool();
+        let census = self.census(&st, &p);
+        if should_fill(census, self.opts.warm_pool, p.closed) {
+            p.filling += 1;
+            true
+        } else {
+            false
+        }
     }
 }
 
-/// Tops the warm pool up to `warm_pool` kernels in the background.
+/// How many kernels there are and may be, at one moment: what the
+/// decisions about room and about the warm pool are made on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Census {
+    /// Session kernels running or reserved.
+    live: usize,
+    /// Ready pooled kernels.
+    pooled: usize,
+    /// Pool spawns in flight (yielding ones included).
+    filling: usize,
+    /// Pool spawns in flight whose kernel will be closed.
+    yielding: usize,
+    /// Cells waiting for room.
+    waiting: usize,
+    /// `max_kernels` (at least 1).
+    max: usize,
+}
+
+impl Census {
+    /// Python processes there are or are about to be.
+    fn used(&self) -> usize {
+        self.live + self.pooled + self.filling
+    }
+}
+
+/// What to do so that one more session kernel fits in `max_kernels`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// There is room.
+    Free,
+    /// Close a ready pooled kernel and take its room.
+    DrainPooled,
+    /// Have a pool spawn in flight closed when it is ready, and wait.
+    YieldFill,
+    /// Evict the least recently used idle session kernel.
+    Evict,
+    /// Wait until a kernel goes idle or away.
+    Wait,
+}
+
+/// The warm pool gives its room up first (ready kernels, then spawns in
+/// flight); only then is an idle session evicted.
+fn make_room(c: Census, idle_victim: bool) -> Room {
+    if c.used() < c.max {
+        Room::Free
+    } else if c.pooled > 0 {
+        Room::DrainPooled
+    } else if c.filling > c.yielding {
+        Room::YieldFill
+    } else if c.yielding > 0 {
+        // A yielded spawn frees its room when it is ready.
+        Room::Wait
+    } else if idle_victim {
+        Room::Evict
+    } else {
+        Room::Wait
+    }
+}
+
+/// Whether the warm pool should start one more kernel: it is short of
+/// `warm_pool`, there is room under `max_kernels`, and no cell is waiting
+/// for room (sessions come first).
+fn should_fill(c: Census, warm_pool: usize, closed: bool) -> bool {
+    !closed
+        && c.waiting == 0
+        && c.yielding == 0
+        && c.pooled + c.filling < warm_pool
+        && c.used() < c.max
+}
+
+/// The least recently used idle live kernel of a session other than `slot`.
+fn lru_idle(st: &State, slot: &Arc<Slot>) -> Option<Arc<Slot>> {
+    st.slots
+        .values()
+        .filter(|s| !Arc::ptr_eq(s, slot))
+        .filter(|s| {
+            let m = s.meta();
+            m.live && m.busy == 0
+        })
+        .min_by_key(|s| s.meta().last_used)
+        .cloned()
+}
+
+/// What `reserve` does after deciding, outside the locks.
+enum Step {
+    Close(Option<Box<Kernel>>),
+    Evict(Arc<Slot>),
+    Wait,
+}
+
+/// Counts a cell waiting for room while it lives (a cancelled wait too).
+struct WaitingGuard<'a>(&'a Inner);
+
+impl<'a> WaitingGuard<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        inner.state().waiting += 1;
+        Self(inner)
+    }
+}
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.state();
+        st.waiting = st.waiting.saturating_sub(1);
+    }
+}
+
+/// Tops the warm pool up to `warm_pool` kernels in the background, as far
+/// as `max_kernels` leaves room.
 fn fill_pool(inner: &Arc<Inner>) {
     if inner.opts.warm_pool == 0 {
         return;
@@ -1372,22 +1740,18 @@ fn fill_pool(inner: &Arc<Inner>) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    handle.spawn(fill_loop(Arc::downgrade(inner)));
+    if inner.claim_fill() {
+        handle.spawn(fill_loop(Arc::downgrade(inner)));
+    }
 }
 
+/// Runs the claimed spawn, then claims and runs more while the pool is short.
 async fn fill_loop(inner: Weak<Inner>) {
     loop {
         let Some(strong) = inner.upgrade() else {
             return;
         };
-        let shape = {
-            let mut p = strong.pool();
-            if p.closed || p.ready.len() + p.filling >= strong.opts.warm_pool {
-                return;
-            }
-            p.filling += 1;
-            p.shape.clone()
-        };
+        let shape = strong.pool().shape.clone();
         let shape = match shape {
             Some(s) => Ok(s),
             None => strong.default_shape(),
@@ -1399,19 +1763,36 @@ async fn fill_loop(inner: Weak<Inner>) {
             },
             Err(e) => Err(e.clone()),
         };
-        let mut p = strong.pool();
-        p.filling -= 1;
-        match (spawned, shape) {
-            (Ok(k), Ok(shape)) if !p.closed => {
-                p.shape = Some(shape);
-                p.ready.push(k);
+        let unwanted = {
+            let mut p = strong.pool();
+            p.filling -= 1;
+            match (spawned, shape) {
+                (Ok(k), Ok(shape)) if !p.closed && p.yielding == 0 => {
+                    p.shape = Some(shape);
+                    p.ready.push(k);
+                    None
+                }
+                (Ok(k), _) => {
+                    p.yielding = p.yielding.saturating_sub(1);
+                    Some(k)
+                }
+                (Err(e), _) => {
+                    p.yielding = p.yielding.saturating_sub(1);
+                    // No retry loop: the next session that misses tries again.
+                    tracing::warn!("warm pool: cannot start a kernel: {e}");
+                    strong.freed.notify_waiters();
+                    return;
+                }
             }
-            (Ok(_), _) => return,
-            (Err(e), _) => {
-                // No retry loop: the next session that misses tries again.
-                tracing::warn!("warm pool: cannot start a kernel: {e}");
-                return;
-            }
+        };
+        if let Some(k) = unwanted {
+            // Its room went to a session (or the pool closed).
+            k.shutdown(Duration::from_millis(100)).await;
+            strong.freed.notify_waiters();
+            return;
+        }
+        if !strong.claim_fill() {
+            return;
         }
     }
 }
@@ -1450,6 +1831,7 @@ async fn reap_loop(inner: Weak<Inner>) {
             }
             out
         };
+        let reaped = !victims.is_empty();
         for slot in victims {
             tracing::info!(session = %slot.key.owner, "reaping an idle kernel");
             let k = slot.kernel.lock().await.take();
@@ -1463,6 +1845,9 @@ async fn reap_loop(inner: Weak<Inner>) {
             }
         }
         strong.freed.notify_waiters();
+        if reaped {
+            fill_pool(&strong);
+        }
     }
 }
 

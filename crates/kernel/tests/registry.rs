@@ -325,3 +325,51 @@ async fn a_cell_that_finds_every_kernel_busy_until_its_deadline_is_not_run() {
     assert_eq!(f.reg.sessions().len(), 1);
     assert_eq!(f.reg.sessions()[0].session, "a");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_name_reused_with_other_key_parts_warns_and_sessions_shows_the_difference() {
+    use toolcell_tools::schema::Mode;
+    let f = Fixture::new();
+    let r = f.run_as("cw", "x = 1").await;
+    assert_success(&r);
+    assert!(r.warning.is_none(), "{}", show(&r));
+    // Same name, narrower tools and strict mode: another kernel.
+    let n = f
+        .reg
+        .execute(
+            ExecuteRequest::new("print('x' in globals())")
+                .owner("cw")
+                .mode(Mode::Strict)
+                .tools(["read_file"]),
+        )
+        .await;
+    assert_success(&n);
+    assert_eq!(n.output, "False\n");
+    let w = n.warning.as_deref().unwrap_or_default();
+    assert!(
+        w.starts_with(&format!(
+            "session \"cw\" already has a kernel with a different working directory ({}; this cell's: a private one), a different mode (project; this cell's: strict) and a different tool set (",
+            f.work().display()
+        )),
+        "{w}"
+    );
+    assert!(
+        w.contains(
+            "; this cell's: read_file), so this cell runs in a separate kernel with its own state"
+        ),
+        "{w}"
+    );
+    assert!(!w.contains("interpreter ("), "same interpreter: {w}");
+    // Other session names do not count.
+    let o = f.run_as("other", "1").await;
+    assert!(o.warning.is_none(), "{}", show(&o));
+
+    let sessions = f.reg.sessions();
+    let cw: Vec<_> = sessions.iter().filter(|s| s.session == "cw").collect();
+    assert_eq!(cw.len(), 2);
+    for s in cw {
+        assert_eq!(s.differs, ["cwd", "mode", "tools"], "{s:?}");
+    }
+    let other = sessions.iter().find(|s| s.session == "other").unwrap();
+    assert!(other.differs.is_empty());
+}
