@@ -71,6 +71,17 @@ pub struct RegistryOptions {
     pub spill_dir: PathBuf,
     /// Spill file cap.
     pub spill_cap_bytes: u64,
+    /// Spill files older than this are removed when the registry starts and
+    /// every [`RegistryOptions::spill_prune_every`] (`None`: age alone
+    /// removes nothing). Default 7 days.
+    pub spill_retention: Option<Duration>,
+    /// While the spill files in `spill_dir` total more bytes than this, the
+    /// oldest go (`None`: no cap). Default 1 GiB. Files a result of a live
+    /// session reports stay until the session ends, whatever their age.
+    pub spill_total_cap: Option<u64>,
+    /// How often the spill directory is pruned; the first prune runs at
+    /// start. Default 1 hour.
+    pub spill_prune_every: Duration,
     /// Extra environment variable names passed to kernels.
     pub passthrough: Vec<String>,
     /// Tools enabled by default.
@@ -128,6 +139,9 @@ impl Default for RegistryOptions {
             max_stderr_bytes: 10_000,
             spill_dir: default_spill_dir(),
             spill_cap_bytes: 5_000_000,
+            spill_retention: Some(Duration::from_secs(7 * 86_400)),
+            spill_total_cap: Some(1 << 30),
+            spill_prune_every: Duration::from_secs(3600),
             passthrough: Vec::new(),
             tools: crate::config::DEFAULT_TOOLS
                 .iter()
@@ -176,6 +190,9 @@ impl RegistryOptions {
             max_stderr_bytes: config.output.max_stderr_bytes,
             spill_dir: config.spill_dir(),
             spill_cap_bytes: config.output.spill_cap_bytes,
+            spill_retention: config.spill_retention(),
+            spill_total_cap: config.spill_total_cap(),
+            spill_prune_every: Duration::from_secs(3600),
             passthrough: config.env.passthrough.clone(),
             tools: config.tools.enabled.clone(),
             rpc_tcp: config.rpc.transport == config::Transport::Tcp,
@@ -557,6 +574,24 @@ struct SlotMeta {
     execution_count: u64,
     /// Set when the session was shut down (the running cell's result says so).
     shut_down: bool,
+    /// Spill files its results reported (newest last, at most
+    /// [`SPILLS_KEPT`]): kept by the spill pruner while the slot lives.
+    spills: VecDeque<OsString>,
+}
+
+/// Spill files per session protected from pruning (the newest).
+const SPILLS_KEPT: usize = 256;
+
+impl SlotMeta {
+    fn remember_spill(&mut self, path: Option<&Path>) {
+        let Some(name) = path.and_then(Path::file_name) else {
+            return;
+        };
+        if self.spills.len() >= SPILLS_KEPT {
+            self.spills.pop_front();
+        }
+        self.spills.push_back(name.to_os_string());
+    }
 }
 
 struct Slot {
@@ -647,6 +682,7 @@ pub enum RegistryError {
 pub struct Registry {
     inner: Arc<Inner>,
     reaper: tokio::task::JoinHandle<()>,
+    pruner: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -747,8 +783,14 @@ impl Registry {
             pool: Mutex::new(Pool::default()),
         });
         let reaper = handle.spawn(reap_loop(Arc::downgrade(&inner)));
+        let pruner = (inner.opts.spill_retention.is_some() || inner.opts.spill_total_cap.is_some())
+            .then(|| handle.spawn(prune_loop(Arc::downgrade(&inner))));
         fill_pool(&inner);
-        Ok(Self { inner, reaper })
+        Ok(Self {
+            inner,
+            reaper,
+            pruner,
+        })
     }
 
     /// The options in force.
@@ -921,6 +963,7 @@ impl Registry {
                         kernel_id: String::new(),
                         execution_count: 0,
                         shut_down: false,
+                        spills: VecDeque::new(),
                     }),
                 })
             }));
@@ -1106,7 +1149,12 @@ impl Registry {
             state_kept: None,
             ended: None,
         };
-        slot.meta().execution_count = outcome.execution_count;
+        {
+            let mut m = slot.meta();
+            m.execution_count = outcome.execution_count;
+            m.remember_spill(outcome.stdout.spill_path.as_deref());
+            m.remember_spill(outcome.stderr.spill_path.as_deref());
+        }
         if !outcome.alive || per_call {
             if let Some(k) = guard.take() {
                 k.shutdown(Duration::from_millis(200)).await;
@@ -1383,6 +1431,9 @@ impl Registry {
 impl Drop for Registry {
     fn drop(&mut self) {
         self.reaper.abort();
+        if let Some(p) = &self.pruner {
+            p.abort();
+        }
         let slots: Vec<Arc<Slot>> = self.inner.state().slots.drain().map(|(_, s)| s).collect();
         for slot in slots {
             let mut m = slot.meta();
@@ -1848,6 +1899,37 @@ async fn reap_loop(inner: Weak<Inner>) {
         if reaped {
             fill_pool(&strong);
         }
+    }
+}
+
+/// Prunes the spill directory now and every `spill_prune_every` (see
+/// [`crate::spill`]), keeping what live sessions' results report.
+async fn prune_loop(inner: Weak<Inner>) {
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let dir = strong.opts.spill_dir.clone();
+        let rules = crate::spill::Rules {
+            retention: strong.opts.spill_retention,
+            total_cap: strong.opts.spill_total_cap,
+        };
+        let every = strong.opts.spill_prune_every.max(Duration::from_millis(10));
+        let protected: std::collections::HashSet<OsString> = strong
+            .state()
+            .slots
+            .values()
+            .flat_map(|s| s.meta().spills.iter().cloned().collect::<Vec<_>>())
+            .collect();
+        drop(strong);
+        let pruned =
+            tokio::task::spawn_blocking(move || crate::spill::prune(&dir, rules, &protected)).await;
+        if let Ok(p) = pruned
+            && p.removed > 0
+        {
+            tracing::info!("removed {} old spill files ({} bytes)", p.removed, p.bytes);
+        }
+        tokio::time::sleep(every).await;
     }
 }
 
