@@ -80,6 +80,17 @@ impl Overrides {
     }
 }
 
+/// A `--tools a,b` value as names (blanks dropped); `None` without the flag.
+pub fn tool_list(flag: Option<&str>) -> Option<Vec<String>> {
+    flag.map(|t| {
+        t.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    })
+}
+
 /// The names of the tools linked into this binary.
 pub fn tool_names() -> anyhow::Result<Vec<String>> {
     let reg = ToolRegistry::builtin().context("building the tool registry")?;
@@ -261,6 +272,7 @@ pub fn exit_on_signals(registry: Arc<Registry>) {
         };
         SIGNAL_EXIT.store(code, std::sync::atomic::Ordering::SeqCst);
         registry.shutdown_all().await;
+        toolcell_tools::process::kill_adopted(&[]);
         flush_journal(&registry);
         std::process::exit(i32::from(code));
     });

@@ -85,6 +85,11 @@ fn main() -> ExitCode {
         }
     };
     host::init_logging();
+    // Orphans of cells (double fork, setsid) are re-parented to this host,
+    // not init, so they can be found and killed with their kernels.
+    if let Err(e) = toolcell_tools::process::become_subreaper() {
+        tracing::warn!("cannot become a child subreaper: {e}");
+    }
     let config = cli.config.as_deref();
     let result = match cli.command {
         Command::Exec(args) => cmd::exec::run(config, args),
@@ -100,6 +105,8 @@ fn main() -> ExitCode {
         Command::History(args) => cmd::history::run(config, &args),
         Command::Export(args) => cmd::export::run(config, &args),
     };
+    // Whatever cells started that escaped their kernels' trees ends with us.
+    toolcell_tools::process::kill_adopted(&[]);
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -403,12 +403,14 @@ fn without_xdg_runtime_dir_the_socket_is_in_a_private_temp_dir() {
 }
 
 #[test]
-fn a_runtime_dir_others_can_enter_is_refused() {
+fn a_runtime_dir_others_can_write_is_refused() {
     let env = Env::fast();
     let dir = env.runtime_dir().join("toolcell");
     std::fs::create_dir(&dir).unwrap();
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Others may write to it: refused (a readable-only one of ours is
+    // simply tightened to 0700).
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
     let out = env.run(&["exec", "--session", "a", "print('ran')"]);
     assert_ne!(out.code, Some(0));
     assert!(!out.stdout.contains("ran"));

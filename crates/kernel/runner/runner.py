@@ -103,9 +103,12 @@ _LINECACHE_BUDGET = 64 * 1024 * 1024
 _compile_cache = {}
 _CACHE_ENTRIES = 64
 _CACHE_SRC_MAX = 4096
-# A traceback longer than this (in characters) keeps only its head and tail,
-# so a result frame stays far below the host's maximum frame length.
-_MAX_TRACEBACK = 1 << 20
+# A traceback longer than this (in characters) keeps only its head and tail
+# lines, so a result frame stays below the host's maximum frame length (64 MiB;
+# at most 6 bytes per character once JSON-escaped). It is large so that a long
+# exception message reaches the host whole: the host redacts it, then cuts it
+# to max_stderr_bytes, and only a cut after redaction may fall inside a line.
+_MAX_TRACEBACK = 4 << 20
 # A request line longer than this is discarded (the host never sends one).
 _MAX_REQUEST = 512 * 1024 * 1024
 
@@ -886,14 +889,34 @@ def _filter_te(te, cell_file):
         todo.extend(getattr(cur, "exceptions", None) or ())
 
 
-def _cap_text(text, limit=_MAX_TRACEBACK):
-    """Keep a head and a tail of an over-long text (frames must stay small)."""
+def _cap_text(text, limit=_MAX_TRACEBACK, last=""):
+    """Keep the head and tail lines of an over-long text (frames must stay small).
+
+    Only whole lines are kept: the host redacts secrets line by line after
+    this cut, and a cut inside a line could leave part of a secret that it
+    can no longer recognise. A line longer than its share is left out whole;
+    when that is the last line, ``last`` stands in for it.
+    """
     if len(text) <= limit:
         return text
-    head = limit * 2 // 5
-    tail = limit - head
-    omitted = len(text) - head - tail
-    return "%s\n... [traceback truncated: %d characters omitted] ...\n%s" % (text[:head], omitted, text[-tail:])
+    head_budget = limit * 2 // 5
+    tail_budget = limit - head_budget
+    # The head ends after the last newline within its budget.
+    head_end = text.rfind("\n", 0, head_budget) + 1
+    # The tail starts after the first newline at or past len - tail_budget - 1.
+    nl = text.find("\n", len(text) - tail_budget - 1)
+    if nl < 0 or nl + 1 >= len(text):
+        # The last line alone is over the tail's budget (or the text ends
+        # without a newline in reach): keep no tail rather than part of it.
+        tail_start = len(text)
+    else:
+        tail_start = nl + 1
+    omitted = tail_start - head_end
+    return "%s... [traceback truncated: %d characters omitted; only whole lines are kept] ...\n%s" % (
+        text[:head_end],
+        omitted,
+        text[tail_start:] or last,
+    )
 
 
 def _format_exc(exc, cell_file):
@@ -903,7 +926,11 @@ def _format_exc(exc, cell_file):
     try:
         te = _traceback.TracebackException(type(exc), exc, exc.__traceback__)
         _filter_te(te, cell_file)
-        return _cap_text("".join(te.format()))
+        name = type(exc).__qualname__
+        module = type(exc).__module__
+        if module not in ("builtins", "__main__"):
+            name = "%s.%s" % (module, name)
+        return _cap_text("".join(te.format()), last="%s: (message too long to show)\n" % name)
     except BaseException as e:  # e.g. RecursionError on a very long chain (3.8-3.10)
         try:
             only = "".join(_traceback.format_exception_only(type(exc), exc))

@@ -3,10 +3,11 @@
 //! stream to a spill file as it goes. Memory is O(cap) whatever a cell
 //! prints.
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
+
+use toolcell_redact::HeadTail;
 
 /// What a capture produced.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -42,13 +43,12 @@ pub struct SpillTarget {
     pub cap_bytes: u64,
 }
 
-/// Head/tail capture of one stream of one cell.
+/// Head/tail capture of one stream of one cell: the cut itself is
+/// [`HeadTail`] (shared with every other head/tail cut); this adds the spill
+/// file.
 #[derive(Debug)]
 pub struct Capture {
-    cap: usize,
-    head: String,
-    tail: VecDeque<u8>,
-    total: u64,
+    kept: HeadTail,
     spill_target: Option<SpillTarget>,
     spill: Option<Spill>,
     spill_error: Option<String>,
@@ -141,93 +141,50 @@ impl Spill {
 }
 
 fn open_spill(target: &SpillTarget) -> std::io::Result<(PathBuf, File)> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&target.dir)?;
-    let rand = toolcell_protocol::random_hex(4).unwrap_or_else(|_| "0000".into());
-    let path = target.dir.join(format!("{}-{rand}.txt", target.prefix));
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    Ok((path, file))
+    // The spill dir is verified private (ours, 0700, no planted link) and
+    // the file made inside it through its fd (O_EXCL | O_NOFOLLOW, 0600).
+    let dir = toolcell_rpc::private_dir::PrivateDir::ensure(&target.dir)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))?;
+    let rand = toolcell_protocol::random_hex(4)
+        .map_err(|e| std::io::Error::other(format!("no randomness for a spill file name: {e}")))?;
+    let name = format!("{}-{rand}.txt", target.prefix);
+    let file = dir
+        .create_file(&name)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok((dir.path().join(name), file))
 }
 
 impl Capture {
     /// A capture keeping `cap` bytes; spills to `spill` once over the cap.
     pub fn new(cap: usize, spill: Option<SpillTarget>) -> Self {
         Self {
-            cap,
-            head: String::new(),
-            tail: VecDeque::new(),
-            total: 0,
+            kept: HeadTail::new(cap),
             spill_target: spill,
             spill: None,
             spill_error: None,
         }
     }
 
-    fn head_cap(&self) -> usize {
-        self.cap * 2 / 5
-    }
-
-    fn tail_cap(&self) -> usize {
-        self.cap - self.head_cap()
-    }
-
     /// Bytes seen so far.
     pub fn total(&self) -> u64 {
-        self.total
+        self.kept.total()
     }
 
     /// Adds cleaned text.
-    pub fn push(&mut self, mut text: &str) {
+    pub fn push(&mut self, text: &str) {
         if text.is_empty() {
             return;
         }
-        self.total += text.len() as u64;
         if let Some(spill) = &mut self.spill
             && let Err(e) = spill.write(text.as_bytes())
         {
             self.spill_error = Some(e.to_string());
             self.spill = None;
         }
-        // Head: up to 40% of the cap, cut on a character boundary.
-        let room = self.head_cap().saturating_sub(self.head.len());
-        if room > 0 && self.tail.is_empty() {
-            let mut take = room.min(text.len());
-            while !text.is_char_boundary(take) {
-                take -= 1;
-            }
-            self.head.push_str(&text[..take]);
-            text = &text[take..];
-            if take < room {
-                // The head is not full; a later character that did not fit
-                // now goes to the tail.
-                if text.is_empty() {
-                    return;
-                }
-            }
-        }
-        if text.is_empty() {
-            return;
-        }
-        let overflow = (self.tail.len() + text.len()).saturating_sub(self.tail_cap());
-        if overflow > 0 && self.spill.is_none() && self.spill_error.is_none() {
+        if self.spill.is_none() && self.spill_error.is_none() && self.kept.would_drop(text) {
             self.start_spill(text);
         }
-        let bytes = text.as_bytes();
-        if bytes.len() >= self.tail_cap() {
-            self.tail.clear();
-            self.tail.extend(&bytes[bytes.len() - self.tail_cap()..]);
-        } else {
-            let over = (self.tail.len() + bytes.len()).saturating_sub(self.tail_cap());
-            self.tail.drain(..over);
-            self.tail.extend(bytes);
-        }
+        self.kept.push(text);
     }
 
     /// The cap is about to be passed: everything so far is in head + tail
@@ -246,9 +203,9 @@ impl Capture {
                     capped: false,
                     pending: Vec::new(),
                 };
-                let (a, b) = self.tail.as_slices();
+                let (a, b) = self.kept.tail();
                 let res = spill
-                    .write(self.head.as_bytes())
+                    .write(self.kept.head().as_bytes())
                     .and_then(|()| spill.write(a))
                     .and_then(|()| spill.write(b))
                     .and_then(|()| spill.write(pending.as_bytes()));
@@ -279,32 +236,13 @@ impl Capture {
                 }
             }
         });
-        let mut tail: Vec<u8> = self.tail.into_iter().collect();
-        // The tail may start inside a character: drop the partial bytes.
-        let start = tail
-            .iter()
-            .position(|&b| (b & 0xC0) != 0x80)
-            .unwrap_or(tail.len());
-        tail.drain(..start);
-        let tail = String::from_utf8(tail)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-        let captured = (self.head.len() + tail.len()) as u64;
-        let omitted = self.total.saturating_sub(captured);
-        let truncated = omitted > 0;
-        let mut text = self.head;
-        if truncated {
-            text.push_str(&format!(
-                "\n\n... [OUTPUT TRUNCATED - {omitted} bytes omitted out of {} total] ...\n\n",
-                self.total
-            ));
-        }
-        text.push_str(&tail);
+        let kept = self.kept.finish("OUTPUT");
         Captured {
-            text,
-            truncated,
-            bytes_captured: captured,
-            bytes_total: self.total,
-            bytes_omitted: omitted,
+            text: kept.text,
+            truncated: kept.truncated,
+            bytes_captured: kept.captured,
+            bytes_total: kept.total,
+            bytes_omitted: kept.omitted,
             spill_path,
             spill_error: self.spill_error,
             spill_capped,

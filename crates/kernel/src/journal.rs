@@ -592,23 +592,27 @@ fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
 /// Creates the parents (0700) and the file (0600), opens it read-write, sets
 /// WAL mode and migrates.
 fn open_rw(path: &Path) -> Result<Connection, JournalError> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let io = |source| JournalError::Io {
         path: path.to_path_buf(),
         source,
     };
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(parent)
-            .map_err(io)?;
+        // Ours, 0700, no link another user planted (the fallback location is
+        // under the shared temp dir).
+        toolcell_rpc::private_dir::PrivateDir::ensure(parent).map_err(|e| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                e.to_string(),
+            ))
+        })?;
     }
     std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
         .map_err(io)?;
     let sql_err = sql_err(path);

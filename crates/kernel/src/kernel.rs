@@ -3,13 +3,13 @@
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use toolcell_rpc::private_dir::PrivateDir;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -287,6 +287,10 @@ pub struct CellOutcome {
 /// A live kernel.
 pub struct Kernel {
     spec: KernelSpec,
+    /// The kernel's own cgroup, where the machine allows one: every process
+    /// the cell starts stays in it, whatever it does to its session or
+    /// environment, and dies with the kernel.
+    cgroup: Option<toolcell_tools::cgroup::KernelCgroup>,
     dir: PathBuf,
     child: tokio::process::Child,
     pid: u32,
@@ -399,22 +403,32 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Creates `dir` with mode 0700 (parents too, also 0700).
+/// Creates `dir` with mode 0700 (missing parents too), after checking that
+/// no other user can swap it or any of its ancestors (see
+/// [`toolcell_rpc::private_dir`]); the error says which path is unsafe and why.
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
+    PrivateDir::ensure(dir)
+        .map(drop)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))
 }
 
-fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(text.as_bytes())
+/// The bootstrap the interpreter runs (`python -u -c BOOTSTRAP <runner
+/// path>`): it reads the runner from fd 4 — the file the host created with
+/// `O_EXCL | O_NOFOLLOW` in the verified kernel directory — closes it, and
+/// runs it as `__main__` with `__file__` set to the path, so nothing is
+/// re-resolved by name.
+pub const BOOTSTRAP: &str = "import sys\nf=open(4,'rb')\ns=f.read()\nf.close()\np=sys.argv[1]\nsys.argv=[p]\nexec(compile(s,p,'exec'),{'__name__':'__main__','__file__':p,'__builtins__':__builtins__})\n";
+
+/// Creates `name` in `dir` (0600, `O_EXCL | O_NOFOLLOW`) with `text`, and
+/// returns it open for reading from the start.
+fn write_in(dir: &PrivateDir, name: &str, text: &str) -> std::io::Result<std::fs::File> {
+    use std::io::{Seek, Write};
+    let mut f = dir
+        .create_file(name)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    f.write_all(text.as_bytes())?;
+    f.rewind()?;
+    Ok(f)
 }
 
 fn signal_name(sig: i32) -> String {
@@ -443,19 +457,30 @@ impl Kernel {
     }
 
     async fn spawn_inner(spec: KernelSpec) -> Result<Kernel, SpawnError> {
-        let dir = spec.root.join(&spec.id);
-        private_dir(&spec.root).map_err(io_err(format!("creating {}", spec.root.display())))?;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(io_err(format!("creating {}", dir.display())))?;
+        // The root is walked and verified on every spawn (ours, 0700, no
+        // link another user planted), and everything below it is made
+        // through directory fds: nothing is re-resolved by path between the
+        // check and the use (see `toolcell_rpc::private_dir`).
+        let root = PrivateDir::ensure(&spec.root).map_err(|e| SpawnError::Io {
+            what: "opening the kernels root".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let dir_handle = root.create_dir(&spec.id).map_err(|e| SpawnError::Io {
+            what: "creating the kernel directory".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let dir = dir_handle.path().to_path_buf();
         // From here on, a failure must remove the directory.
         let cleanup = DirGuard(Some(dir.clone()));
-        write_private(&dir.join("owner.pid"), &std::process::id().to_string())
+        write_in(&dir_handle, "owner.pid", &std::process::id().to_string())
             .map_err(io_err("writing owner.pid"))?;
-        write_private(&dir.join("runner.py"), RUNNER).map_err(io_err("writing runner.py"))?;
+        // The runner is launched from this open file (fd 4 of the child),
+        // never from its path: a file swapped in after the check is never
+        // what runs.
+        let runner =
+            write_in(&dir_handle, "runner.py", RUNNER).map_err(io_err("writing runner.py"))?;
         let stub = stubs::stub_module(&spec.tools)?;
-        write_private(&dir.join("toolcell_tools.py"), &stub)
+        write_in(&dir_handle, "toolcell_tools.py", &stub)
             .map_err(io_err("writing toolcell_tools.py"))?;
 
         let server = if spec.rpc_tcp {
@@ -473,6 +498,8 @@ impl Kernel {
             })?;
         let mut cmd = std::process::Command::new(&spec.interpreter);
         cmd.arg("-u")
+            .arg("-c")
+            .arg(BOOTSTRAP)
             .arg(dir.join("runner.py"))
             .current_dir(&spec.cwd)
             .env_clear()
@@ -481,6 +508,16 @@ impl Kernel {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let r = req_r.as_raw_fd();
+        let runner_fd = runner.as_raw_fd();
+        let mut cgroup = match toolcell_tools::cgroup::HostCgroup::get() {
+            Some(host) => Some(host.kernel(&spec.id).map_err(io_err(
+                "creating the kernel's cgroup (set TOOLCELL_CGROUP=off to do without)",
+            ))?),
+            None => None,
+        };
+        let procs_fd = cgroup
+            .as_ref()
+            .and_then(toolcell_tools::cgroup::KernelCgroup::procs_fd);
         // Landlock: the ruleset is built here (it opens directories); the
         // child only enforces it. It lives until the child has exec'd.
         let confinement = if spec.confine {
@@ -498,18 +535,30 @@ impl Kernel {
         // fork and exec.
         unsafe {
             cmd.pre_exec(move || {
+                // Into the kernel's cgroup first, so everything after —
+                // the runner's first instruction included — is inside.
+                if let Some(fd) = procs_fd
+                    && nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
                 limits.apply_in_child()?;
                 if let Some(fd) = ruleset_fd {
                     crate::confine::Confinement::restrict_in_child(fd)?;
                 }
-                if r == 3 {
-                    // dup2(3, 3) would keep FD_CLOEXEC: clear it instead.
-                    let flags = nix::fcntl::fcntl(
-                        std::os::fd::BorrowedFd::borrow_raw(r),
-                        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-                    );
-                    flags.map_err(std::io::Error::from)?;
-                } else if nix::libc::dup2(r, 3) < 0 {
+                // Move both to high fds first (close-on-exec), so neither
+                // dup2 below can clobber the other; dup2 onto 3 and 4 then
+                // clears close-on-exec on the targets only.
+                let hi = |fd: i32| {
+                    let n = nix::libc::fcntl(fd, nix::libc::F_DUPFD_CLOEXEC, 10);
+                    if n < 0 {
+                        Err(std::io::Error::last_os_error())
+                    } else {
+                        Ok(n)
+                    }
+                };
+                let (r_hi, runner_hi) = (hi(r)?, hi(runner_fd)?);
+                if nix::libc::dup2(r_hi, 3) < 0 || nix::libc::dup2(runner_hi, 4) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 nix::unistd::setsid().map_err(std::io::Error::from)?;
@@ -521,6 +570,10 @@ impl Kernel {
             .spawn()
             .map_err(io_err(format!("launching {}", spec.interpreter.display())))?;
         drop(req_r);
+        drop(runner);
+        if let Some(cg) = cgroup.as_mut() {
+            cg.spawned();
+        }
         drop(confinement);
         let pid = child.id().unwrap_or(0);
         let requests = tokio::net::unix::pipe::Sender::from_owned_fd(req_w)
@@ -575,6 +628,7 @@ impl Kernel {
             watch,
             pumps_busy: busy,
             spec,
+            cgroup,
         };
         let hello = Request::Hello(Hello {
             sentinel: sentinel.as_str().to_string(),
@@ -752,6 +806,7 @@ impl Kernel {
             root: self.pid,
             pgid: Some(self.pid),
             marker: Some(("TOOLCELL_RPC".to_string(), self.sentinel_marker_env.clone())),
+            cgroup: self.cgroup.as_ref().map(|c| c.dir().to_path_buf()),
         }
     }
 

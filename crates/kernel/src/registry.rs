@@ -213,6 +213,32 @@ impl RegistryOptions {
     }
 }
 
+/// The error for request tools outside the configured set, naming them.
+fn widening(requested: &[String], enabled: &[String]) -> Option<String> {
+    let extra: Vec<&str> = requested
+        .iter()
+        .filter(|t| !enabled.contains(t))
+        .map(String::as_str)
+        .collect();
+    if extra.is_empty() {
+        return None;
+    }
+    let enabled = if enabled.is_empty() {
+        "none".to_string()
+    } else {
+        enabled.join(", ")
+    };
+    Some(format!(
+        "the request names {} not enabled in this host's [tools] enabled ({enabled}); \
+         a request's tools may only narrow that set; none of the code ran",
+        extra
+            .iter()
+            .map(|t| format!("`{t}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
 /// `$XDG_CACHE_HOME/toolcell/spill` or `~/.cache/toolcell/spill`.
 pub fn default_spill_dir() -> PathBuf {
     if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
@@ -234,6 +260,42 @@ pub fn default_kernels_root() -> PathBuf {
     std::env::temp_dir()
         .join(format!("toolcell-{}", nix::unistd::getuid()))
         .join("kernels")
+}
+
+/// The kernels root, verified private (ours, 0700, no planted link). A
+/// configured root that is not safe is an error naming it; the default one
+/// under the shared temp dir (no `XDG_RUNTIME_DIR`) is replaced by a fresh
+/// private directory when another user got there first.
+fn verified_root(configured: Option<&Path>) -> Result<PathBuf, RegistryError> {
+    use toolcell_rpc::private_dir::PrivateDir;
+    let refused =
+        |path: &Path, e: toolcell_rpc::private_dir::PrivateDirError| RegistryError::Root {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()),
+        };
+    if let Some(root) = configured {
+        return PrivateDir::ensure(root)
+            .map(|d| d.path().to_path_buf())
+            .map_err(|e| refused(root, e));
+    }
+    let root = default_kernels_root();
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|x| !x.is_empty()) {
+        return PrivateDir::ensure(&root)
+            .map(|d| d.path().to_path_buf())
+            .map_err(|e| refused(&root, e));
+    }
+    let tmp = std::env::temp_dir();
+    let prefix = format!("toolcell-{}-", nix::unistd::getuid());
+    let (dir, _) =
+        PrivateDir::ensure_or_fresh(&root, &tmp, &prefix).map_err(|e| refused(&root, e))?;
+    if dir.path() == root {
+        return Ok(root);
+    }
+    // The fresh directory holds the kernels directly.
+    dir.open_dir("kernels")
+        .or_else(|_| dir.create_dir("kernels"))
+        .map(|d| d.path().to_path_buf())
+        .map_err(|e| refused(&root, e))
 }
 
 /// An embedder's veto over cells, asked before any kernel is touched.
@@ -676,6 +738,11 @@ pub enum RegistryError {
     /// `confine = true` but this system cannot confine kernels.
     #[error(transparent)]
     Confine(#[from] crate::confine::ConfineError),
+    /// `confine = true` where nothing keeps a kernel off control sockets.
+    #[error(
+        "[execution] confine = true needs a writable cgroup v2 hierarchy (root, or a delegated subtree) so that a confined kernel cannot drive a toolcell daemon's socket; none is available here (or TOOLCELL_CGROUP=off is set)"
+    )]
+    NoControlFence,
 }
 
 /// Owns kernels and runs cells in them. Dropping it kills every kernel.
@@ -753,15 +820,14 @@ impl Registry {
         if opts.confine {
             // Never silently unconfined: no Landlock, no registry.
             crate::confine::check_supported()?;
+            // Confined kernels must not reach a host's control socket (a
+            // pathname socket, which Landlock does not cover): the daemon
+            // refuses peers in a kernel's cgroup. Without cgroups, say so.
+            if toolcell_tools::cgroup::HostCgroup::get().is_none() {
+                return Err(RegistryError::NoControlFence);
+            }
         }
-        let root = opts
-            .kernels_root
-            .clone()
-            .unwrap_or_else(default_kernels_root);
-        crate::kernel::private_dir(&root).map_err(|source| RegistryError::Root {
-            path: root.clone(),
-            source,
-        })?;
+        let root = verified_root(opts.kernels_root.as_deref())?;
         let swept = sweep_stale(&root);
         if swept > 0 {
             tracing::info!("removed {swept} kernel directories left by a crashed host");
@@ -883,6 +949,12 @@ impl Registry {
             t.dedup();
             t
         };
+        // A request may only narrow the configured set, never widen it: a
+        // cell (or a confined kernel reaching a control socket) must not
+        // gain tools the operator did not enable.
+        if let Some(e) = widening(&tool_names, &inner.opts.tools) {
+            return ExecuteResult::not_run(Status::Error, e, blank);
+        }
         let tools = match inner.tools.select(&tool_names) {
             Ok(t) => t,
             Err(e) => {
@@ -1486,8 +1558,9 @@ async fn spawn_kernel(
 ) -> Result<Kernel, String> {
     let id = format!("k-{}", toolcell_protocol::random_hex(8).unwrap_or_default());
     let (kcwd, owned_cwd) = if shape.mode == Mode::Strict {
-        let dir = inner.root.join(format!("{id}-work"));
-        crate::kernel::private_dir(&dir)
+        let dir = toolcell_rpc::private_dir::PrivateDir::ensure(&inner.root)
+            .and_then(|root| root.create_dir(&format!("{id}-work")))
+            .map(|d| d.path().to_path_buf())
             .map_err(|e| format!("cannot create a private working directory: {e}"))?;
         (dir.clone(), Some(dir))
     } else {
@@ -1959,28 +2032,15 @@ fn clip(text: &str, max: usize) -> String {
 
 /// The traceback as it goes into `output`: within `cap` bytes (the stderr
 /// cap), a head (40%) and a tail (60%) around a notice, like a captured
-/// stream. The runner already bounds it (2^20 characters), but a cell that
+/// stream. The runner already bounds it (2^22 characters, whole lines), but a cell that
 /// raises a megabyte-long message or recurses 100k frames deep must not put
 /// more than the configured caps into one result.
 fn cap_traceback(traceback: &str, cap: usize) -> std::borrow::Cow<'_, str> {
-    let total = traceback.len();
-    if total <= cap {
-        return std::borrow::Cow::Borrowed(traceback);
+    use toolcell_redact::{HeadTailCut, Unit};
+    match HeadTailCut::plan(traceback, cap, Unit::Bytes) {
+        None => std::borrow::Cow::Borrowed(traceback),
+        Some(cut) => std::borrow::Cow::Owned(cut.render(traceback, "TRACEBACK")),
     }
-    let mut head = cap * 2 / 5;
-    while !traceback.is_char_boundary(head) {
-        head -= 1;
-    }
-    let mut tail = total - (cap - cap * 2 / 5);
-    while !traceback.is_char_boundary(tail) {
-        tail += 1;
-    }
-    std::borrow::Cow::Owned(format!(
-        "{}\n\n... [TRACEBACK TRUNCATED - {} bytes omitted out of {total} total] ...\n\n{}",
-        &traceback[..head],
-        tail - head,
-        &traceback[tail..]
-    ))
 }
 
 fn truncation_warning(name: &str, c: &Captured) -> Option<String> {

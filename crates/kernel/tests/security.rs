@@ -257,3 +257,127 @@ async fn a_cell_that_redirects_or_closes_its_fds_cannot_cut_the_protocol() {
     assert_eq!(r.kernel.execution_count, 4);
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "yes!");
 }
+
+const CUTS: &str = "a_secret_is_masked_wherever_a_line_or_a_traceback_is_cut";
+const HOST_SECRET: &str = "hunter2-Qz7vX9wK3mP5bT8yR4nL6cJ2hD0sF1gA";
+const OPENAI_KEY: &str = "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";
+
+/// Every 5-byte piece of `secret` that occurs in `text`.
+fn pieces_of(secret: &str, text: &str) -> Vec<String> {
+    (0..=secret.len() - 5)
+        .map(|i| &secret[i..i + 5])
+        .filter(|p| text.contains(p))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A host secret glued to 16 KiB of filler, and an OpenAI key in a `&pw=`
+/// value where the redactor used to cut a long line, are masked in the
+/// result, the spill file and the journal; a traceback over the runner's
+/// bound (with the host's stderr cap above it) is cut by the runner at line
+/// boundaries only, so no part of a secret is left at the cut.
+#[test]
+fn a_secret_is_masked_wherever_a_line_or_a_traceback_is_cut() {
+    if !common::is_child(CUTS) {
+        common::run_child(CUTS, &[("TOOLCELL_TEST_API_KEY", HOST_SECRET)]);
+        return;
+    }
+    use toolcell_kernel::journal::{HistoryQuery, Journal};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("journal.db");
+        let journal = Journal::open(&db).unwrap();
+        let j = journal.clone();
+        let f = Fixture::with(move |o| {
+            o.max_stdout_bytes = 1000;
+            o.max_stderr_bytes = 3_000_000;
+            o.journal = Some(j);
+        });
+        let cells = [
+            (
+                format!("print('A' * (16384 - 8) + {HOST_SECRET:?})"),
+                HOST_SECRET,
+            ),
+            (
+                format!("print('x=' + 'E' * (16384 - 10) + '&pw=' + {OPENAI_KEY:?})"),
+                OPENAI_KEY,
+            ),
+        ];
+        for (code, secret) in &cells {
+            let r = f.run_as("cuts", code).await;
+            assert_success(&r);
+            assert!(r.stdout_truncated, "{}", show(&r));
+            assert!(r.output.contains("«redacted:"), "{}", &r.output[400..]);
+            assert_eq!(
+                pieces_of(secret, &r.output),
+                Vec::<String>::new(),
+                "{}",
+                &r.output[400..]
+            );
+            let spill = std::fs::read_to_string(r.stdout_spill_path.as_deref().unwrap()).unwrap();
+            assert!(spill.contains("«redacted:"), "{}", &spill[16000..]);
+            assert_eq!(
+                pieces_of(secret, &spill),
+                Vec::<String>::new(),
+                "{}",
+                &spill[16000..]
+            );
+        }
+
+        // 200 000 lines of the secret: 8 MB of traceback, over the runner's
+        // bound of 2^22 characters (its old head/tail cut fell inside a line).
+        let code = format!("raise ValueError(('{HOST_SECRET}\\n') * 200_000)");
+        let r = f.run_as("cuts", &code).await;
+        assert_eq!(r.status, Status::Error, "{}", show(&r));
+        let stderr = r.output.split_once("--- stderr ---\n").unwrap().1;
+        assert!(stderr.contains("traceback truncated"), "{}", &stderr[..300]);
+        assert!(stderr.contains("«redacted:secret»\n"), "{}", &stderr[..300]);
+        assert_eq!(pieces_of(HOST_SECRET, &r.output), Vec::<String>::new());
+        // Only whole masked lines either side of the runner's notice.
+        for line in stderr
+            .lines()
+            .skip_while(|l| !l.starts_with("ValueError"))
+            .skip(1)
+        {
+            assert!(
+                line.is_empty()
+                    || line == "«redacted:secret»"
+                    || line.starts_with("... [traceback truncated: "),
+                "{line:?}"
+            );
+        }
+
+        // One line over the runner's bound: left out whole, the exception's
+        // type stands in for it.
+        let code = format!("raise ValueError('A' * 5_000_000 + {HOST_SECRET:?})");
+        let r = f.run_as("cuts", &code).await;
+        assert_eq!(r.status, Status::Error, "{}", show(&r));
+        assert!(
+            r.output
+                .ends_with("ValueError: (message too long to show)\n"),
+            "{}",
+            &r.output[r.output.len().saturating_sub(300)..]
+        );
+        assert!(r.output.len() < 10_000, "{}", r.output.len());
+        assert_eq!(pieces_of(HOST_SECRET, &r.output), Vec::<String>::new());
+
+        assert!(
+            journal.flush(std::time::Duration::from_secs(20)),
+            "journal did not flush"
+        );
+        let rows = Journal::history(&db, &HistoryQuery::session("cuts")).unwrap();
+        assert_eq!(rows.len(), 4);
+        for row in &rows {
+            for secret in [HOST_SECRET, OPENAI_KEY] {
+                assert_eq!(pieces_of(secret, &row.output), Vec::<String>::new());
+                assert_eq!(pieces_of(secret, &row.code), Vec::<String>::new());
+            }
+        }
+        f.reg.shutdown_all().await;
+    });
+}

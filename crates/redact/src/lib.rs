@@ -140,19 +140,30 @@
 //! ## Streaming and the held-back bound
 //!
 //! Redaction works on lines. A [`RedactStream`] judges each complete line as
-//! it arrives and holds back only the current incomplete line, at most
-//! [`LINE_MAX`] (16 KiB): a longer line is cut into segments after the last
-//! blank or punctuation byte in the last 4 KiB of each 16 KiB window (else at
-//! 16 KiB), a decision that depends only on the text. After a line ending in
-//! a `BEGIN … PRIVATE KEY` marker, that line is held until the next line shows
-//! whether key material follows; so at most [`MAX_HELD`] (32 KiB) is held in
-//! all. Inside a key block, base64 lines are dropped as they come (no
-//! buffering) until the `END` line. Whole-text [`Redactor::redact`] is defined
-//! as one push plus finish, so the two agree for every split.
+//! it arrives and holds back only the current incomplete line. A line longer
+//! than [`LINE_MAX`] + [`MAX_TOKEN`] (24 KiB) is judged in windows: each
+//! window writes one step of at most [`LINE_MAX`] (16 KiB; cut after the
+//! last blank or punctuation byte in the step's last 4 KiB, else at 16 KiB),
+//! but judges it together with [`MAX_TOKEN`] (8 KiB) of lookahead after the
+//! cut and [`MAX_TOKEN`] of already written context before it. A masked match
+//! crossing the cut moves the cut to the match's end, and the next window
+//! starts there, seeing the same match in its context. So no match of up to
+//! [`MAX_TOKEN`] bytes (every vendor key, JWT, assignment value and exact
+//! secret piece) is ever split between two judgements, wherever the line is
+//! cut; every decision depends only on the text. After a line ending in a
+//! `BEGIN … PRIVATE KEY` marker, that line's last window is held until the
+//! next line shows whether key material follows; so at most [`MAX_HELD`]
+//! (about 64 KiB) is held in all. Inside a key block, base64 lines are
+//! dropped as they come (no buffering) until the `END` line. Whole-text
+//! [`Redactor::redact`] is defined as one push plus finish, so the two agree
+//! for every split.
 //!
-//! Limits of the line model: a secret that spans a line break, or a cut of a
-//! line longer than 16 KiB, is not recognised as one token (exact secrets
-//! containing line breaks are registered line by line for this reason).
+//! Limits of the line model: a secret that spans a line break is not
+//! recognised as one token (exact secrets containing line breaks are
+//! registered line by line for this reason; an exact secret line longer than
+//! [`MAX_TOKEN`] is registered in pieces). URL passwords, header values and
+//! single-line PEM bodies longer than [`MAX_TOKEN`] are masked as far as a
+//! window reaches.
 //!
 //! ## Speed
 //!
@@ -179,6 +190,14 @@
 //! current line lazily (only `\r`, backspace and the 64 KiB commit need it).
 //! Figures are in `BENCHMARKS.md` ("redact / ansi").
 //!
+//! # Head/tail cuts
+//!
+//! [`HeadTail`] (streaming) and [`HeadTailCut`] (whole text, in bytes or
+//! characters) keep the first 40% and the last 60% of a limit around a
+//! [`truncation_notice`], never splitting a UTF-8 character; [`Utf8Stream`]
+//! decodes raw pipe bytes for them. Every cut of output in toolcell goes
+//! through them, after redaction.
+//!
 //! ## Deviations from the original API sketch
 //!
 //! [`Redactor::new`] returns a `Result`: building the automaton over
@@ -187,6 +206,7 @@
 
 mod ansi;
 mod clean;
+mod cut;
 #[doc(hidden)]
 pub mod fuzzing;
 mod redact;
@@ -194,4 +214,9 @@ mod rules;
 
 pub use ansi::{AnsiStripper, HELD_LINE_LIMIT, strip_ansi};
 pub use clean::{Cleaner, SECRET_ENV_WORDS, is_secret_env_name};
-pub use redact::{LINE_MAX, MAX_HELD, MIN_EXACT_SECRET_LEN, RedactError, RedactStream, Redactor};
+pub use cut::{
+    HEAD_PERCENT, HeadTail, HeadTailCut, Kept, Unit, Utf8Stream, head_limit, truncation_notice,
+};
+pub use redact::{
+    LINE_MAX, MAX_HELD, MAX_TOKEN, MIN_EXACT_SECRET_LEN, RedactError, RedactStream, Redactor,
+};

@@ -12,15 +12,29 @@ use crate::rules::{
     LITERALS, RULES, URL_TOKEN_KIND, Verify, is_token_byte,
 };
 
-/// Longest line segment judged as one unit. A line longer than this is cut
-/// (preferably after a space or punctuation in its last 4 KiB) into segments
-/// of at most this size; the cut depends only on the text.
+/// Step by which a line longer than one window is cut: each window commits
+/// at most this much text (cut preferably after a blank or punctuation byte
+/// in its last 4 KiB), extended past the cut through any match that crosses
+/// it. The cut depends only on the text.
 pub const LINE_MAX: usize = 16 * 1024;
 
-/// Most text a [`RedactStream`] holds back: the current incomplete line
-/// (up to [`LINE_MAX`]) plus, after a `-----BEGIN … PRIVATE KEY-----` line,
-/// that line until the next one shows whether a key body follows.
-pub const MAX_HELD: usize = 2 * LINE_MAX;
+/// Longest token recognised whole wherever a long line is cut. Every rule's
+/// match is bounded by this (vendor keys by their patterns, JWTs explicitly,
+/// exact secrets by registering longer values in pieces) except URL
+/// passwords, header values and single-line PEM bodies, which are masked as
+/// far as the window reaches. A window sees this much text on each side of
+/// its cut: before it (already written, as context) and after it (lookahead).
+pub const MAX_TOKEN: usize = 8 * 1024;
+
+/// Text judged together beyond what a window has already written: one
+/// [`LINE_MAX`] step plus [`MAX_TOKEN`] of lookahead.
+const WINDOW: usize = LINE_MAX + MAX_TOKEN;
+
+/// Most text a [`RedactStream`] holds back: the current incomplete line's
+/// window (context + [`LINE_MAX`] + lookahead) plus, after a
+/// `-----BEGIN … PRIVATE KEY-----` line, that line's last window until the
+/// next line shows whether a key body follows.
+pub const MAX_HELD: usize = 2 * (MAX_TOKEN + WINDOW + 8);
 
 /// Exact secrets shorter than this are ignored (too likely to occur by chance).
 pub const MIN_EXACT_SECRET_LEN: usize = 8;
@@ -89,7 +103,10 @@ impl Redactor {
     /// Built-in rules plus exact `secrets` (each value of at least
     /// [`MIN_EXACT_SECRET_LEN`] bytes; shorter ones are ignored). A value with
     /// line breaks is registered line by line (each line of 8+ bytes), since
-    /// redaction works on lines.
+    /// redaction works on lines; a line longer than [`MAX_TOKEN`] is
+    /// registered as consecutive pieces of at most that size (at least half
+    /// of it), each masked wherever it appears, so that a long line cut into
+    /// windows still masks all of it.
     pub fn new<I, S>(secrets: I) -> Result<Self, RedactError>
     where
         I: IntoIterator<Item = S>,
@@ -100,8 +117,13 @@ impl Redactor {
             let s: String = s.into();
             for part in s.split(['\n', '\r']) {
                 let part = part.trim();
-                if part.len() >= MIN_EXACT_SECRET_LEN && !exact_values.iter().any(|v| v == part) {
-                    exact_values.push(part.to_string());
+                if part.len() < MIN_EXACT_SECRET_LEN {
+                    continue;
+                }
+                for piece in exact_pieces(part) {
+                    if !exact_values.iter().any(|v| v == piece) {
+                        exact_values.push(piece.to_string());
+                    }
                 }
             }
         }
@@ -193,6 +215,7 @@ impl Redactor {
         RedactStream {
             red: self.clone(),
             pending: String::new(),
+            done: 0,
             pem: Pem::None,
         }
     }
@@ -259,6 +282,29 @@ impl Redactor {
         }
         mask
     }
+}
+
+/// `v` in consecutive pieces of at most [`MAX_TOKEN`] bytes, of nearly
+/// equal size, cut on char boundaries.
+fn exact_pieces(v: &str) -> Vec<&str> {
+    if v.len() <= MAX_TOKEN {
+        return vec![v];
+    }
+    let k = v.len().div_ceil(MAX_TOKEN);
+    let size = v.len().div_ceil(k);
+    let mut pieces = Vec::with_capacity(k);
+    let mut at = 0;
+    while at < v.len() {
+        let mut end = floor_boundary(v, at + size);
+        if end <= at {
+            end = (at + 1..=v.len())
+                .find(|&i| v.is_char_boundary(i))
+                .unwrap_or(v.len());
+        }
+        pieces.push(&v[at..end]);
+        at = end;
+    }
+    pieces
 }
 
 fn min_opt(a: Option<usize>, b: Option<usize>) -> Option<usize> {
@@ -344,8 +390,10 @@ struct Cands {
 #[derive(Clone, Debug)]
 enum Pem {
     None,
-    /// A line ending in a BEGIN … PRIVATE KEY marker (held), marker offset.
-    Pending(String, usize),
+    /// The last window of a line ending in a BEGIN … PRIVATE KEY marker
+    /// (held): its text with context, where its unwritten part starts, and
+    /// the marker offset.
+    Pending(String, usize, usize),
     /// Inside a key block whose mask was already written; `headers` once a
     /// `Proc-Type:`-style header was seen (a blank line may follow it).
     In {
@@ -361,7 +409,11 @@ enum Pem {
 /// incomplete line is held back (at most [`MAX_HELD`] bytes in all).
 pub struct RedactStream {
     red: Redactor,
+    /// The current incomplete line from its window's context on:
+    /// `pending[..done]` was already written (context for the next window),
+    /// `pending[done..]` was not. Empty between lines.
     pending: String,
+    done: usize,
     pem: Pem,
 }
 
@@ -382,14 +434,12 @@ struct Span {
     kind: &'static str,
 }
 
-/// Where to cut a line of more than [`LINE_MAX`] bytes (depends only on its
-/// first `LINE_MAX` bytes): after the last blank or punctuation byte in the
-/// last 4 KiB of the window, else at the last char boundary.
+/// Where to cut a line of more than one window (depends only on its first
+/// [`LINE_MAX`] bytes): after the last blank or punctuation byte in the last
+/// 4 KiB of the step, else at the last char boundary. A match crossing the
+/// cut moves it to the match's end (see [`RedactStream::window`]).
 fn cut_point(s: &str) -> usize {
-    let mut w = LINE_MAX.min(s.len());
-    while !s.is_char_boundary(w) {
-        w -= 1;
-    }
+    let w = floor_boundary(s, LINE_MAX);
     let lo = w.saturating_sub(4096);
     let b = s.as_bytes();
     for i in (lo..w).rev() {
@@ -416,6 +466,15 @@ fn cut_point(s: &str) -> usize {
     w.max(1)
 }
 
+/// The largest char boundary of `s` at or before `i` (or `s.len()`).
+fn floor_boundary(s: &str, i: usize) -> usize {
+    let mut i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
 pub(crate) fn push_mask(out: &mut String, kind: &str) {
     out.push_str("«redacted:");
     out.push_str(kind);
@@ -426,7 +485,7 @@ impl RedactStream {
     /// Bytes currently held back.
     pub fn held_len(&self) -> usize {
         self.pending.len()
-            + if let Pem::Pending(l, _) = &self.pem {
+            + if let Pem::Pending(l, _, _) = &self.pem {
                 l.len()
             } else {
                 0
@@ -438,14 +497,16 @@ impl RedactStream {
         let mut rest = chunk;
         // Complete (or bound) the held partial line first.
         while !self.pending.is_empty() && !rest.is_empty() {
-            let room = LINE_MAX + 1 - self.pending.len().min(LINE_MAX + 1);
+            let unwritten = self.pending.len() - self.done;
+            let room = (WINDOW + 1).saturating_sub(unwritten).max(1);
             let nl = memchr::memchr(b'\n', &rest.as_bytes()[..room.min(rest.len())]);
             match nl {
                 Some(i) => {
                     self.pending.push_str(&rest[..=i]);
                     rest = &rest[i + 1..];
                     let line = std::mem::take(&mut self.pending);
-                    self.line(&line, out);
+                    let from = std::mem::take(&mut self.done);
+                    self.line(&line, from, out);
                 }
                 None => {
                     let mut take = room.min(rest.len());
@@ -454,7 +515,7 @@ impl RedactStream {
                     }
                     self.pending.push_str(&rest[..take]);
                     rest = &rest[take..];
-                    self.cut_pending(out);
+                    self.drain_windows(out);
                 }
             }
         }
@@ -466,17 +527,18 @@ impl RedactStream {
             None => ("", rest),
         };
         self.region(region, out);
-        // Hold the unterminated tail, cutting it while it is over the bound.
+        // Hold the unterminated tail, judging full windows as they come.
         let mut tail = tail;
         while !tail.is_empty() {
-            let room = LINE_MAX + 1 - self.pending.len().min(LINE_MAX + 1);
+            let unwritten = self.pending.len() - self.done;
+            let room = (WINDOW + 1).saturating_sub(unwritten).max(1);
             let mut take = room.min(tail.len());
             while !tail.is_char_boundary(take) {
                 take += 1;
             }
             self.pending.push_str(&tail[..take]);
             tail = &tail[take..];
-            self.cut_pending(out);
+            self.drain_windows(out);
         }
     }
 
@@ -484,21 +546,28 @@ impl RedactStream {
     /// The stream is reset and can be reused.
     pub fn finish(&mut self, out: &mut String) {
         let line = std::mem::take(&mut self.pending);
+        let from = std::mem::take(&mut self.done);
         if !line.is_empty() {
-            self.line(&line, out);
+            self.line(&line, from, out);
         }
-        if let Pem::Pending(held, _) = std::mem::replace(&mut self.pem, Pem::None) {
-            self.plain(&held, out, None, false);
+        if let Pem::Pending(held, from, _) = std::mem::replace(&mut self.pem, Pem::None) {
+            self.plain(&held, from, None, None, false, out);
         }
         self.pem = Pem::None;
     }
 
-    /// While the held partial line is over [`LINE_MAX`], cut and judge its head.
-    fn cut_pending(&mut self, out: &mut String) {
-        while self.pending.len() > LINE_MAX {
-            let cut = cut_point(&self.pending);
-            let head: String = self.pending.drain(..cut).collect();
-            self.segment(&head, out);
+    /// While more than one window of the held partial line is unwritten,
+    /// judge a window and keep only [`MAX_TOKEN`] of context before what is
+    /// still unwritten. Same steps as [`line`](Self::line) takes on the
+    /// whole line.
+    fn drain_windows(&mut self, out: &mut String) {
+        while self.pending.len() - self.done > WINDOW {
+            let pending = std::mem::take(&mut self.pending);
+            let e = self.window(&pending, self.done, false, out);
+            let ctx = floor_boundary(&pending, e.saturating_sub(MAX_TOKEN));
+            self.pending = pending;
+            self.pending.drain(..ctx);
+            self.done = e - ctx;
         }
     }
 
@@ -510,7 +579,7 @@ impl RedactStream {
             if !matches!(self.pem, Pem::None) {
                 let le = memchr::memchr(b'\n', &region.as_bytes()[pos..])
                     .map_or(region.len(), |i| pos + i + 1);
-                self.line(&region[pos..le], out);
+                self.line(&region[pos..le], 0, out);
                 pos = le;
                 continue;
             }
@@ -521,78 +590,102 @@ impl RedactStream {
             let ls = memchr::memrchr(b'\n', &b[pos..hit]).map_or(pos, |i| pos + i + 1);
             let le = memchr::memchr(b'\n', &b[hit..]).map_or(region.len(), |i| hit + i + 1);
             out.push_str(&region[pos..ls]);
-            self.line(&region[ls..le], out);
+            self.line(&region[ls..le], 0, out);
             pos = le;
         }
         out.push_str(&region[pos..]);
     }
 
-    /// One complete line (or the final partial line), cut into segments if long.
-    fn line(&mut self, mut line: &str, out: &mut String) {
-        while line.len() > LINE_MAX {
-            let cut = cut_point(line);
-            self.segment(&line[..cut], out);
-            line = &line[cut..];
+    /// One complete line (or the final partial line) whose first `from`
+    /// bytes were already written by earlier windows: judged in windows of
+    /// [`LINE_MAX`] plus [`MAX_TOKEN`] of lookahead, each seeing
+    /// [`MAX_TOKEN`] of context before it, so that no match of up to
+    /// [`MAX_TOKEN`] bytes is ever split between two judgements.
+    fn line(&mut self, line: &str, mut from: usize, out: &mut String) {
+        let mut text = line;
+        while text.len() - from > WINDOW {
+            let e = self.window(text, from, false, out);
+            let ctx = floor_boundary(text, e.saturating_sub(MAX_TOKEN));
+            text = &text[ctx..];
+            from = e - ctx;
         }
-        if !line.is_empty() {
-            self.segment(line, out);
+        if from < text.len() {
+            self.window(text, from, true, out);
         }
     }
 
-    /// One segment, in order, with the multi-line private key state.
-    fn segment(&mut self, seg: &str, out: &mut String) {
+    /// Judge one window of a line: `text[..from]` is context already
+    /// written; `last` when `text` reaches the line's end (else it runs
+    /// past the window, which is then `from + WINDOW` bytes). Writes
+    /// `text[from..e]` and returns `e`, with the multi-line private key
+    /// state.
+    fn window(&mut self, text: &str, from: usize, last: bool, out: &mut String) -> usize {
+        let (text, cut) = if last {
+            (text, text.len())
+        } else {
+            let wend = floor_boundary(text, from + WINDOW);
+            (&text[..wend], from + cut_point(&text[from..wend]))
+        };
         let c = &*COMPILED;
         match std::mem::replace(&mut self.pem, Pem::None) {
             Pem::None => {}
             Pem::In { headers } => {
-                if let Some(m) = c.pem_end.find(seg) {
+                if let Some(m) = c.pem_end.find(&text[from..])
+                    && from + m.start() < cut
+                {
                     // Swallow through the END marker; judge what follows it.
-                    self.plain(&seg[m.end()..], out, None, false);
-                    return;
+                    let after = from + m.end();
+                    let cut = (!last).then_some(cut.max(after));
+                    return self.plain(text, after, cut, None, false, out);
                 }
-                let t = seg.trim();
+                let t = text[from..cut].trim();
                 if is_pem_header(t) {
                     self.pem = Pem::In { headers: true };
-                    return;
+                    return cut;
                 }
                 if (t.is_empty() && headers) || (!t.is_empty() && is_base64_line(t)) {
                     self.pem = Pem::In { headers };
-                    return;
+                    return cut;
                 }
                 // Not key material: the block ended without its END line.
             }
-            Pem::Pending(held, ms) => {
-                let t = seg.trim();
+            Pem::Pending(held, hfrom, ms) => {
+                let t = text[from..cut].trim();
                 if is_pem_header(t) || (is_base64_line(t) && t.len() >= 16) {
-                    self.plain(&held, out, Some((ms, held.len())), false);
+                    self.plain(&held, hfrom, None, Some((ms, held.len())), false, out);
                     self.pem = Pem::In {
                         headers: is_pem_header(t),
                     };
-                    return;
+                    return cut;
                 }
-                self.plain(&held, out, None, false);
+                self.plain(&held, hfrom, None, None, false, out);
             }
         }
-        self.plain(seg, out, None, true);
+        self.plain(text, from, (!last).then_some(cut), None, last, out)
     }
 
-    /// Apply the single-line rules to `seg` (plus an extra private-key span),
-    /// or hold it if it opens a multi-line private key block.
+    /// Apply the single-line rules to `text` (plus an extra private-key
+    /// span) and write `text[from..e]`, where `e` is `cut` moved past any
+    /// masked match crossing it (the end of `text` without a cut); returns
+    /// `e`. Or hold `text` if it opens a multi-line private key block.
     fn plain(
         &mut self,
-        seg: &str,
-        out: &mut String,
+        text: &str,
+        from: usize,
+        cut: Option<usize>,
         extra: Option<(usize, usize)>,
         allow_pem_hold: bool,
-    ) {
-        if seg.is_empty() {
-            return;
+        out: &mut String,
+    ) -> usize {
+        let end = cut.unwrap_or(text.len());
+        if from >= text.len() {
+            return end.max(from);
         }
         let red = &self.red;
-        let mask = red.line_mask(seg);
+        let mask = red.line_mask(text);
         if mask == 0 && extra.is_none() {
-            out.push_str(seg);
-            return;
+            out.push_str(&text[from..end]);
+            return end;
         }
         let mut spans: Vec<Span> = Vec::new();
         if let Some((s, e)) = extra {
@@ -605,14 +698,14 @@ impl RedactStream {
         }
         if mask & (1 << *IDX_PEM) != 0
             && extra.is_none()
-            && let Some(ms) = pem_spans(seg, &mut spans)
+            && let Some(ms) = pem_spans(text, &mut spans)
             && allow_pem_hold
         {
-            self.pem = Pem::Pending(seg.to_string(), ms);
-            return;
+            self.pem = Pem::Pending(text.to_string(), from, ms);
+            return text.len();
         }
-        collect_spans(red, seg, mask, &mut spans);
-        write_spans(seg, spans, out);
+        collect_spans(red, text, mask, &mut spans);
+        write_spans(text, from, cut, spans, out)
     }
 }
 
@@ -714,7 +807,7 @@ fn collect_spans(red: &Redactor, seg: &str, mask: u64, spans: &mut Vec<Span>) {
             }
             How::Jwt => {
                 for m in c.jwt.find_iter(seg) {
-                    if before_ok(b, m.start()) && after_ok(b, m.end()) && m.len() <= 16 * 1024 {
+                    if before_ok(b, m.start()) && after_ok(b, m.end()) && m.len() <= MAX_TOKEN {
                         spans.push(Span {
                             start: m.start(),
                             end: m.end(),
@@ -1069,11 +1162,22 @@ fn assignment_spans(seg: &str, spans: &mut Vec<Span>) {
     }
 }
 
-/// Merge overlapping spans (union, kind of the highest priority) and write.
-fn write_spans(seg: &str, mut spans: Vec<Span>, out: &mut String) {
+/// Merge overlapping spans (union, kind of the highest priority) and write
+/// `seg[from..e]`: `e` is `cut` moved to the end of a merged span crossing
+/// it (the end of `seg` without a cut). Spans are clipped to `from..e`: what
+/// lies before `from` was written by an earlier window (context), what
+/// starts at `e` or later is left to the next one. Returns `e`.
+fn write_spans(
+    seg: &str,
+    from: usize,
+    cut: Option<usize>,
+    mut spans: Vec<Span>,
+    out: &mut String,
+) -> usize {
+    let mut e = cut.unwrap_or(seg.len());
     if spans.is_empty() {
-        out.push_str(seg);
-        return;
+        out.push_str(&seg[from..e]);
+        return e;
     }
     spans.sort_by_key(|s| (s.start, std::cmp::Reverse(s.end)));
     let mut merged: Vec<Span> = Vec::with_capacity(spans.len());
@@ -1081,8 +1185,10 @@ fn write_spans(seg: &str, mut spans: Vec<Span>, out: &mut String) {
         if s.start >= s.end || s.end > seg.len() {
             continue;
         }
+        // Pieces of one long exact secret meet end to end: one mask.
         if let Some(last) = merged.last_mut()
-            && s.start < last.end
+            && (s.start < last.end
+                || (s.start == last.end && s.kind == EXACT_KIND && last.kind == EXACT_KIND))
         {
             if s.end > last.end {
                 last.end = s.end;
@@ -1095,14 +1201,27 @@ fn write_spans(seg: &str, mut spans: Vec<Span>, out: &mut String) {
         }
         merged.push(s);
     }
-    let mut pos = 0;
+    if cut.is_some()
+        && let Some(s) = merged.iter().find(|s| s.start < e && s.end > e)
+    {
+        e = s.end;
+    }
+    let mut pos = from;
     for s in merged {
+        if s.end <= from {
+            continue;
+        }
+        if s.start >= e {
+            break;
+        }
+        let (start, end) = (s.start.max(from), s.end.min(e));
         // Spans come from regex/AC matches on `seg`, so they are on char boundaries.
-        if let (Some(pre), true) = (seg.get(pos..s.start), seg.is_char_boundary(s.end)) {
+        if let (Some(pre), true) = (seg.get(pos..start), seg.is_char_boundary(end)) {
             out.push_str(pre);
             push_mask(out, s.kind);
-            pos = s.end;
+            pos = end;
         }
     }
-    out.push_str(&seg[pos..]);
+    out.push_str(&seg[pos..e]);
+    e
 }

@@ -4,8 +4,10 @@
 //! long lines).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod samples;
+
 use proptest::prelude::*;
-use toolcell_redact::{AnsiStripper, Cleaner, LINE_MAX, Redactor, strip_ansi};
+use toolcell_redact::{AnsiStripper, Cleaner, LINE_MAX, MAX_HELD, MAX_TOKEN, Redactor, strip_ansi};
 
 fn ansi_fragment() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
@@ -198,5 +200,213 @@ fn redactor_is_send_sync_clone_and_shared_across_threads() {
         .collect();
     for (i, h) in handles.into_iter().enumerate() {
         assert_eq!(h.join().unwrap(), format!("{i}: «redacted:secret»"));
+    }
+}
+
+/// A host secret (exact-value rule) for the long-line tests.
+const EXACT: &str = "hunter2-Zq8vX9wK3mP7";
+
+/// One single-line sample per kind (from the table tests) plus an exact
+/// host secret: (sample, the secret in it, kind).
+fn one_per_kind() -> Vec<(String, &'static str, &'static str)> {
+    let mut seen = std::collections::HashSet::new();
+    let mut v: Vec<_> = samples::positives()
+        .into_iter()
+        .map(|(input, secret, kind)| (input.trim_end_matches('\n').to_string(), secret, kind))
+        .filter(|(input, _, kind)| !input.contains('\n') && seen.insert(*kind))
+        .collect();
+    v.push((format!("pw {EXACT} end"), EXACT, "secret"));
+    v.push((EXACT.to_string(), EXACT, "secret"));
+    v
+}
+
+fn stream_in(red: &Redactor, input: &str, step: usize) -> String {
+    let mut st = red.stream();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < input.len() {
+        let mut e = (i + step).min(input.len());
+        while !input.is_char_boundary(e) {
+            e += 1;
+        }
+        st.push(&input[i..e], &mut out);
+        assert!(
+            st.held_len() <= MAX_HELD,
+            "held {} > {MAX_HELD}",
+            st.held_len()
+        );
+        i = e;
+    }
+    st.finish(&mut out);
+    out
+}
+
+/// The first place two long strings differ, with some context, for messages.
+fn first_diff(a: &str, b: &str) -> String {
+    let i = a
+        .bytes()
+        .zip(b.bytes())
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()));
+    let lo = |s: &str| {
+        let mut l = i.saturating_sub(60).min(s.len());
+        while !s.is_char_boundary(l) {
+            l -= 1;
+        }
+        let mut h = (i + 140).min(s.len());
+        while !s.is_char_boundary(h) {
+            h += 1;
+        }
+        s[l..h].to_string()
+    };
+    format!("at byte {i}: got {:?}\n want {:?}", lo(a), lo(b))
+}
+
+/// A secret of every kind slid byte by byte across the first and the fifth
+/// cut of a long line (16–90 KiB), glued to filler without blanks or
+/// punctuation before it so the cut cannot move away from it (a quote ends
+/// values that would otherwise run to the end of the line): the line comes out as
+/// the filler around the sample's own redaction, in whole text and streamed,
+/// so no part of any secret is ever shown.
+#[test]
+fn a_secret_of_every_kind_is_masked_at_every_offset_around_a_cut() {
+    let red = Redactor::new([EXACT]).unwrap();
+    let mut kinds = std::collections::HashSet::new();
+    for (sample, secret, kind) in one_per_kind() {
+        let short = format!("x&{sample}\"y");
+        let want_short = red.redact(&short).into_owned();
+        if want_short.contains(secret) {
+            continue; // masked only in its own context (line start, …)
+        }
+        kinds.insert(kind);
+        for k in [1usize, 5] {
+            let cut = k * LINE_MAX;
+            let len = cut + MAX_TOKEN + short.len() + 64;
+            for at in cut.saturating_sub(short.len())..=cut + 1 {
+                let (pre, post) = ("x".repeat(at), "y".repeat(len - at - short.len()));
+                let line = format!("{pre}{short}{post}\n");
+                let want = format!("{pre}{want_short}{post}\n");
+                let got = red.redact(&line);
+                assert!(
+                    got == want,
+                    "{kind} at {at} (cut {cut}): {}",
+                    first_diff(&got, &want)
+                );
+                if at % 7 == 0 {
+                    let streamed = stream_in(&red, &line, 4093);
+                    assert!(
+                        streamed == want,
+                        "{kind} at {at} streamed: {}",
+                        first_diff(&streamed, &want)
+                    );
+                }
+            }
+        }
+    }
+    assert!(
+        kinds.len() >= 30,
+        "only {} kinds covered: {kinds:?}",
+        kinds.len()
+    );
+}
+
+/// The two lines of the report: a host secret glued to 16 KiB of filler, and
+/// a `&pw=` assignment whose secret straddled the old 16 KiB cut.
+#[test]
+fn the_reported_cut_leaks_are_closed() {
+    let red = Redactor::new([EXACT]).unwrap();
+    let key = "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";
+    let lines = [
+        format!("{}{EXACT}\n", "A".repeat(16384 - 8)),
+        format!("x={}&pw={EXACT}\n", "E".repeat(16384 - 10)),
+        format!("x={}&pw={key}\n", "E".repeat(16384 - 10)),
+    ];
+    for (line, secret) in lines.iter().zip([EXACT, EXACT, key]) {
+        for out in [red.redact(line).into_owned(), stream_in(&red, line, 1000)] {
+            assert!(!out.contains(&secret[..8]), "{}", &out[16000..]);
+            assert!(out.contains("«redacted:"), "{}", &out[16000..]);
+        }
+    }
+}
+
+/// An exact secret longer than [`MAX_TOKEN`] is registered in pieces and
+/// still masked entirely (as one or more adjacent masks) wherever the long
+/// line holding it is cut.
+#[test]
+fn a_long_exact_secret_is_masked_across_cuts() {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let long: String = (0..30_000)
+        .map(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[(x >> 59) as usize % 36])
+        })
+        .collect();
+    let red = Redactor::new([long.as_str()]).unwrap();
+    assert_eq!(red.exact_secret_count(), 4);
+    for at in [0usize, 100, LINE_MAX - 3, 40_000] {
+        let line = format!("{}={long}=tail\n", "z".repeat(at));
+        for out in [red.redact(&line).into_owned(), stream_in(&red, &line, 5000)] {
+            let shown = out.replace("«redacted:secret»", "");
+            assert_eq!(shown, format!("{}==tail\n", "z".repeat(at)));
+            assert!(out.contains("=«redacted:secret»"));
+        }
+    }
+    // Within one window its pieces make one mask.
+    let red = Redactor::new([&long[..12_000]]).unwrap();
+    assert_eq!(red.exact_secret_count(), 2);
+    let line = format!("a {} b", &long[..12_000]);
+    assert_eq!(red.redact(&line), "a «redacted:secret» b");
+}
+
+fn filler() -> impl Strategy<Value = &'static str> {
+    prop_oneof![
+        Just("x"),
+        Just("lorem ipsum "),
+        Just("é漢"),
+        Just("a,b;c|"),
+        Just("k=v&"),
+        Just("0123456789abcdef"),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+    /// Lines of 16–100 KiB with a secret of any kind at any offset, fed in
+    /// chunks of any size: the streamed output equals the whole-text output,
+    /// which is the filler around the sample's own redaction.
+    #[test]
+    fn long_lines_with_a_secret_anywhere_are_masked_and_split_invariant(
+        pick in any::<prop::sample::Index>(),
+        len in (16 * 1024usize)..(100 * 1024),
+        pos in any::<prop::sample::Index>(),
+        fill in filler(),
+        step in prop_oneof![1usize..64, 64usize..70_000],
+    ) {
+        let red = Redactor::new([EXACT]).unwrap();
+        let all = one_per_kind();
+        let (sample, secret, _) = &all[pick.index(all.len())];
+        let short = format!("x&{sample}\"y");
+        let want_short = red.redact(&short).into_owned();
+        let at = pos.index(len.saturating_sub(short.len()).max(1));
+        let rep = |n: usize| {
+            let mut s = fill.repeat(n / fill.len() + 1);
+            let mut n = n.min(s.len());
+            while !s.is_char_boundary(n) {
+                n -= 1;
+            }
+            s.truncate(n);
+            s
+        };
+        let pre = format!("{} ", rep(at));
+        let post = format!("\" {}", rep(len.saturating_sub(at + short.len())));
+        let line = format!("{pre}{short}{post}\n");
+        let whole = red.redact(&line).into_owned();
+        if !want_short.contains(secret) {
+            prop_assert!(!whole.contains(secret));
+            prop_assert!(whole == format!("{pre}{want_short}{post}\n"), "{}", first_diff(&whole, &format!("{pre}{want_short}{post}\n")));
+        }
+        let streamed = stream_in(&red, &line, step);
+        prop_assert!(streamed == whole, "{}", first_diff(&streamed, &whole));
     }
 }

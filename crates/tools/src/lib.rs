@@ -87,6 +87,7 @@
 //! `web_extract`, `web_search`, one file each under `src/builtin/`.
 
 mod builtin;
+pub mod cgroup;
 mod fsutil;
 pub mod hints;
 pub mod process;

@@ -101,6 +101,10 @@ pub struct Tree {
     pub pgid: Option<u32>,
     /// `(NAME, value)` set in the root's environment at spawn.
     pub marker: Option<(String, String)>,
+    /// The tree's own cgroup v2 directory, when it has one
+    /// ([`crate::cgroup`]): its members are members, and SIGKILL also goes
+    /// through `cgroup.kill`, which nothing inside can escape.
+    pub cgroup: Option<std::path::PathBuf>,
 }
 
 impl Tree {
@@ -108,6 +112,13 @@ impl Tree {
     pub fn members(&self) -> Vec<u32> {
         let mut all = vec![self.root];
         all.extend(descendants(self.root));
+        if let Some(cg) = &self.cgroup {
+            for p in crate::cgroup::members(cg) {
+                if !all.contains(&p) {
+                    all.push(p);
+                }
+            }
+        }
         if let Some((k, v)) = &self.marker {
             for p in with_env_marker(k, v) {
                 if !all.contains(&p) {
@@ -120,6 +131,11 @@ impl Tree {
 
     /// Sends `signal` to the group and every member.
     pub fn signal(&self, signal: Signal) {
+        if signal == Signal::SIGKILL
+            && let Some(cg) = &self.cgroup
+        {
+            let _ = std::fs::write(cg.join("cgroup.kill"), b"1");
+        }
         if let Some(g) = self.pgid.and_then(|g| i32::try_from(g).ok()) {
             let _ = killpg(Pid::from_raw(g), signal);
         }
@@ -185,6 +201,7 @@ mod tests {
             root: pid,
             pgid: None,
             marker: None,
+            cgroup: None,
         }
         .signal(Signal::SIGKILL);
         let _ = child.wait();
@@ -193,4 +210,127 @@ mod tests {
             assert!(!alive(d), "descendant {d} survived");
         }
     }
+}
+
+static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`): a
+/// process a cell starts that double-forks or calls `setsid` is re-parented
+/// to this host instead of init, so it stays a descendant the host can find
+/// and kill ([`kill_adopted`]). Also starts a thread that reaps adopted
+/// children once they have been zombies for two scans in a row (children
+/// the host waits for itself are reaped long before that). For hosts that
+/// own their process (the `toolcell` binary); an embedder decides for its
+/// own process.
+///
+/// # Errors
+/// The `prctl` failed.
+pub fn become_subreaper() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    let rc = unsafe { nix::libc::prctl(nix::libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if !SUBREAPER.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        let _ = std::thread::Builder::new()
+            .name("toolcell-reaper".into())
+            .spawn(|| {
+                let mut seen: Vec<u32> = Vec::new();
+                loop {
+                    std::thread::sleep(Duration::from_secs(2));
+                    seen = reap_stale_zombies(&seen);
+                }
+            });
+    }
+    Ok(())
+}
+
+/// Whether [`become_subreaper`] made this process a subreaper.
+pub fn is_subreaper() -> bool {
+    SUBREAPER.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// This process's children now.
+pub fn own_children() -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(s.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// Reaps children that were zombies at the previous scan too (`before`);
+/// returns this scan's zombies.
+fn reap_stale_zombies(before: &[u32]) -> Vec<u32> {
+    let now: Vec<u32> = own_children()
+        .into_iter()
+        .filter(|p| is_zombie(*p))
+        .collect();
+    for p in &now {
+        if before.contains(p)
+            && let Ok(pid) = i32::try_from(*p)
+        {
+            let _ = nix::sys::wait::waitpid(
+                Pid::from_raw(pid),
+                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+            );
+        }
+    }
+    now
+}
+
+static DETACHED: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// Marks `pid`, a child this host started on purpose to outlive it (the
+/// daemon a client starts), so [`kill_adopted`] leaves it alone.
+pub fn detach(pid: u32) {
+    if let Ok(mut d) = DETACHED.lock() {
+        d.push(pid);
+    }
+}
+
+/// Kills every child of this host that is not in `keep`, with its tree, and
+/// reaps it: when a subreaper host ends its kernels, what is left among its
+/// children are processes cells started that escaped their kernel's tree.
+pub fn kill_adopted(keep: &[u32]) -> usize {
+    if !is_subreaper() {
+        return 0;
+    }
+    let detached = DETACHED.lock().map(|d| d.clone()).unwrap_or_default();
+    let victims: Vec<u32> = own_children()
+        .into_iter()
+        .filter(|p| !keep.contains(p) && !detached.contains(p))
+        .collect();
+    for &p in &victims {
+        Tree {
+            root: p,
+            pgid: None,
+            marker: None,
+            cgroup: None,
+        }
+        .signal(Signal::SIGKILL);
+    }
+    for &p in &victims {
+        if let Ok(pid) = i32::try_from(p) {
+            let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+        }
+    }
+    victims.len()
 }

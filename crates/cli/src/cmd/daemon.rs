@@ -280,7 +280,21 @@ fn run_daemon(cfg: toolcell_kernel::config::Config, p: &Paths) -> anyhow::Result
                 conn = listener.accept() => {
                     let Ok((stream, _)) = conn else { continue };
                     match stream.peer_cred() {
-                        Ok(c) if c.uid() == me => {}
+                        Ok(c) if c.uid() == me => {
+                            // A kernel (or anything it started: cgroup
+                            // membership survives double forks, setsid and
+                            // a cleared environment) never drives a host.
+                            let pid = c.pid().and_then(|p| u32::try_from(p).ok());
+                            if pid.is_some_and(|p| {
+                                toolcell_tools::cgroup::in_kernel_cgroup(p) == Some(true)
+                            }) {
+                                tracing::warn!(
+                                    "refused a daemon client running inside a toolcell kernel (pid {})",
+                                    pid.unwrap_or(0)
+                                );
+                                continue;
+                            }
+                        }
                         _ => {
                             tracing::warn!("refused a daemon client of another uid");
                             continue;
@@ -417,6 +431,8 @@ async fn ensure_running(config: Option<&Path>, p: &Paths) -> anyhow::Result<u64>
     }
     let log_start = std::fs::metadata(&p.log).map_or(0, |m| m.len());
     let mut child = cmd.spawn().context("starting the daemon")?;
+    // It outlives this client on purpose.
+    toolcell_tools::process::detach(child.id());
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut exited_ok = false;
     let result = loop {
@@ -509,13 +525,8 @@ pub fn exec_in_session(
         if let Some(m) = &args.overrides.mode {
             params["mode"] = json!(m);
         }
-        if let Some(t) = &args.overrides.tools {
-            params["tools"] = json!(
-                t.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .collect::<Vec<_>>()
-            );
+        if let Some(t) = host::tool_list(args.overrides.tools.as_deref()) {
+            params["tools"] = json!(t);
         }
         // Ctrl-C interrupts the cell in the daemon (the session survives).
         let sock = p.socket.clone();

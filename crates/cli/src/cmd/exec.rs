@@ -38,7 +38,7 @@ pub struct Args {
     /// Working directory of the kernel (project mode).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
-    /// Print the SPEC §6 result object as JSON instead of the output.
+    /// Print the full result object (status, output, error, hint, …) as JSON, not the output.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -95,7 +95,14 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
     if code.trim().is_empty() {
         return Err(host::usage("the code is empty: give some Python to run"));
     }
-    let cfg = host::load_config(config, &args.overrides)?;
+    // `--tools` narrows the configured set for this cell (a request's tools
+    // never widen `[tools] enabled`); it does not override the file.
+    let overrides = host::Overrides {
+        tools: None,
+        ..args.overrides.clone()
+    };
+    let cfg = host::load_config(config, &overrides)?;
+    let tools = host::tool_list(args.overrides.tools.as_deref());
     let cwd = args.abs_cwd()?;
     if let Some(session) = &args.session {
         return crate::cmd::daemon::exec_in_session(config, &args, session, code);
@@ -109,6 +116,9 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
         })?);
         host::exit_on_signals(Arc::clone(&registry));
         let mut req = ExecuteRequest::new(code);
+        if let Some(t) = tools {
+            req = req.tools(t);
+        }
         if !args.json {
             req = req.live(Arc::new(|stream: StreamKind, chunk: &str| match stream {
                 StreamKind::Stdout => {

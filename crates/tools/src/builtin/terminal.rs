@@ -12,6 +12,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
+use toolcell_redact::{HeadTail, Utf8Stream};
+
 use crate::{Tool, ToolContext, ToolError, process};
 
 /// Arguments of `terminal`.
@@ -119,6 +121,7 @@ impl Tool for Terminal {
             root: pid,
             pgid: Some(pid),
             marker: Some((MARKER_VAR.to_string(), marker)),
+            cgroup: None,
         };
 
         let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
@@ -208,59 +211,38 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
     }
 }
 
-/// Keeps the first 40% and the last 60% of `cap` bytes of output.
+/// Output as it is read: raw bytes decoded to text (a character split
+/// between two reads is decoded whole, invalid UTF-8 becomes U+FFFD), then
+/// the shared head/tail cut (40% / 60% of `cap` bytes, never inside a
+/// character).
 #[derive(Debug)]
 struct Capture {
-    cap: usize,
-    head: Vec<u8>,
-    tail: std::collections::VecDeque<u8>,
-    total: usize,
+    decode: Utf8Stream,
+    kept: HeadTail,
+    buf: String,
 }
 
 impl Capture {
     fn new(cap: usize) -> Self {
         Self {
-            cap,
-            head: Vec::new(),
-            tail: std::collections::VecDeque::new(),
-            total: 0,
+            decode: Utf8Stream::new(),
+            kept: HeadTail::new(cap),
+            buf: String::new(),
         }
     }
 
-    fn head_cap(&self) -> usize {
-        self.cap * 2 / 5
-    }
-
-    fn push(&mut self, mut data: &[u8]) {
-        self.total += data.len();
-        let room = self.head_cap().saturating_sub(self.head.len());
-        let take = room.min(data.len());
-        self.head.extend_from_slice(&data[..take]);
-        data = &data[take..];
-        let tail_cap = self.cap - self.head_cap();
-        if data.len() >= tail_cap {
-            self.tail.clear();
-            self.tail.extend(&data[data.len() - tail_cap..]);
-        } else {
-            let over = (self.tail.len() + data.len()).saturating_sub(tail_cap);
-            self.tail.drain(..over);
-            self.tail.extend(data);
-        }
+    fn push(&mut self, data: &[u8]) {
+        self.buf.clear();
+        self.decode.push(data, &mut self.buf);
+        self.kept.push(&self.buf);
     }
 
     fn render(&self) -> String {
-        let kept = self.head.len() + self.tail.len();
-        let mut out = String::from_utf8_lossy(&self.head).into_owned();
-        if self.total > kept {
-            out.push_str(&format!(
-                "\n\n... [OUTPUT TRUNCATED - {} bytes omitted out of {} total] ...\n\n",
-                self.total - kept,
-                self.total
-            ));
-        }
-        let tail: Vec<u8> = self.tail.iter().copied().collect();
-        out.push_str(&String::from_utf8_lossy(&tail));
-        out
+        let mut rest = String::new();
+        self.decode.clone().finish(&mut rest);
+        let mut kept = self.kept.clone();
+        kept.push(&rest);
+        kept.finish("OUTPUT").text
     }
 }
 
@@ -281,5 +263,26 @@ mod tests {
         let mut c = Capture::new(10);
         c.push(b"short");
         assert_eq!(c.render(), "short");
+    }
+
+    /// The head's end (4 of 10 bytes) falls inside a `€` (bytes 3..6), and
+    /// reads split characters: whole characters come back, no U+FFFD.
+    #[test]
+    fn capture_never_splits_a_multibyte_character() {
+        let text = "aaa€bbbbbbbbbbbb€€😀";
+        for split in 0..=text.len() {
+            let mut c = Capture::new(10);
+            c.push(&text.as_bytes()[..split]);
+            c.push(&text.as_bytes()[split..]);
+            let r = c.render();
+            assert!(!r.contains('\u{FFFD}'), "split {split}: {r:?}");
+            let (head, tail) = r.split_once("\n\n... [OUTPUT TRUNCATED").unwrap();
+            assert_eq!(head, "aaa");
+            assert!(tail.ends_with("] ...\n\n€😀"), "split {split}: {r:?}");
+        }
+        // Bytes that are not UTF-8 still become U+FFFD, once each.
+        let mut c = Capture::new(100);
+        c.push(b"ok \xff\xe2\x82");
+        assert_eq!(c.render(), "ok \u{FFFD}\u{FFFD}");
     }
 }

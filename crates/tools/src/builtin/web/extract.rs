@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use toolcell_redact::{HeadTailCut, Unit};
 
 use super::{BodyError, ContentType, client, decode, describe_reqwest, html, request_deadline};
 use crate::tool::{Tool, ToolContext, ToolError};
@@ -25,9 +26,6 @@ const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 const PER_URL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Stack of the thread that converts HTML (htmd recurses over the DOM).
 const CONVERT_STACK_BYTES: usize = 64 * 1024 * 1024;
-/// Share of `char_limit` kept from the start of a long page; the rest is
-/// kept from its end.
-const HEAD_PERCENT: usize = 40;
 
 fn default_char_limit() -> usize {
     15_000
@@ -435,41 +433,25 @@ async fn convert_on_big_stack(html: String) -> Result<html::Converted, String> {
         .map_err(|_| "the HTML converter failed on this page".to_string())
 }
 
-/// Where a text longer than the limit is cut: its first `head_end` bytes
-/// and the bytes from `tail_start` are kept.
+/// Where a text longer than the limit is cut: the shared head/tail cut,
+/// counted in characters, with web_extract's own notice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Cut {
-    head_end: usize,
-    tail_start: usize,
-    omitted_chars: usize,
-    total_chars: usize,
-}
+pub(super) struct Cut(HeadTailCut);
 
 impl Cut {
     /// The cut for `text` at `limit` chars, or `None` if it fits.
     pub(super) fn new(text: &str, limit: usize) -> Option<Self> {
-        let total_chars = text.chars().count();
-        if total_chars <= limit {
-            return None;
-        }
-        let head_chars = limit * HEAD_PERCENT / 100;
-        let tail_chars = limit - head_chars;
-        let byte_at = |n: usize| text.char_indices().nth(n).map_or(text.len(), |(i, _)| i);
-        Some(Self {
-            head_end: byte_at(head_chars),
-            tail_start: byte_at(total_chars - tail_chars),
-            omitted_chars: total_chars - limit,
-            total_chars,
-        })
+        HeadTailCut::plan(text, limit, Unit::Chars).map(Self)
     }
 
     /// Head, marker, tail.
     pub(super) fn render(&self, text: &str, note: &str) -> String {
-        let head = text.get(..self.head_end).unwrap_or("");
-        let tail = text.get(self.tail_start..).unwrap_or("");
         format!(
-            "{head}\n\n[… {} characters omitted of {} (char_limit reached); {note} …]\n\n{tail}",
-            self.omitted_chars, self.total_chars
+            "{}\n\n[… {} characters omitted of {} (char_limit reached); {note} …]\n\n{}",
+            self.0.head(text),
+            self.0.omitted,
+            self.0.total,
+            self.0.tail(text)
         )
     }
 }
@@ -558,11 +540,11 @@ mod tests {
                 None => proptest::prop_assert!(total <= limit),
                 Some(cut) => {
                     proptest::prop_assert!(total > limit);
-                    let head = &text[..cut.head_end];
-                    let tail = &text[cut.tail_start..];
+                    let head = cut.0.head(&text);
+                    let tail = cut.0.tail(&text);
                     proptest::prop_assert_eq!(head.chars().count() + tail.chars().count(), limit);
-                    proptest::prop_assert_eq!(cut.omitted_chars, total - limit);
-                    proptest::prop_assert!(cut.head_end <= cut.tail_start);
+                    proptest::prop_assert_eq!(cut.0.omitted, total - limit);
+                    proptest::prop_assert!(cut.0.head_end <= cut.0.tail_start);
                     let out = cut.render(&text, "n");
                     proptest::prop_assert!(out.starts_with(head));
                     proptest::prop_assert!(out.ends_with(tail));
