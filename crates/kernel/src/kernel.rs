@@ -778,12 +778,21 @@ impl Kernel {
     /// `Some("it was killed by signal 9 (SIGKILL)")`; `None` while it runs
     /// or when its death was already reported. Asks the OS (a `waitpid`
     /// that does not block).
-    pub fn ended_between_cells(&mut self) -> Option<String> {
+    pub async fn ended_between_cells(&mut self) -> Option<String> {
         if self.dead {
             return None;
         }
         match self.child.try_wait() {
-            Ok(None) => None,
+            Ok(None) if toolcell_tools::process::alive(self.pid) => None,
+            Ok(None) => {
+                // A zombie whose other threads are still exiting: `waitpid`
+                // reports it only once they are gone, a moment later.
+                self.dead = true;
+                match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
+                    Ok(Ok(status)) => Some(describe_exit(&status)),
+                    _ => Some("it stopped running".into()),
+                }
+            }
             Ok(Some(status)) => {
                 self.dead = true;
                 Some(describe_exit(&status))
