@@ -332,3 +332,47 @@ fn nbformat_python() -> Option<PathBuf> {
     assert!(has(&python), "nbformat installed but not importable");
     Some(python)
 }
+
+/// `export -o` holds what the journal holds: the file is 0600 under umask
+/// 022, and an existing 0644 file it replaces becomes 0600 too.
+#[test]
+fn export_to_a_file_is_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let env = Env::fast();
+    let r = env
+        .run(&["exec", "--session", "mode", "--json", "print('private')"])
+        .json();
+    assert_eq!(r["status"], "success", "{r}");
+    history_of(&env, "mode", 1);
+    let export_to = |file: &Path| {
+        let mut c = env.cmd();
+        c.args(["export", "--session", "mode", "-o", file.to_str().unwrap()]);
+        // SAFETY: umask is async-signal-safe.
+        unsafe {
+            c.pre_exec(|| {
+                nix::libc::umask(0o022);
+                Ok(())
+            });
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+
+    let fresh = env.path().join("fresh.ipynb");
+    export_to(&fresh);
+    assert_eq!(mode(&fresh), 0o600);
+    assert!(std::fs::read_to_string(&fresh).unwrap().contains("private"));
+
+    let old = env.path().join("old.ipynb");
+    std::fs::write(&old, "x".repeat(1_000_000)).unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+    export_to(&old);
+    assert_eq!(mode(&old), 0o600);
+    assert_eq!(
+        std::fs::read(&old).unwrap(),
+        std::fs::read(&fresh).unwrap(),
+        "the old content is gone entirely"
+    );
+}

@@ -1,5 +1,6 @@
 //! `[execution] confine = true`: Landlock filesystem confinement of strict-mode
-//! kernels (Linux only).
+//! kernels, plus a seccomp filter for what Landlock has no right for (Linux
+//! only).
 //!
 //! A confined kernel (the runner and everything it starts) may **write** only
 //! beneath a few directories — its private directory (rpc socket, stub
@@ -12,17 +13,41 @@
 //! user's other processes) nor connect to abstract Unix sockets outside it.
 //! Tools called from a cell run in the host and are **not** confined.
 //!
-//! How it is applied: [`Confinement::prepare`] builds the Landlock ruleset in
-//! the host (opening the allowed directories, which allocates) before the
-//! fork; between fork and exec, [`Confinement::restrict_in_child`] makes two
-//! raw, async-signal-safe system calls (`prctl(PR_SET_NO_NEW_PRIVS)` and
-//! `landlock_restrict_self`). The restriction is inherited across `exec` and
-//! by every descendant, and cannot be lifted.
+//! Landlock has no access right for file *metadata*. A seccomp filter
+//! ([`BLOCKED_SYSCALLS`]) therefore makes these fail with `EPERM`
+//! **everywhere** (seccomp sees numbers, not paths, so the kernel's own
+//! files included): changing a file's owner (`chown`, `fchown`, `lchown`,
+//! `fchownat`), setting or removing extended attributes (`setxattr`,
+//! `lsetxattr`, `fsetxattr`, `removexattr`, `lremovexattr`, `fremovexattr`,
+//! `setxattrat`, `removexattrat`), inode flags and fs attributes
+//! (`ioctl(FS_IOC_SETFLAGS)`, `ioctl(FS_IOC_FSSETXATTR)`, `file_setattr`:
+//! `chattr +i`/`+a`), and `io_uring` (whose `SETXATTR` operations would go
+//! around the filter). It does **not** block `chmod` (`chmod`, `fchmod`,
+//! `fchmodat`, `fchmodat2`) or `utime` (`utime`, `utimes`, `utimensat`,
+//! `futimesat`): seccomp cannot tell a file outside the writable directories
+//! from one inside, and blocking them everywhere breaks ordinary Python —
+//! `shutil.copy` (`copymode`), `shutil.copy2` and `copytree` (`copystat`),
+//! `pathlib.Path.touch` on an existing file, `tarfile` extraction, pip
+//! (executable bits of installed scripts) and the runner's own artifacts
+//! directory. So a confined cell can still change the mode bits and
+//! timestamps of any file it owns. On x86_64 the x32 numbers of the blocked
+//! calls are blocked too, and a 32-bit (`int 0x80`) system call kills the
+//! process; the filter is built per architecture (x86_64, aarch64, riscv64)
+//! and elsewhere `confine = true` is refused.
+//!
+//! How it is applied: [`Confinement::prepare`] builds the Landlock ruleset
+//! (opening the allowed directories) and compiles the seccomp BPF program in
+//! the host before the fork (both allocate); between fork and exec,
+//! [`ChildConfinement::restrict`] makes only raw, async-signal-safe system
+//! calls (`prctl(PR_SET_NO_NEW_PRIVS)`, `landlock_restrict_self`, then
+//! `seccomp(SECCOMP_SET_MODE_FILTER)`). Both restrictions are inherited
+//! across `exec` and by every descendant, and cannot be lifted.
 //!
 //! There is no silent fallback: when the running kernel lacks Landlock, or
 //! its ABI is older than [`MIN_ABI`] (ABI 3 is the first that can deny
-//! `truncate` outside the allowed directories), [`check_supported`] fails and
-//! the registry refuses to start.
+//! `truncate` outside the allowed directories), or it cannot install a
+//! seccomp filter that returns an errno, [`check_supported`] fails and the
+//! registry refuses to start.
 //!
 //! ```
 //! use toolcell_kernel::confine::{self, ConfineError, MIN_ABI};
@@ -37,8 +62,10 @@
 //! assert!(matches!(err, ConfineError::AbiTooOld { found: 2, .. }));
 //! ```
 
+use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -78,6 +105,14 @@ pub enum ConfineError {
     /// Building the ruleset failed (e.g. an allowed directory is missing).
     #[error("execution.confine: cannot build the Landlock ruleset: {0}")]
     Ruleset(String),
+    /// The seccomp filter cannot be built or installed here.
+    #[error(
+        "execution.confine = true needs a seccomp filter (to block chown and extended attributes, which Landlock cannot), and {reason}; set confine = false or run where seccomp filters are allowed"
+    )]
+    Seccomp {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The Landlock ABI version of the running kernel (`landlock_create_ruleset`
@@ -126,19 +161,245 @@ pub fn check_abi(probe: std::io::Result<u32>) -> Result<u32, ConfineError> {
     }
 }
 
-/// [`check_abi`] of the running kernel.
+/// Whether the running kernel can install a seccomp filter whose action is
+/// an errno: `prctl(PR_GET_SECCOMP)` (no seccomp at all: `EINVAL`) and
+/// `seccomp(SECCOMP_GET_ACTION_AVAIL, SECCOMP_RET_ERRNO)`.
 ///
 /// # Errors
-/// As [`check_abi`].
-pub fn check_supported() -> Result<u32, ConfineError> {
-    check_abi(landlock_abi())
+/// The failing call's error.
+pub fn seccomp_probe() -> std::io::Result<()> {
+    // SAFETY: PR_GET_SECCOMP takes no pointer; it returns the current mode.
+    let mode = unsafe { nix::libc::prctl(nix::libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
+    if mode < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let action: u32 = nix::libc::SECCOMP_RET_ERRNO;
+    // SAFETY: SECCOMP_GET_ACTION_AVAIL reads one u32 through the pointer,
+    // which points at a live local.
+    let rc = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_seccomp,
+            nix::libc::SECCOMP_GET_ACTION_AVAIL,
+            0u32,
+            &raw const action,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
-/// A Landlock ruleset, built in the host, ready to be enforced in a child.
+/// Judges a seccomp probe (see [`seccomp_probe`]) and compiles the filter
+/// for this architecture: what confinement needs beyond Landlock.
+///
+/// # Errors
+/// [`ConfineError::Seccomp`] saying why.
+pub fn check_seccomp(probe: std::io::Result<()>) -> Result<(), ConfineError> {
+    probe.map_err(|e| ConfineError::Seccomp {
+        reason: format!("the running Linux kernel cannot install one ({e})"),
+    })?;
+    seccomp_program().map(drop)
+}
+
+/// [`check_abi`] and [`check_seccomp`] of the running kernel; the Landlock
+/// ABI when both pass.
+///
+/// # Errors
+/// As [`check_abi`] and [`check_seccomp`].
+pub fn check_supported() -> Result<u32, ConfineError> {
+    let abi = check_abi(landlock_abi())?;
+    check_seccomp(seccomp_probe())?;
+    Ok(abi)
+}
+
+/// `setxattrat(2)` and `removexattrat(2)` (Linux 6.13; one number on every
+/// architecture), not yet in `libc`.
+const SYS_SETXATTRAT: i64 = 463;
+const SYS_REMOVEXATTRAT: i64 = 466;
+/// `file_setattr(2)` (Linux 6.17), not yet in `libc`.
+const SYS_FILE_SETATTR: i64 = 469;
+/// `FS_IOC_SETFLAGS` (`chattr`) and `FS_IOC_FSSETXATTR`.
+const FS_IOC_SETFLAGS: u64 = 0x4008_6602;
+const FS_IOC_FSSETXATTR: u64 = 0x401c_5820;
+
+/// The system calls a confined kernel gets `EPERM` from, by name and number
+/// on this architecture (`ioctl` only for the two commands above).
+/// (`chown` and `lchown` exist only on x86_64; elsewhere `fchownat` is the
+/// only path-based call.)
+#[cfg(target_arch = "x86_64")]
+pub const BLOCKED_SYSCALLS: &[(&str, i64)] = {
+    use nix::libc as c;
+    &[
+        ("chown", c::SYS_chown),
+        ("lchown", c::SYS_lchown),
+        ("fchown", c::SYS_fchown),
+        ("fchownat", c::SYS_fchownat),
+        ("setxattr", c::SYS_setxattr),
+        ("lsetxattr", c::SYS_lsetxattr),
+        ("fsetxattr", c::SYS_fsetxattr),
+        ("removexattr", c::SYS_removexattr),
+        ("lremovexattr", c::SYS_lremovexattr),
+        ("fremovexattr", c::SYS_fremovexattr),
+        ("setxattrat", SYS_SETXATTRAT),
+        ("removexattrat", SYS_REMOVEXATTRAT),
+        ("file_setattr", SYS_FILE_SETATTR),
+        ("io_uring_setup", c::SYS_io_uring_setup),
+        ("io_uring_enter", c::SYS_io_uring_enter),
+        ("io_uring_register", c::SYS_io_uring_register),
+        ("ioctl", c::SYS_ioctl),
+    ]
+};
+
+/// The system calls a confined kernel gets `EPERM` from (see the x86_64 list).
+#[cfg(any(target_arch = "aarch64", target_arch = "riscv64"))]
+pub const BLOCKED_SYSCALLS: &[(&str, i64)] = {
+    use nix::libc as c;
+    &[
+        ("fchown", c::SYS_fchown),
+        ("fchownat", c::SYS_fchownat),
+        ("setxattr", c::SYS_setxattr),
+        ("lsetxattr", c::SYS_lsetxattr),
+        ("fsetxattr", c::SYS_fsetxattr),
+        ("removexattr", c::SYS_removexattr),
+        ("lremovexattr", c::SYS_lremovexattr),
+        ("fremovexattr", c::SYS_fremovexattr),
+        ("setxattrat", SYS_SETXATTRAT),
+        ("removexattrat", SYS_REMOVEXATTRAT),
+        ("file_setattr", SYS_FILE_SETATTR),
+        ("io_uring_setup", c::SYS_io_uring_setup),
+        ("io_uring_enter", c::SYS_io_uring_enter),
+        ("io_uring_register", c::SYS_io_uring_register),
+        ("ioctl", c::SYS_ioctl),
+    ]
+};
+
+/// No filter is built for other architectures: `confine = true` is refused.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+)))]
+pub const BLOCKED_SYSCALLS: &[(&str, i64)] = &[];
+
+/// The compiled seccomp program: `EPERM` for [`BLOCKED_SYSCALLS`] (for
+/// `ioctl`, only `FS_IOC_SETFLAGS` and `FS_IOC_FSSETXATTR`), everything else
+/// allowed; a call of another architecture kills the process.
+///
+/// # Errors
+/// [`ConfineError::Seccomp`] on an architecture without a filter.
+pub fn seccomp_program() -> Result<seccompiler::BpfProgram, ConfineError> {
+    let unsupported = |why: String| ConfineError::Seccomp { reason: why };
+    let arch = seccompiler::TargetArch::try_from(std::env::consts::ARCH).map_err(|_| {
+        unsupported(format!(
+            "toolcell builds no filter for the {} architecture (only x86_64, aarch64, riscv64)",
+            std::env::consts::ARCH
+        ))
+    })?;
+    if BLOCKED_SYSCALLS.is_empty() {
+        return Err(unsupported(format!(
+            "toolcell builds no filter for the {} architecture",
+            std::env::consts::ARCH
+        )));
+    }
+    let err = |e: seccompiler::BackendError| unsupported(format!("building it failed: {e}"));
+    let ioctl_rules = || -> Result<Vec<seccompiler::SeccompRule>, ConfineError> {
+        [FS_IOC_SETFLAGS, FS_IOC_FSSETXATTR]
+            .into_iter()
+            .map(|cmd| {
+                let cond = seccompiler::SeccompCondition::new(
+                    1,
+                    seccompiler::SeccompCmpArgLen::Dword,
+                    seccompiler::SeccompCmpOp::Eq,
+                    cmd,
+                )
+                .map_err(err)?;
+                seccompiler::SeccompRule::new(vec![cond]).map_err(err)
+            })
+            .collect()
+    };
+    let mut rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> = BTreeMap::new();
+    for &(name, nr) in BLOCKED_SYSCALLS {
+        let r = if name == "ioctl" {
+            ioctl_rules()?
+        } else {
+            Vec::new()
+        };
+        // x32 calls carry the same numbers with bit 30 set and the x86_64
+        // audit arch: block them too.
+        if cfg!(target_arch = "x86_64") {
+            rules.insert(nr | X32_SYSCALL_BIT, r.clone());
+        }
+        rules.insert(nr, r);
+    }
+    let filter = seccompiler::SeccompFilter::new(
+        rules,
+        seccompiler::SeccompAction::Allow,
+        seccompiler::SeccompAction::Errno(nix::libc::EPERM as u32),
+        arch,
+    )
+    .map_err(err)?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| err(e))
+}
+
+/// `__X32_SYSCALL_BIT`.
+const X32_SYSCALL_BIT: i64 = 0x4000_0000;
+
+/// A Landlock ruleset and a seccomp program, built in the host, ready to be
+/// enforced in a child.
 #[derive(Debug)]
 pub struct Confinement {
     fd: OwnedFd,
+    filter: Arc<seccompiler::BpfProgram>,
     writable: Vec<PathBuf>,
+}
+
+/// What the child between fork and exec needs to confine itself: the
+/// ruleset's descriptor (kept open by [`Confinement`] until after spawn) and
+/// the compiled seccomp program. Cheap to clone into a `pre_exec` closure.
+#[derive(Debug, Clone)]
+pub struct ChildConfinement {
+    ruleset_fd: RawFd,
+    filter: Arc<seccompiler::BpfProgram>,
+}
+
+impl ChildConfinement {
+    /// Enforces Landlock, then the seccomp filter, on the calling process.
+    /// Meant for the child between fork and exec: raw system calls only, no
+    /// allocation (async-signal-safe).
+    ///
+    /// # Errors
+    /// The failing call's `errno`.
+    pub fn restrict(&self) -> std::io::Result<()> {
+        Confinement::restrict_in_child(self.ruleset_fd)?;
+        let prog = nix::libc::sock_fprog {
+            len: u16::try_from(self.filter.len())
+                .map_err(|_| std::io::Error::from_raw_os_error(nix::libc::E2BIG))?,
+            // `seccompiler::sock_filter` is `#[repr(C)]` with the kernel's
+            // layout (u16, u8, u8, u32), as `libc::sock_filter`.
+            filter: self
+                .filter
+                .as_ptr()
+                .cast::<nix::libc::sock_filter>()
+                .cast_mut(),
+        };
+        // SAFETY: the kernel copies the program from `prog`, which points at
+        // the live, immutable filter; no_new_privs is already set.
+        let rc = unsafe {
+            nix::libc::syscall(
+                nix::libc::SYS_seccomp,
+                nix::libc::SECCOMP_SET_MODE_FILTER,
+                0u32,
+                &raw const prog,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
 }
 
 impl Confinement {
@@ -191,8 +452,17 @@ impl Confinement {
         })?;
         Ok(Self {
             fd,
+            filter: Arc::new(seccomp_program()?),
             writable: writable.to_vec(),
         })
+    }
+
+    /// The part the child needs ([`ChildConfinement::restrict`]).
+    pub fn for_child(&self) -> ChildConfinement {
+        ChildConfinement {
+            ruleset_fd: self.fd.as_raw_fd(),
+            filter: Arc::clone(&self.filter),
+        }
     }
 
     /// The directories a confined kernel may write beneath.
@@ -205,9 +475,10 @@ impl Confinement {
         self.fd.as_raw_fd()
     }
 
-    /// Enforces the ruleset `fd` on the calling process. Meant for the child
-    /// between fork and exec: only two raw system calls, no allocation
-    /// (async-signal-safe).
+    /// Enforces the Landlock ruleset `fd` (only; see
+    /// [`ChildConfinement::restrict`] for the whole confinement) on the
+    /// calling process. Meant for the child between fork and exec: only two
+    /// raw system calls, no allocation (async-signal-safe).
     ///
     /// # Errors
     /// The failing call's `errno`.
@@ -244,6 +515,27 @@ mod tests {
         )))
         .unwrap_err();
         assert!(matches!(e, ConfineError::Unsupported { .. }));
+    }
+
+    #[test]
+    fn a_kernel_that_cannot_install_a_seccomp_filter_is_refused() {
+        let e =
+            check_seccomp(Err(std::io::Error::from_raw_os_error(nix::libc::EINVAL))).unwrap_err();
+        assert!(matches!(e, ConfineError::Seccomp { .. }));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("execution.confine = true needs a seccomp filter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cannot install one (Invalid argument"),
+            "{text}"
+        );
+        // Here (x86_64, seccomp available) it passes, and the program
+        // blocks every listed call and its x32 twin.
+        check_seccomp(seccomp_probe()).unwrap();
+        let prog = seccomp_program().unwrap();
+        assert!(prog.len() > 2 * BLOCKED_SYSCALLS.len(), "{}", prog.len());
     }
 
     #[test]

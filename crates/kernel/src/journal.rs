@@ -83,8 +83,9 @@ use toolcell_rpc::{CallOutcome, CallRecord};
 
 use crate::result::{ExecuteResult, Status, Usage};
 
-/// Largest display file (a figure) whose bytes are kept in the journal.
-pub const MAX_DISPLAY_BYTES: u64 = 16 * 1024 * 1024;
+/// Largest display file (a figure) whose bytes are kept in the journal (the
+/// largest the host accepts at all, [`crate::figures::MAX_FIGURE_BYTES`]).
+pub const MAX_DISPLAY_BYTES: u64 = crate::figures::MAX_FIGURE_BYTES;
 
 /// Rows waiting for the writer, at most, by default.
 pub const DEFAULT_QUEUE: usize = 1024;
@@ -220,10 +221,11 @@ pub struct DisplayFile {
     pub mime: String,
     /// Where the kernel saved it (gone once the kernel is).
     pub path: String,
-    /// Its bytes, as the writer found them just after the cell (files over
-    /// [`MAX_DISPLAY_BYTES`] or already gone are not kept). Not in JSON.
+    /// Its bytes, as the host read them through the checked descriptor
+    /// just after the cell ([`crate::figures`]); the journal never opens
+    /// the path itself. `None` when not kept. Not in JSON.
     #[serde(skip)]
-    pub data: Option<Vec<u8>>,
+    pub data: Option<std::sync::Arc<[u8]>>,
 }
 
 /// One journaled cell: what the caller got back, plus the code and who ran it.
@@ -355,7 +357,7 @@ impl CellRecord {
                 .map(|d| DisplayFile {
                     mime: d.mime.clone(),
                     path: d.path.clone(),
-                    data: None,
+                    data: d.data().cloned(),
                 })
                 .collect(),
             started_at: unix_seconds(started_at),
@@ -757,24 +759,11 @@ fn insert(conn: &Connection, r: &CellRecord) -> rusqlite::Result<()> {
         "INSERT INTO display (cell_id, seq, mime, path, data) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
     for (seq, d) in r.display.iter().enumerate() {
-        let data = match &d.data {
-            Some(bytes) => Some(bytes.clone()),
-            None => read_display(&d.path),
-        };
+        // Only the bytes the host checked; never a read of `d.path`.
+        let data = d.data.as_deref();
         disp.execute(params![id, seq as i64, d.mime, d.path, data])?;
     }
     Ok(())
-}
-
-/// The bytes of a display file, if it still exists and is not too large.
-fn read_display(path: &str) -> Option<Vec<u8>> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path).ok()?;
-    let mut data = Vec::new();
-    file.take(MAX_DISPLAY_BYTES + 1)
-        .read_to_end(&mut data)
-        .ok()?;
-    (data.len() as u64 <= MAX_DISPLAY_BYTES).then_some(data)
 }
 
 fn parse_status(s: &str) -> Status {
@@ -859,7 +848,7 @@ fn read_rows(conn: &Connection, q: &HistoryQuery) -> rusqlite::Result<Vec<CellRe
                 Ok(DisplayFile {
                     mime: row.get(0)?,
                     path: row.get(1)?,
-                    data: row.get(2)?,
+                    data: row.get::<_, Option<Vec<u8>>>(2)?.map(Into::into),
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;

@@ -483,10 +483,22 @@ impl Kernel {
         write_in(&dir_handle, "toolcell_tools.py", &stub)
             .map_err(io_err("writing toolcell_tools.py"))?;
 
+        let mut cgroup = match toolcell_tools::cgroup::HostCgroup::get() {
+            Some(host) => Some(host.kernel(&spec.id).map_err(io_err(
+                "creating the kernel's cgroup (set TOOLCELL_CGROUP=off to do without)",
+            ))?),
+            None => None,
+        };
+        // Only this kernel (and what it starts: the same cgroup) may use its
+        // tool socket; another kernel holding a stolen token may not.
+        let rpc_config = match &cgroup {
+            Some(cg) => ServerConfig::default().peer_cgroup(cg.proc_path()),
+            None => ServerConfig::default(),
+        };
         let server = if spec.rpc_tcp {
             Server::bind_tcp(Arc::clone(&spec.dispatch), ServerConfig::default())?
         } else {
-            Server::bind_unix(&dir, Arc::clone(&spec.dispatch), ServerConfig::default())?
+            Server::bind_unix(&dir, Arc::clone(&spec.dispatch), rpc_config)?
         };
         let mut env = spec.env.clone();
         crate::env::toolcell_vars(&mut env, &dir, server.endpoint(), server.token().expose());
@@ -509,30 +521,25 @@ impl Kernel {
             .stderr(Stdio::piped());
         let r = req_r.as_raw_fd();
         let runner_fd = runner.as_raw_fd();
-        let mut cgroup = match toolcell_tools::cgroup::HostCgroup::get() {
-            Some(host) => Some(host.kernel(&spec.id).map_err(io_err(
-                "creating the kernel's cgroup (set TOOLCELL_CGROUP=off to do without)",
-            ))?),
-            None => None,
-        };
         let procs_fd = cgroup
             .as_ref()
             .and_then(toolcell_tools::cgroup::KernelCgroup::procs_fd);
-        // Landlock: the ruleset is built here (it opens directories); the
-        // child only enforces it. It lives until the child has exec'd.
+        // Landlock and seccomp: the ruleset and the filter are built here
+        // (they open directories, allocate); the child only enforces them.
+        // They live until the child has exec'd.
         let confinement = if spec.confine {
             let writable = vec![dir.clone(), spec.cwd.clone(), std::env::temp_dir()];
             Some(crate::confine::Confinement::prepare(&writable)?)
         } else {
             None
         };
-        let ruleset_fd = confinement
+        let child_confinement = confinement
             .as_ref()
-            .map(crate::confine::Confinement::raw_fd);
+            .map(crate::confine::Confinement::for_child);
         let limits = spec.limits;
         // SAFETY: only async-signal-safe calls (dup2, fcntl, setsid,
-        // setrlimit, sigaction, prctl, landlock_restrict_self) run between
-        // fork and exec.
+        // setrlimit, sigaction, prctl, landlock_restrict_self, seccomp) run
+        // between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
                 // Into the kernel's cgroup first, so everything after —
@@ -543,8 +550,8 @@ impl Kernel {
                     return Err(std::io::Error::last_os_error());
                 }
                 limits.apply_in_child()?;
-                if let Some(fd) = ruleset_fd {
-                    crate::confine::Confinement::restrict_in_child(fd)?;
+                if let Some(c) = &child_confinement {
+                    c.restrict()?;
                 }
                 // Move both to high fds first (close-on-exec), so neither
                 // dup2 below can clobber the other; dup2 onto 3 and 4 then
@@ -855,11 +862,16 @@ impl Kernel {
         self.kill(grace).await;
     }
 
-    /// Runs one cell.
-    pub async fn execute(&mut self, code: &str, opts: &CellOptions) -> CellOutcome {
+    /// Runs one cell. `id` is fresh and random ([`crate::ids::CellId`]): the result is
+    /// accepted only with it.
+    pub async fn execute(
+        &mut self,
+        id: &crate::ids::CellId,
+        code: &str,
+        opts: &CellOptions,
+    ) -> CellOutcome {
         let started = Instant::now();
-        let id = toolcell_protocol::random_hex(8)
-            .unwrap_or_else(|_| format!("{:x}", self.execution_count + 1));
+        let id = id.as_str().to_string();
         let deadline = started + opts.timeout;
         let next_count = self.execution_count + 1;
         let mut streams = [

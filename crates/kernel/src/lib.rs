@@ -83,6 +83,8 @@ pub mod capture;
 pub mod config;
 pub mod confine;
 pub mod env;
+pub mod figures;
+pub mod ids;
 pub mod interpreter;
 pub mod journal;
 pub mod kernel;

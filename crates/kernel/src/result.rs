@@ -66,13 +66,42 @@ pub struct Usage {
     pub peak_rss_kb: u64,
 }
 
-/// A file produced for display.
+/// A file produced for display: a figure the host checked
+/// ([`crate::figures`]) — an allowed image type, a regular file directly in
+/// the kernel's artifacts directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Display {
-    /// MIME type.
+    /// MIME type (`image/png`, `image/svg+xml` or `image/jpeg`).
     pub mime: String,
-    /// Absolute path.
+    /// Absolute path (in the kernel's directory: gone with the kernel).
     pub path: String,
+    /// The bytes read through the checked descriptor, for the journal
+    /// (only when the registry journals). Not in JSON.
+    #[serde(skip)]
+    pub(crate) data: Option<std::sync::Arc<[u8]>>,
+}
+
+impl Display {
+    /// An entry (without bytes for the journal).
+    #[must_use]
+    pub fn new(mime: impl Into<String>, path: impl Into<String>) -> Self {
+        Self {
+            mime: mime.into(),
+            path: path.into(),
+            data: None,
+        }
+    }
+
+    /// The same entry carrying the checked bytes.
+    pub(crate) fn with_data(mut self, data: Option<std::sync::Arc<[u8]>>) -> Self {
+        self.data = data;
+        self
+    }
+
+    /// The checked bytes, when the registry journals.
+    pub(crate) fn data(&self) -> Option<&std::sync::Arc<[u8]>> {
+        self.data.as_ref()
+    }
 }
 
 fn is_false(b: &bool) -> bool {

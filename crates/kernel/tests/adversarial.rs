@@ -818,16 +818,25 @@ async fn a_cell_cannot_use_another_kernels_socket_without_its_token_or_outside_i
     );
     let r = f.run_as("a", &code).await;
     assert_success(&r);
+    // With per-kernel cgroups, B's socket refuses every process outside B's
+    // cgroup at connect (bad_token, whatever token it sends); without, the
+    // token and the per-cell authority are the fences.
+    let fenced = toolcell_tools::cgroup::HostCgroup::get().is_some();
     assert_eq!(
         r.output,
-        "True\nbad_token\nno_active_cell\nbad_token\nTrue\n",
+        if fenced {
+            "True\nbad_token\nbad_token\nbad_token\nTrue\n"
+        } else {
+            "True\nbad_token\nno_active_cell\nbad_token\nTrue\n"
+        },
         "{}",
         show(&r)
     );
     assert_eq!(r.tool_calls_made, 1, "{}", show(&r));
 
-    // What the token is: a capability. While B runs a cell, a same-user
-    // process holding B's token may call B's tools, counted in B's cell.
+    // What the token is without cgroups: a capability. While B runs a
+    // cell, a same-user process holding B's token may call B's tools,
+    // counted in B's cell. With cgroups, only B's own processes may.
     let started = f.work().join("b-started");
     let a_done = f.work().join("a-done");
     let b_cell = format!(
@@ -852,10 +861,15 @@ async fn a_cell_cannot_use_another_kernels_socket_without_its_token_or_outside_i
     };
     let (b, a) = tokio::join!(b_run, a_run);
     assert_success(&a);
-    assert_eq!(a.output, "True\nbad_token\n", "{}", show(&a));
+    let expect = if fenced {
+        "False\nbad_token\n"
+    } else {
+        "True\nbad_token\n"
+    };
+    assert_eq!(a.output, expect, "{}", show(&a));
     assert_eq!(a.tool_calls_made, 0, "{}", show(&a));
     assert_success(&b);
-    assert_eq!(b.tool_calls_made, 1, "{}", show(&b));
+    assert_eq!(b.tool_calls_made, u32::from(!fenced), "{}", show(&b));
     shut_down_and_check(&f).await;
 }
 

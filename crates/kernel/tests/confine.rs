@@ -254,3 +254,177 @@ fn confine_in_the_config_needs_strict_mode() {
         "--confine: execution.confine: expected true or false, got \"maybe\""
     );
 }
+
+/// Tries every metadata change Landlock has no right for, on a file outside
+/// the writable directories and on one of the kernel's own, and prints
+/// `<call> <file> <ok|ERRNO>` per attempt. Raw numbers (through `syscall`)
+/// for the calls Python has no function for; x86_64 numbers.
+const METADATA: &str = r#"
+import ctypes, errno, fcntl, os, shutil, struct, pathlib, tarfile, io
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def attempt(name, f):
+    try:
+        f()
+        print(name, 'ok')
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+def raw(nr, *args):
+    def f():
+        ctypes.set_errno(0)
+        if libc.syscall(ctypes.c_long(nr), *args) < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+    return f
+uid, gid = os.getuid(), os.getgid()
+open('mine.txt', 'w').write('m')
+for tag, p in (('outside', OUTSIDE), ('own', os.path.abspath('mine.txt'))):
+    b = ctypes.c_char_p(p.encode())
+    fd = os.open(p, os.O_RDONLY)
+    d = os.open(os.path.dirname(p), os.O_RDONLY)
+    name = os.path.basename(p)
+    attempt('os.chown ' + tag, lambda: os.chown(p, uid, gid))
+    attempt('os.lchown ' + tag, lambda: os.lchown(p, uid, gid))
+    attempt('os.fchown ' + tag, lambda: os.fchown(fd, uid, gid))
+    attempt('os.chown(dir_fd) ' + tag, lambda: os.chown(name, uid, gid, dir_fd=d))
+    attempt('chown ' + tag, raw(92, b, uid, gid))
+    attempt('fchown ' + tag, raw(93, fd, uid, gid))
+    attempt('lchown ' + tag, raw(94, b, uid, gid))
+    attempt('fchownat ' + tag, raw(260, d, ctypes.c_char_p(name.encode()), uid, gid, 0))
+    attempt('x32 chown ' + tag, raw(0x40000000 | 92, b, uid, gid))
+    attempt('os.setxattr ' + tag, lambda: os.setxattr(p, 'user.tc', b'1'))
+    attempt('os.setxattr(nofollow) ' + tag, lambda: os.setxattr(p, 'user.tc', b'1', follow_symlinks=False))
+    attempt('os.setxattr(fd) ' + tag, lambda: os.setxattr(fd, 'user.tc', b'1'))
+    attempt('os.removexattr ' + tag, lambda: os.removexattr(p, 'user.tc'))
+    attempt('os.removexattr(nofollow) ' + tag, lambda: os.removexattr(p, 'user.tc', follow_symlinks=False))
+    attempt('os.removexattr(fd) ' + tag, lambda: os.removexattr(fd, 'user.tc'))
+    attempt('setxattrat ' + tag, raw(463, d, ctypes.c_char_p(name.encode()), 0, ctypes.c_char_p(b'user.tc'), None, 0))
+    attempt('removexattrat ' + tag, raw(466, d, ctypes.c_char_p(name.encode()), 0, ctypes.c_char_p(b'user.tc')))
+    attempt('file_setattr ' + tag, raw(469, d, ctypes.c_char_p(name.encode()), None, 0, 0))
+    attempt('FS_IOC_SETFLAGS ' + tag, lambda: fcntl.ioctl(fd, 0x40086602, struct.pack('l', 0)))
+    attempt('FS_IOC_FSSETXATTR ' + tag, lambda: fcntl.ioctl(fd, 0x401c5820, bytes(28)))
+    attempt('chmod ' + tag, lambda: os.chmod(p, 0o644))
+    attempt('utime ' + tag, lambda: os.utime(p, (1, 1)))
+attempt('io_uring_setup', raw(425, 0, None))
+# Ordinary Python that changes modes and times of its own files still works.
+attempt('shutil.copy', lambda: shutil.copy('mine.txt', 'copy.txt'))
+attempt('shutil.copy2', lambda: shutil.copy2('mine.txt', 'copy2.txt'))
+attempt('shutil.copytree', lambda: shutil.copytree('.', '/tmp/tc-tree-%d' % os.getpid(), ignore=shutil.ignore_patterns('tc-tree*')))
+attempt('Path.touch', lambda: pathlib.Path('mine.txt').touch())
+def tar():
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode='w') as t:
+        t.add('mine.txt')
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as t:
+        t.extractall('untarred')
+attempt('tarfile', tar)
+"#;
+
+/// The `<call> <file>` → result lines of [`METADATA`] run in `reg`.
+async fn metadata_attempts(
+    reg: &Registry,
+    outside: &Path,
+) -> std::collections::BTreeMap<String, String> {
+    let code = format!("OUTSIDE = {}\n{METADATA}", py(outside));
+    let r = reg
+        .execute(ExecuteRequest::new(code).mode(Mode::Strict))
+        .await;
+    assert_success(&r);
+    r.output
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chown_xattrs_inode_flags_and_io_uring_are_refused_but_chmod_and_utime_are_not() {
+    let c = Confined::new();
+    let target = c.outside.join("notes.txt");
+    let got = metadata_attempts(&c.reg, &target).await;
+    let blocked = [
+        "os.chown",
+        "os.lchown",
+        "os.fchown",
+        "os.chown(dir_fd)",
+        "chown",
+        "fchown",
+        "lchown",
+        "fchownat",
+        "x32 chown",
+        "os.setxattr",
+        "os.setxattr(nofollow)",
+        "os.setxattr(fd)",
+        "os.removexattr",
+        "os.removexattr(nofollow)",
+        "os.removexattr(fd)",
+        "setxattrat",
+        "removexattrat",
+        "file_setattr",
+        "FS_IOC_SETFLAGS",
+        "FS_IOC_FSSETXATTR",
+    ];
+    // Blocked everywhere: seccomp sees no paths, so the kernel's own files too.
+    for call in blocked {
+        for tag in ["outside", "own"] {
+            let key = format!("{call} {tag}");
+            assert_eq!(
+                got.get(&key).map(String::as_str),
+                Some("EPERM"),
+                "{key}: {got:#?}"
+            );
+        }
+    }
+    assert_eq!(got["io_uring_setup"], "EPERM", "{got:#?}");
+    // Not blocked (the documented limit): mode bits and times, also outside.
+    for key in ["chmod outside", "utime outside", "chmod own", "utime own"] {
+        assert_eq!(got[key], "ok", "{key}: {got:#?}");
+    }
+    let meta = std::fs::metadata(&target).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::mtime(&meta),
+        1,
+        "utime outside the writable dirs works under confinement"
+    );
+    // What ordinary Python does with its own files keeps working.
+    for key in [
+        "shutil.copy",
+        "shutil.copy2",
+        "shutil.copytree",
+        "Path.touch",
+        "tarfile",
+    ] {
+        assert_eq!(got[key], "ok", "{key}: {got:#?}");
+    }
+
+    // Unconfined, the same calls are not refused with EPERM: the refusals
+    // above are the filter's.
+    let tmp = tempfile::tempdir_in(outside_temp_dir()).unwrap();
+    let free = Registry::new(RegistryOptions {
+        kernels_root: Some(tmp.path().join("kernels")),
+        spill_dir: tmp.path().join("spill"),
+        default_cwd: tmp.path().to_path_buf(),
+        mode: Mode::Strict,
+        ..RegistryOptions::default()
+    })
+    .unwrap();
+    let base = metadata_attempts(&free, &target).await;
+    for key in [
+        "os.chown outside",
+        "os.fchown own",
+        "chown outside",
+        "fchownat own",
+    ] {
+        assert_eq!(base[key], "ok", "{key}: {base:#?}");
+    }
+    for key in [
+        "x32 chown outside",
+        "setxattrat own",
+        "file_setattr own",
+        "io_uring_setup",
+    ] {
+        assert_ne!(base[key], "EPERM", "{key}: {base:#?}");
+    }
+}

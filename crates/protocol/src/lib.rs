@@ -67,4 +67,7 @@ pub use message::{
     CellResult, Display, End, Execute, Hello, PROTOCOL_VERSION, Ready, Reply, Request,
     RunnerStatus, Usage,
 };
-pub use sentinel::{MAX_SENTINEL_LEN, Sentinel, SentinelError, encode_frame, random_hex};
+pub use sentinel::{
+    MAX_SENTINEL_LEN, RandomError, Sentinel, SentinelError, encode_frame, random_hex,
+    random_hex_with,
+};

@@ -41,9 +41,16 @@ pub enum SentinelError {
         offset: usize,
     },
     /// The operating system's random source failed.
-    #[error("could not read random bytes from the operating system: {0}")]
-    Random(String),
+    #[error(transparent)]
+    Random(#[from] RandomError),
 }
+
+/// The operating system's random source (`getrandom`) failed. Every random
+/// value toolcell needs (sentinels, tokens, cell and kernel ids) is an error
+/// then, never a predictable fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("could not read random bytes from the operating system: {0}")]
+pub struct RandomError(pub getrandom::Error);
 
 impl Sentinel {
     /// Validates `s` as a sentinel: 1 to [`MAX_SENTINEL_LEN`] bytes of
@@ -76,7 +83,7 @@ impl Sentinel {
     /// # Errors
     /// [`SentinelError::Random`] if the OS random source is unavailable.
     pub fn generate() -> Result<Self, SentinelError> {
-        let hex = random_hex(RANDOM_BYTES).map_err(SentinelError::Random)?;
+        let hex = random_hex(RANDOM_BYTES)?;
         Ok(Self(format!("{PREFIX}{hex}")))
     }
 
@@ -106,10 +113,31 @@ impl fmt::Debug for Sentinel {
 /// `n` random bytes from the OS, as lowercase hex.
 ///
 /// # Errors
-/// The OS error text when the random source fails.
-pub fn random_hex(n: usize) -> Result<String, String> {
+/// [`RandomError`] when the random source fails (there is no fallback).
+pub fn random_hex(n: usize) -> Result<String, RandomError> {
+    random_hex_with(n, getrandom::fill)
+}
+
+/// [`random_hex`] with the random source given: the seam that lets tests
+/// show a failing source is an error, not a predictable value.
+///
+/// ```
+/// use toolcell_protocol::{RandomError, random_hex_with};
+///
+/// let failing = |_: &mut [u8]| Err(getrandom::Error::UNSUPPORTED);
+/// assert_eq!(random_hex_with(8, failing), Err(RandomError(getrandom::Error::UNSUPPORTED)));
+/// let fixed = |b: &mut [u8]| { b.fill(0xab); Ok(()) };
+/// assert_eq!(random_hex_with(2, fixed).unwrap(), "abab");
+/// ```
+///
+/// # Errors
+/// [`RandomError`] when `fill` fails.
+pub fn random_hex_with(
+    n: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), getrandom::Error>,
+) -> Result<String, RandomError> {
     let mut buf = vec![0u8; n];
-    getrandom::fill(&mut buf).map_err(|e| e.to_string())?;
+    fill(&mut buf).map_err(RandomError)?;
     let mut out = String::with_capacity(n * 2);
     for b in buf {
         out.push(char::from(HEX[usize::from(b >> 4)]));

@@ -1,5 +1,5 @@
 //! Head/tail cutting: keep the first 40% and the last 60% of a limit around a
-//! notice of what was left out (SPEC §5), never splitting a UTF-8 character.
+//! notice of what was left out, never splitting a UTF-8 character.
 //!
 //! One implementation for every place that shortens text: captured cell
 //! output (streaming, bytes), a traceback (whole text, bytes), `terminal`
@@ -51,7 +51,7 @@ pub fn head_limit(limit: usize) -> usize {
     limit * HEAD_PERCENT / 100
 }
 
-/// The SPEC §5 notice between head and tail, e.g.
+/// The notice between head and tail (the execute result's format), e.g.
 /// `"\n\n... [OUTPUT TRUNCATED - 16 bytes omitted out of 26 total] ...\n\n"`.
 /// `label` names what was cut (`OUTPUT`, `TRACEBACK`).
 pub fn truncation_notice(label: &str, omitted: u64, total: u64) -> String {

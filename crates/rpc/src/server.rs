@@ -33,14 +33,44 @@ pub const MAX_SOCKET_PATH_BYTES: usize = 107;
 pub struct ServerConfig {
     /// Longest accepted request line in bytes, without its `\n`.
     pub max_line_bytes: usize,
+    /// When set (a cgroup v2 path as `/proc/<pid>/cgroup` shows it after
+    /// `0::`), a Unix peer must run in that cgroup or below it: only the
+    /// kernel the server belongs to (and what it started) may connect, not
+    /// another kernel that read this one's token.
+    pub peer_cgroup: Option<String>,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            peer_cgroup: None,
         }
     }
+}
+
+impl ServerConfig {
+    /// Only peers in the cgroup `path` (see [`ServerConfig::peer_cgroup`]).
+    #[must_use]
+    pub fn peer_cgroup(mut self, path: impl Into<String>) -> Self {
+        self.peer_cgroup = Some(path.into());
+        self
+    }
+}
+
+/// Whether process `pid` runs in the cgroup v2 `want` or below it.
+fn in_cgroup(pid: i32, want: &str) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return false;
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .is_some_and(|have| {
+            have == want
+                || have
+                    .strip_prefix(want)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
 }
 
 impl ServerConfig {
@@ -266,10 +296,13 @@ impl Server {
             dev: meta.dev(),
             ino: meta.ino(),
         };
+        let peer_cgroup = config.peer_cgroup.clone();
         let server = Self::assemble(token, dispatch, config, endpoint, Some(socket), runtime);
         let core = Arc::clone(&server.core);
         let shutdown = server.shutdown.clone();
-        server.runtime.spawn(accept_unix(listener, core, shutdown));
+        server
+            .runtime
+            .spawn(accept_unix(listener, core, shutdown, peer_cgroup));
         Ok(server)
     }
 
@@ -436,7 +469,12 @@ fn spawn_connection<S>(
 /// does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
 
-async fn accept_unix(listener: UnixListener, core: Arc<Core>, shutdown: CancellationToken) {
+async fn accept_unix(
+    listener: UnixListener,
+    core: Arc<Core>,
+    shutdown: CancellationToken,
+    peer_cgroup: Option<String>,
+) {
     let runtime = tokio::runtime::Handle::current();
     let ours = our_uid();
     loop {
@@ -452,13 +490,21 @@ async fn accept_unix(listener: UnixListener, core: Arc<Core>, shutdown: Cancella
                 continue;
             }
         };
-        let peer = match stream.peer_cred() {
-            Ok(cred) => Some(cred.uid()),
+        let cred = match stream.peer_cred() {
+            Ok(cred) => Some(cred),
             Err(e) => {
                 tracing::warn!(error = %e, "could not read RPC peer credentials; refusing");
                 None
             }
         };
+        let peer = cred.map(|c| c.uid());
+        if let (Some(want), Some(c)) = (&peer_cgroup, cred)
+            && !c.pid().is_some_and(|pid| in_cgroup(pid, want))
+        {
+            tracing::warn!(peer_pid = ?c.pid(), "RPC connection from outside this kernel refused");
+            runtime.spawn(refuse_outsider(stream));
+            continue;
+        }
         if peer.is_some_and(|uid| peer_allowed(ours, uid)) {
             spawn_connection(&runtime, stream, Arc::clone(&core), shutdown.clone());
         } else {
@@ -466,6 +512,19 @@ async fn accept_unix(listener: UnixListener, core: Arc<Core>, shutdown: Cancella
             runtime.spawn(refuse_peer(stream, peer, ours));
         }
     }
+}
+
+/// Tells a peer from outside the kernel why it is refused, then closes.
+async fn refuse_outsider(mut stream: tokio::net::UnixStream) {
+    let mut out = Vec::with_capacity(160);
+    wire::write_error(
+        &mut out,
+        ErrorCode::BadToken,
+        "connection refused: only the kernel this socket belongs to (and the processes it started) may call its tools",
+        None,
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&out)).await;
+    let _ = stream.shutdown().await;
 }
 
 /// Tells a foreign peer why it is refused, then closes.

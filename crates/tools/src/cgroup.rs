@@ -26,12 +26,15 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub struct HostCgroup {
     dir: PathBuf,
+    /// The same place as `/proc/<pid>/cgroup` names it (after `0::`).
+    rel: String,
 }
 
 static HOST: OnceLock<Option<HostCgroup>> = OnceLock::new();
 
-/// The cgroup v2 mount point and this process's cgroup path in it.
-fn own_cgroup_dir() -> Option<PathBuf> {
+/// The cgroup v2 directory of this process, and its path as
+/// `/proc/self/cgroup` names it.
+fn own_cgroup_dir() -> Option<(PathBuf, String)> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let (mount_root, mount_point) = info.lines().find_map(|l| {
         let (pre, post) = l.split_once(" - ")?;
@@ -46,7 +49,10 @@ fn own_cgroup_dir() -> Option<PathBuf> {
     let rel = path
         .strip_prefix(mount_root.trim_end_matches('/'))
         .unwrap_or(path);
-    Some(PathBuf::from(mount_point).join(rel.trim_start_matches('/')))
+    Some((
+        PathBuf::from(mount_point).join(rel.trim_start_matches('/')),
+        path.trim_end_matches('/').to_string(),
+    ))
 }
 
 impl HostCgroup {
@@ -57,9 +63,11 @@ impl HostCgroup {
             if std::env::var("TOOLCELL_CGROUP").is_ok_and(|v| v == "off" || v == "0") {
                 return None;
             }
-            let base = own_cgroup_dir()?;
+            let (base, base_rel) = own_cgroup_dir()?;
             sweep_stale(&base);
-            let dir = base.join(format!("toolcell-{}", std::process::id()));
+            let name = format!("toolcell-{}", std::process::id());
+            let dir = base.join(&name);
+            let rel = format!("{base_rel}/{name}");
             match std::fs::create_dir(&dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -73,7 +81,7 @@ impl HostCgroup {
                 let _ = std::fs::remove_dir(&dir);
                 return None;
             }
-            Some(HostCgroup { dir })
+            Some(HostCgroup { dir, rel })
         })
         .as_ref()
     }
@@ -98,6 +106,7 @@ impl HostCgroup {
             })?;
         Ok(KernelCgroup {
             dir,
+            rel: format!("{}/{id}", self.rel),
             procs: Some(OwnedFd::from(procs)),
         })
     }
@@ -152,6 +161,7 @@ fn kill_and_remove(dir: &Path, wait: Duration) -> bool {
 #[derive(Debug)]
 pub struct KernelCgroup {
     dir: PathBuf,
+    rel: String,
     procs: Option<OwnedFd>,
 }
 
@@ -170,6 +180,11 @@ impl KernelCgroup {
     /// The cgroup's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The cgroup as `/proc/<pid>/cgroup` names it (after `0::`).
+    pub fn proc_path(&self) -> &str {
+        &self.rel
     }
 
     /// Every process in the cgroup now.

@@ -174,44 +174,6 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_a_setsid_grandchild() {
-        // sh starts a setsid'd sleep and waits: the sleep is in another
-        // session but is still a descendant of sh.
-        let mut child = std::process::Command::new("sh")
-            .arg("-c")
-            .arg("setsid sleep 30 & wait")
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let mut found = Vec::new();
-        for _ in 0..100 {
-            found = descendants(pid);
-            if !found.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(!found.is_empty(), "no descendant found");
-        Tree {
-            root: pid,
-            pgid: None,
-            marker: None,
-            cgroup: None,
-        }
-        .signal(Signal::SIGKILL);
-        let _ = child.wait();
-        std::thread::sleep(Duration::from_millis(100));
-        for d in found {
-            assert!(!alive(d), "descendant {d} survived");
-        }
-    }
-}
-
 static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`): a
@@ -333,4 +295,42 @@ pub fn kill_adopted(keep: &[u32]) -> usize {
         }
     }
     victims.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_setsid_grandchild() {
+        // sh starts a setsid'd sleep and waits: the sleep is in another
+        // session but is still a descendant of sh.
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("setsid sleep 30 & wait")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut found = Vec::new();
+        for _ in 0..100 {
+            found = descendants(pid);
+            if !found.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!found.is_empty(), "no descendant found");
+        Tree {
+            root: pid,
+            pgid: None,
+            marker: None,
+            cgroup: None,
+        }
+        .signal(Signal::SIGKILL);
+        let _ = child.wait();
+        std::thread::sleep(Duration::from_millis(100));
+        for d in found {
+            assert!(!alive(d), "descendant {d} survived");
+        }
+    }
 }

@@ -7,6 +7,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use super::{CellRecord, DisplayFile, MAX_DISPLAY_BYTES, rfc3339};
+use crate::figures::ALLOWED_MIMES;
 use crate::result::Status;
 
 /// The separator between stdout and stderr in a result's `output` (SPEC §6).
@@ -155,27 +156,39 @@ fn stream(name: &str, text: &str) -> Value {
     json!({"output_type": "stream", "name": name, "text": text})
 }
 
-/// A display file as a `display_data` output: the bytes the journal kept,
-/// else the file if it still exists.
+/// Whether a journaled display entry has an allowed type (rows written
+/// before the host checked figures may not).
+fn allowed(d: &DisplayFile) -> bool {
+    ALLOWED_MIMES.contains(&d.mime.as_str())
+}
+
+/// A display file as a `display_data` output, from the bytes the journal
+/// kept (checked by the host when the cell ran). A path is never opened: it
+/// is the kernel's to name, and the file is gone with the kernel anyway.
 fn figure(d: &DisplayFile) -> Result<Value, String> {
-    let path = d.path.as_str();
-    let read;
-    let bytes = match &d.data {
-        Some(b) => b.as_slice(),
-        None => {
-            let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;
-            if meta.len() > MAX_DISPLAY_BYTES {
-                return Err(format!(
-                    "{path}: {} bytes, more than the {MAX_DISPLAY_BYTES} embedded",
-                    meta.len()
-                ));
-            }
-            read = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-            read.as_slice()
-        }
+    if !allowed(d) {
+        return Err("its type is not an allowed image type".into());
+    }
+    let Some(bytes) = d.data.as_deref() else {
+        return Err(format!("{}: its bytes were not kept", d.path));
     };
-    let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
-    Ok(json!({"output_type": "display_data", "data": {d.mime.as_str(): b64}, "metadata": {}}))
+    if bytes.len() as u64 > MAX_DISPLAY_BYTES {
+        return Err(format!(
+            "{}: {} bytes, more than the {MAX_DISPLAY_BYTES} embedded",
+            d.path,
+            bytes.len()
+        ));
+    }
+    // nbformat keeps SVG as text, the binary types as base64.
+    let data = if d.mime == "image/svg+xml" {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Value::String(text.to_string()),
+            Err(_) => return Err(format!("{}: the SVG is not UTF-8", d.path)),
+        }
+    } else {
+        Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+    };
+    Ok(json!({"output_type": "display_data", "data": {d.mime.as_str(): data}, "metadata": {}}))
 }
 
 fn ipynb(rows: &[CellRecord]) -> String {
@@ -301,7 +314,14 @@ fn output_text(r: &CellRecord) -> String {
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
-        let _ = writeln!(text, "[display {}: {}]", d.mime, d.path);
+        if allowed(d) {
+            let _ = writeln!(text, "[display {}: {}]", d.mime, d.path);
+        } else {
+            let _ = writeln!(
+                text,
+                "[display entry not exported: not an allowed image type]"
+            );
+        }
     }
     let notes = host_notes(r, parts.traceback.is_some());
     if !notes.is_empty() {

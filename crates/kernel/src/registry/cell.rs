@@ -17,11 +17,14 @@ use super::pool::{Shape, fill_pool, spawn_kernel};
 use super::request::{Refusal, admission};
 use super::session::{BusyGuard, SessionKey, Slot, SlotMeta, sibling_warning};
 use super::{ExecuteRequest, Inner, KernelMode, Registry, mode_str};
+use crate::ids::CellId;
 use crate::kernel::{CellOptions, CellOutcome, Ending, Kernel};
 use crate::result::{ExecuteResult, KernelInfo, Status, build_result, round2};
 
 /// A cell admitted and resolved: what it runs with.
 struct Plan {
+    /// Fresh and random: the runner's result is accepted only with it.
+    cell_id: CellId,
     key: SessionKey,
     shape: Shape,
     tools: Vec<Arc<dyn DynTool>>,
@@ -78,7 +81,15 @@ impl Registry {
             return not_run(Status::Error, "no kernel could be started", &plan.blank);
         };
         let opts = inner.cell_options(req, &token);
-        let mut outcome = kernel.execute(&req.code, &opts).await;
+        let mut outcome = kernel.execute(&plan.cell_id, &req.code, &opts).await;
+        // The runner's figure list is the cell's to forge: only checked
+        // entries reach the result, read before the kernel's directory can go.
+        let figures = crate::figures::check(
+            kernel.dir(),
+            &runner_display(&mut outcome.ending),
+            &inner.redactor,
+            inner.opts.journal.is_some(),
+        );
         if ready.refill {
             fill_pool(inner);
         }
@@ -105,7 +116,10 @@ impl Registry {
             inner.opts.max_tool_calls,
         );
         result.duration_seconds = round2(t0.elapsed().as_secs_f64());
+        let figure_warning = figures.warning();
+        result.display = figures.display;
         ready.notices.extend(result.warning.take());
+        ready.notices.extend(figure_warning);
         if !ready.notices.is_empty() {
             result.warning = Some(ready.notices.join(" "));
         }
@@ -138,9 +152,11 @@ impl Inner {
             .map_err(|e| error(e.to_string()))?;
         let (interpreter, version) = self.interpreter(mode, &admitted.cwd).map_err(error)?;
         let per_call = self.opts.kernel_mode == KernelMode::PerCall;
+        // Random ids come first: a failing random source fails the cell
+        // before anything starts, never a predictable id (crate::ids).
+        let cell_id = CellId::generate().map_err(|e| error(e.to_string()))?;
         let owner = if per_call {
-            let suffix = toolcell_protocol::random_hex(8).unwrap_or_default();
-            format!("{}\u{0}per-call-{suffix}", req.owner)
+            crate::ids::per_call_owner(&req.owner).map_err(|e| error(e.to_string()))?
         } else {
             req.owner.clone()
         };
@@ -159,6 +175,7 @@ impl Inner {
             tools: admitted.tools,
         };
         Ok(Plan {
+            cell_id,
             key,
             shape,
             tools,
@@ -433,4 +450,14 @@ async fn drop_ended_kernel(guard: &mut KernelGuard<'_>, slot: &Slot, ready: &mut
     let mut m = slot.meta();
     m.live = false;
     m.tree = None;
+}
+
+/// Takes the runner's (unchecked) `display` list out of a cell's ending.
+fn runner_display(ending: &mut Ending) -> Vec<toolcell_protocol::Display> {
+    match ending {
+        Ending::Answered(r) | Ending::TimedOutKept(r) | Ending::InterruptedKept(r) => {
+            std::mem::take(&mut r.display)
+        }
+        _ => Vec::new(),
+    }
 }

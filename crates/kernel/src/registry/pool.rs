@@ -34,7 +34,7 @@ pub(super) async fn spawn_kernel(
     shape: &Shape,
     tools: &[Arc<dyn toolcell_tools::DynTool>],
 ) -> Result<Kernel, String> {
-    let id = format!("k-{}", toolcell_protocol::random_hex(8).unwrap_or_default());
+    let id = crate::ids::kernel_id().map_err(|e| format!("cannot name a new kernel: {e}"))?;
     let (kcwd, owned_cwd) = if shape.mode == Mode::Strict {
         let dir = toolcell_rpc::private_dir::PrivateDir::ensure(&inner.root)
             .and_then(|root| root.create_dir(&format!("{id}-work")))

@@ -7,7 +7,7 @@ use toolcell_protocol::{CellResult, RunnerStatus};
 use toolcell_rpc::ErrorCode;
 use toolcell_tools::hints::{self, HintContext};
 
-use super::{Display, ExecuteResult, KernelInfo, Status, Usage, round2};
+use super::{ExecuteResult, KernelInfo, Status, Usage, round2};
 use crate::capture::Captured;
 use crate::kernel::{CellOptions, CellOutcome, Ending, last_lines};
 
@@ -71,12 +71,12 @@ fn truncation_warning(name: &str, c: &Captured) -> Option<String> {
     Some(w)
 }
 
-/// What the runner's own result adds: `stdin_requested`, `usage`, `display`.
+/// What the runner's own result adds: `stdin_requested`, `usage`. (Its
+/// `display` list is checked by the caller: `crate::figures`.)
 #[derive(Default)]
 struct RunnerFields {
     stdin_requested: bool,
     usage: Option<Usage>,
-    display: Vec<Display>,
 }
 
 impl RunnerFields {
@@ -91,14 +91,6 @@ impl RunnerFields {
                 cpu_seconds: round2(r.usage.cpu_seconds),
                 peak_rss_kb: r.usage.peak_rss_kb,
             }),
-            display: r
-                .display
-                .iter()
-                .map(|d| Display {
-                    mime: d.mime.clone(),
-                    path: d.path.clone(),
-                })
-                .collect(),
         }
     }
 }
@@ -302,6 +294,7 @@ pub(crate) fn build_result(
         stdout_spill_path: stdout.spill_path.map(|p| p.display().to_string()),
         stdin_requested: runner.stdin_requested,
         usage: runner.usage,
-        display: runner.display,
+        // Set by the caller from the checked figures (crate::figures).
+        display: Vec::new(),
     }
 }
