@@ -258,6 +258,16 @@ pub fn signal_exit_code() -> Option<u8> {
 /// Call it inside the runtime: the handlers are installed before it
 /// returns, so a signal arriving right after is not missed.
 pub fn exit_on_signals(registry: Arc<Registry>) {
+    exit_on_signals_after(registry, None);
+}
+
+/// As [`exit_on_signals`], except that with `first_int` the first SIGINT
+/// only cancels that token (the command interrupts its cell and reports it
+/// as usual); a second SIGINT, or a SIGTERM, kills every kernel and exits.
+pub fn exit_on_signals_after(
+    registry: Arc<Registry>,
+    first_int: Option<tokio_util::sync::CancellationToken>,
+) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),
@@ -266,9 +276,15 @@ pub fn exit_on_signals(registry: Arc<Registry>) {
         return;
     };
     tokio::spawn(async move {
-        let code: u8 = tokio::select! {
-            _ = int.recv() => 130,
-            _ = term.recv() => 143,
+        let mut first_int = first_int;
+        let code: u8 = loop {
+            tokio::select! {
+                _ = int.recv() => match first_int.take() {
+                    Some(first) => first.cancel(),
+                    None => break 130,
+                },
+                _ = term.recv() => break 143,
+            }
         };
         SIGNAL_EXIT.store(code, std::sync::atomic::Ordering::SeqCst);
         registry.shutdown_all().await;

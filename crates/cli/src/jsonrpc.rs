@@ -1,19 +1,27 @@
 //! The JSON-RPC 2.0 methods of SPEC §10, shared by `toolcell serve` (stdio)
 //! and the daemon (one Unix socket connection per client).
 //!
-//! One message per line in, one per line out. Requests run concurrently
-//! (each in its own task) and responses may come out of order; a single
-//! writer task keeps every line whole.
+//! One message per line in, one per line out. Each line is parsed once;
+//! requests run concurrently (each in its own task) and responses may come
+//! out of order; a single writer task keeps every line whole.
+//!
+//! Per connection: at most [`MAX_IN_FLIGHT`] requests at once (past that,
+//! -32000); the `execute` and `shutdown_session` requests of one session
+//! (batch entries included) take effect in arrival order; the notification
+//! `$/cancelRequest {id}` cancels one request (-32800 when its cell never
+//! ran, an interrupt when it runs); what EOF does is [`AtEof`].
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 use toolcell_kernel::config::Config;
 use toolcell_kernel::{ExecuteRequest, Registry, StreamKind};
 use toolcell_tools::ToolRegistry;
@@ -21,6 +29,9 @@ use toolcell_tools::schema::{self, Mode, SchemaFormat};
 
 /// Longest accepted request line.
 pub const MAX_LINE: usize = 64 * 1024 * 1024;
+
+/// Most requests in flight (received, not yet answered) on one connection.
+pub const MAX_IN_FLIGHT: usize = 1024;
 
 /// JSON-RPC error codes.
 pub mod code {
@@ -32,6 +43,38 @@ pub mod code {
     pub const METHOD_NOT_FOUND: i64 = -32601;
     /// Bad parameters.
     pub const INVALID_PARAMS: i64 = -32602;
+    /// Too many requests in flight on the connection.
+    pub const TOO_MANY_IN_FLIGHT: i64 = -32000;
+    /// The client cancelled the request (`$/cancelRequest`) before it ran.
+    pub const REQUEST_CANCELLED: i64 = -32800;
+}
+
+/// What a connection does when its input ends.
+#[derive(Debug, Clone, Copy)]
+pub enum AtEof {
+    /// Answer every request in flight, letting running cells finish: a
+    /// daemon client that leaves stops nothing.
+    Finish,
+    /// `toolcell serve`: interrupt the running cells (each is answered
+    /// `interrupted`) and answer queued ones without running them. Requests
+    /// still unanswered after `grace` are given up: every kernel is killed.
+    Abort {
+        /// How long answers may take (`interrupt_grace + kill_grace`).
+        grace: Duration,
+    },
+}
+
+/// Cancellation of one request: by `$/cancelRequest`, or by EOF in
+/// [`AtEof::Abort`] (the token is a child of the connection's).
+struct Cancel {
+    token: CancellationToken,
+    by_client: AtomicBool,
+}
+
+impl Cancel {
+    fn by_client(&self) -> bool {
+        self.by_client.load(Ordering::SeqCst)
+    }
 }
 
 /// What the methods need.
@@ -284,6 +327,7 @@ impl Service {
         method: &str,
         params: Value,
         out: &Out,
+        cancel: &Cancel,
     ) -> Option<String> {
         let result: Result<Value, BadParams> = match method {
             "execute" => {
@@ -308,7 +352,19 @@ impl Service {
                                 let _ = tx.try_send(note.to_string());
                             }));
                         }
-                        let r = self.registry.execute(req).await;
+                        let mut r = self
+                            .registry
+                            .execute(req.cancel(cancel.token.clone()))
+                            .await;
+                        if r.not_started() && cancel.token.is_cancelled() {
+                            if cancel.by_client() {
+                                return id.map(|i| cancelled_error(&i, "execute"));
+                            }
+                            r.error = Some(
+                                "the client's input ended (EOF) before the cell started; none of its code ran"
+                                    .into(),
+                            );
+                        }
                         serde_json::to_value(&r).map_err(|e| bad(e.to_string()))
                     }
                 }
@@ -380,114 +436,325 @@ impl Service {
             Err(BadParams(m)) => error(&id, code::INVALID_PARAMS, m),
         })
     }
+}
 
-    /// Handles one request object (already parsed). `None` when nothing is
-    /// to be sent back (a notification).
-    async fn handle_value(self: &Arc<Self>, msg: Value, out: &Out) -> Option<String> {
-        let Value::Object(mut obj) = msg else {
-            return Some(error(
-                &Value::Null,
-                code::INVALID_REQUEST,
-                "a request must be a JSON object",
-            ));
-        };
-        let id = obj.remove("id");
-        let id_ok = matches!(
-            id,
-            None | Some(Value::Null | Value::Number(_) | Value::String(_))
-        );
-        let rid = id.clone().unwrap_or(Value::Null);
-        if !id_ok {
-            return Some(error(
-                &Value::Null,
-                code::INVALID_REQUEST,
-                "`id` must be a string, a number or null",
-            ));
-        }
-        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return Some(error(
+/// The -32800 answer of a request cancelled before it ran.
+fn cancelled_error(id: &Value, method: &str) -> String {
+    error(
+        id,
+        code::REQUEST_CANCELLED,
+        format!("{method} cancelled by $/cancelRequest before it ran; nothing of it ran"),
+    )
+}
+
+/// A request whose envelope is valid.
+struct Envelope {
+    id: Option<Value>,
+    method: String,
+    params: Value,
+}
+
+/// Checks a message's envelope; `Err` is the error to send back.
+fn envelope(msg: Value) -> Result<Envelope, String> {
+    let Value::Object(mut obj) = msg else {
+        return Err(error(
+            &Value::Null,
+            code::INVALID_REQUEST,
+            "a request must be a JSON object",
+        ));
+    };
+    let id = obj.remove("id");
+    let id_ok = matches!(
+        id,
+        None | Some(Value::Null | Value::Number(_) | Value::String(_))
+    );
+    let rid = id.clone().unwrap_or(Value::Null);
+    if !id_ok {
+        return Err(error(
+            &Value::Null,
+            code::INVALID_REQUEST,
+            "`id` must be a string, a number or null",
+        ));
+    }
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(error(
+            &rid,
+            code::INVALID_REQUEST,
+            "`jsonrpc` must be \"2.0\"",
+        ));
+    }
+    let method = match obj.remove("method") {
+        Some(Value::String(m)) => m,
+        _ => {
+            return Err(error(
                 &rid,
                 code::INVALID_REQUEST,
-                "`jsonrpc` must be \"2.0\"",
+                "`method` must be a string",
             ));
         }
-        let method = match obj.remove("method") {
-            Some(Value::String(m)) => m,
-            _ => {
-                return Some(error(
-                    &rid,
-                    code::INVALID_REQUEST,
-                    "`method` must be a string",
-                ));
+    };
+    let params = obj.remove("params").unwrap_or(Value::Null);
+    if !matches!(params, Value::Null | Value::Object(_) | Value::Array(_)) {
+        return Err(error(
+            &rid,
+            code::INVALID_REQUEST,
+            "`params` must be an object or an array",
+        ));
+    }
+    Ok(Envelope { id, method, params })
+}
+
+/// The session whose order a request keeps: `execute` and
+/// `shutdown_session` (`"default"` when not given); `None` for other
+/// methods and for a `session` that is not a string (a params error).
+fn ordered_session(method: &str, params: &Value) -> Option<String> {
+    if method != "execute" && method != "shutdown_session" {
+        return None;
+    }
+    match params.get("session") {
+        None | Some(Value::Null) => Some("default".to_string()),
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => None,
+    }
+}
+
+/// Bookkeeping shared by a connection's reader and its requests.
+#[derive(Default)]
+struct Flight {
+    /// Requests received and not yet answered.
+    count: usize,
+    /// Cancellation of the requests in flight, by id (`id.to_string()`),
+    /// with how many requests in flight carry that id.
+    by_id: HashMap<String, (Arc<Cancel>, usize)>,
+}
+
+type Shared = Arc<Mutex<Flight>>;
+
+fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Flight> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A request's place in flight; dropping it (after the answer) frees it.
+struct InFlight {
+    shared: Shared,
+    key: Option<String>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut f = lock(&self.shared);
+        f.count = f.count.saturating_sub(1);
+        if let Some(k) = &self.key
+            && let Some(entry) = f.by_id.get_mut(k)
+        {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                f.by_id.remove(k);
+            }
+        }
+    }
+}
+
+/// A request's turn among its session's ordered requests: it waits for
+/// `prev` (the previous one's answer); dropping `done` lets the next go.
+struct Turn {
+    prev: Option<oneshot::Receiver<()>>,
+    done: oneshot::Sender<()>,
+}
+
+/// An admitted request, ready to run.
+struct Job {
+    env: Envelope,
+    cancel: Arc<Cancel>,
+    turn: Option<Turn>,
+    place: InFlight,
+}
+
+/// What is left to drop once a job's answer is sent.
+struct Release {
+    _done: Option<oneshot::Sender<()>>,
+    _place: InFlight,
+}
+
+/// What became of one message.
+enum Entry {
+    /// Answered at once (or nothing to answer).
+    Done(Option<String>),
+    /// To run.
+    Run(Box<Job>),
+}
+
+/// One connection's state.
+struct Conn {
+    service: Arc<Service>,
+    out: Out,
+    shared: Shared,
+    /// Cancelled at EOF in [`AtEof::Abort`]; every request's token is its child.
+    eof: CancellationToken,
+}
+
+impl Conn {
+    /// Admits one parsed message: envelope checks, `$/cancelRequest`, the
+    /// in-flight limit, the session turn (`tails`: each ordered session's
+    /// last request).
+    fn admit(&self, msg: Value, tails: &mut HashMap<String, oneshot::Receiver<()>>) -> Entry {
+        let env = match envelope(msg) {
+            Ok(e) => e,
+            Err(reply) => return Entry::Done(Some(reply)),
+        };
+        if env.method == "$/cancelRequest" {
+            return Entry::Done(self.cancel_request(env));
+        }
+        let key = env.id.as_ref().map(Value::to_string);
+        let cancel = {
+            let mut f = lock(&self.shared);
+            if f.count >= MAX_IN_FLIGHT {
+                drop(f);
+                let Some(id) = env.id else {
+                    tracing::warn!(
+                        method = %env.method,
+                        "dropped a notification: {MAX_IN_FLIGHT} requests already in flight"
+                    );
+                    return Entry::Done(None);
+                };
+                return Entry::Done(Some(error(
+                    &id,
+                    code::TOO_MANY_IN_FLIGHT,
+                    format!(
+                        "too many requests in flight on this connection (at most \
+                         {MAX_IN_FLIGHT}); wait for answers before sending more"
+                    ),
+                )));
+            }
+            f.count += 1;
+            let fresh = || {
+                Arc::new(Cancel {
+                    token: self.eof.child_token(),
+                    by_client: AtomicBool::new(false),
+                })
+            };
+            match &key {
+                Some(k) => {
+                    let entry = f.by_id.entry(k.clone()).or_insert_with(|| (fresh(), 0));
+                    entry.1 += 1;
+                    Arc::clone(&entry.0)
+                }
+                None => fresh(),
             }
         };
-        let params = obj.remove("params").unwrap_or(Value::Null);
-        if !matches!(params, Value::Null | Value::Object(_) | Value::Array(_)) {
-            return Some(error(
-                &rid,
-                code::INVALID_REQUEST,
-                "`params` must be an object or an array",
-            ));
-        }
-        self.call(id, &method, params, out).await
+        let turn = ordered_session(&env.method, &env.params).map(|session| {
+            if tails.len() > 64 {
+                tails.retain(|_, rx| {
+                    matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty))
+                });
+            }
+            let (done, rx) = oneshot::channel::<()>();
+            Turn {
+                prev: tails.insert(session, rx),
+                done,
+            }
+        });
+        Entry::Run(Box::new(Job {
+            env,
+            cancel,
+            turn,
+            place: InFlight {
+                shared: Arc::clone(&self.shared),
+                key,
+            },
+        }))
     }
 
-    /// Handles one line: a request, a notification or a batch.
-    pub async fn handle_line(self: &Arc<Self>, line: &str, out: &Out) -> Option<String> {
-        let msg: Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => {
-                return Some(error(
-                    &Value::Null,
-                    code::PARSE,
-                    format!("parse error: {e}"),
-                ));
-            }
+    /// `$/cancelRequest {id}`: cancels the requests in flight with that id
+    /// (unknown or finished ids are ignored, as LSP says). Answers only when
+    /// it was sent as a request.
+    fn cancel_request(&self, env: Envelope) -> Option<String> {
+        let target = match &env.params {
+            Value::Object(p) => match p.get("id") {
+                Some(id @ (Value::String(_) | Value::Number(_))) => Some(id.to_string()),
+                _ => None,
+            },
+            _ => None,
         };
-        match msg {
-            Value::Array(items) => {
-                if items.is_empty() {
-                    return Some(error(
-                        &Value::Null,
-                        code::INVALID_REQUEST,
-                        "an empty batch is not a request",
-                    ));
-                }
-                let mut set = JoinSet::new();
-                for (i, item) in items.into_iter().enumerate() {
-                    let me = Arc::clone(self);
-                    let out = out.clone();
-                    set.spawn(async move { (i, me.handle_value(item, &out).await) });
-                }
-                let mut replies: Vec<(usize, String)> = Vec::new();
-                while let Some(Ok((i, r))) = set.join_next().await {
-                    if let Some(r) = r {
-                        replies.push((i, r));
+        let Some(target) = target else {
+            tracing::debug!("$/cancelRequest without a string or number `id`");
+            return env.id.map(|i| {
+                error(
+                    &i,
+                    code::INVALID_PARAMS,
+                    "$/cancelRequest: params must be {\"id\": <the request's id>}",
+                )
+            });
+        };
+        let found = lock(&self.shared)
+            .by_id
+            .get(&target)
+            .map(|e| Arc::clone(&e.0));
+        if let Some(c) = &found {
+            c.by_client.store(true, Ordering::SeqCst);
+            c.token.cancel();
+        }
+        env.id
+            .map(|i| response(&i, json!({"cancelled": found.is_some()})))
+    }
+}
+
+impl Job {
+    /// Waits for the request's turn, runs it, and returns its answer and
+    /// what to drop once that answer is sent.
+    async fn run(self, conn: &Conn) -> (Option<String>, Release) {
+        let Job {
+            env,
+            cancel,
+            turn,
+            place,
+        } = self;
+        let mut done = None;
+        if let Some(Turn { prev, done: d }) = turn {
+            if let Some(mut prev) = prev {
+                tokio::select! {
+                    biased;
+                    _ = &mut prev => {}
+                    () = cancel.token.cancelled(), if !conn.eof.is_cancelled() => {
+                        if cancel.by_client() {
+                            // Answered now, never run; the session's next
+                            // request still waits for the one before this.
+                            tokio::spawn(async move {
+                                let _ = prev.await;
+                                drop(d);
+                            });
+                            let reply = env.id.map(|i| cancelled_error(&i, &env.method));
+                            return (reply, Release { _done: None, _place: place });
+                        }
+                        // EOF: the request before is being interrupted;
+                        // this one follows it and comes back unrun.
+                        let _ = prev.await;
                     }
                 }
-                if replies.is_empty() {
-                    return None;
-                }
-                replies.sort_by_key(|(i, _)| *i);
-                Some(format!(
-                    "[{}]",
-                    replies
-                        .into_iter()
-                        .map(|(_, r)| r)
-                        .collect::<Vec<_>>()
-                        .join(",")
-                ))
             }
-            other => self.handle_value(other, out).await,
+            done = Some(d);
         }
+        let reply = conn
+            .service
+            .call(env.id, &env.method, env.params, &conn.out, &cancel)
+            .await;
+        (
+            reply,
+            Release {
+                _done: done,
+                _place: place,
+            },
+        )
     }
 }
 
 /// Serves one connection: reads lines from `input` until EOF, runs each
 /// request concurrently, writes responses and notifications to `output`
-/// one per line. Returns when input is exhausted and every request has
-/// been answered.
-pub async fn serve_connection<R, W>(service: Arc<Service>, input: R, output: W)
+/// one per line. Returns once every request has been answered (or, in
+/// [`AtEof::Abort`], given up).
+pub async fn serve_connection<R, W>(service: Arc<Service>, input: R, output: W, at_eof: AtEof)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -506,6 +773,12 @@ where
             }
         }
     });
+    let conn = Arc::new(Conn {
+        service,
+        out: tx.clone(),
+        shared: Shared::default(),
+        eof: CancellationToken::new(),
+    });
     let mut reader = BufReader::with_capacity(64 * 1024, input);
     let mut tasks = JoinSet::new();
     let mut tails: HashMap<String, oneshot::Receiver<()>> = HashMap::new();
@@ -519,9 +792,7 @@ where
         if n == 0 {
             break;
         }
-        let Some(line) = buf.strip_suffix(b"\n").or(Some(&buf[..])) else {
-            continue;
-        };
+        let line = buf.strip_suffix(b"\n").unwrap_or(&buf[..]);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.len() > MAX_LINE {
             let _ = tx
@@ -536,8 +807,21 @@ where
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let text = match std::str::from_utf8(line) {
-            Ok(t) => t.to_string(),
+        // The one parse of this line.
+        let msg: Value = match std::str::from_utf8(line) {
+            Ok(text) => match serde_json::from_str(text) {
+                Ok(v) => v,
+                Err(e) => {
+                    let _ = tx
+                        .send(error(
+                            &Value::Null,
+                            code::PARSE,
+                            format!("parse error: {e}"),
+                        ))
+                        .await;
+                    continue;
+                }
+            },
             Err(e) => {
                 let _ = tx
                     .send(error(
@@ -549,57 +833,107 @@ where
                 continue;
             }
         };
-        // Cells of one session must reach the registry in arrival order
-        // (SPEC §4), but spawned tasks may start in any order: an execute
-        // waits for the previous execute of its session to be answered.
-        let order = execute_session(&text).map(|session| {
-            if tails.len() > 64 {
-                tails.retain(|_, rx| {
-                    matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty))
+        match msg {
+            Value::Array(items) => {
+                if items.is_empty() {
+                    let _ = tx
+                        .send(error(
+                            &Value::Null,
+                            code::INVALID_REQUEST,
+                            "an empty batch is not a request",
+                        ))
+                        .await;
+                    continue;
+                }
+                // Admitted in order, so entries keep their session's order.
+                let entries: Vec<Entry> = items
+                    .into_iter()
+                    .map(|item| conn.admit(item, &mut tails))
+                    .collect();
+                let conn = Arc::clone(&conn);
+                let tx = tx.clone();
+                tasks.spawn(async move {
+                    let mut replies: Vec<Option<String>> = Vec::with_capacity(entries.len());
+                    let mut set = JoinSet::new();
+                    for (i, entry) in entries.into_iter().enumerate() {
+                        match entry {
+                            Entry::Done(r) => replies.push(r),
+                            Entry::Run(job) => {
+                                replies.push(None);
+                                let conn = Arc::clone(&conn);
+                                set.spawn(async move {
+                                    // The entry's release (its session's
+                                    // next request may start) comes with
+                                    // its answer, not the whole batch's.
+                                    let (r, _release) = job.run(&conn).await;
+                                    (i, r)
+                                });
+                            }
+                        }
+                    }
+                    while let Some(joined) = set.join_next().await {
+                        if let Ok((i, r)) = joined {
+                            replies[i] = r;
+                        }
+                    }
+                    let parts: Vec<String> = replies.into_iter().flatten().collect();
+                    if !parts.is_empty() {
+                        let _ = tx.send(format!("[{}]", parts.join(","))).await;
+                    }
                 });
             }
-            let (done, rx) = oneshot::channel::<()>();
-            (tails.insert(session, rx), done)
-        });
-        let service = Arc::clone(&service);
-        let tx = tx.clone();
-        tasks.spawn(async move {
-            let done = match order {
-                Some((prev, done)) => {
-                    if let Some(prev) = prev {
-                        let _ = prev.await;
-                    }
-                    Some(done)
+            other => match conn.admit(other, &mut tails) {
+                Entry::Done(Some(reply)) => {
+                    let _ = tx.send(reply).await;
                 }
-                None => None,
-            };
-            if let Some(reply) = service.handle_line(&text, &tx).await {
-                let _ = tx.send(reply).await;
-            }
-            // The next cell of the session may start (after this answer).
-            drop(done);
-        });
+                Entry::Done(None) => {}
+                Entry::Run(job) => {
+                    let conn = Arc::clone(&conn);
+                    let tx = tx.clone();
+                    tasks.spawn(async move {
+                        let (reply, release) = job.run(&conn).await;
+                        if let Some(reply) = reply {
+                            let _ = tx.send(reply).await;
+                        }
+                        // The session's next request may start (after this answer).
+                        drop(release);
+                    });
+                }
+            },
+        }
         // Reap finished tasks so the set stays small.
         while tasks.try_join_next().is_some() {}
     }
-    while tasks.join_next().await.is_some() {}
-    drop(tx);
-    let _ = writer.await;
-}
-
-/// The session of a single `execute` request line (`"default"` when not
-/// given); `None` for anything else (other methods, batches, bad input).
-fn execute_session(line: &str) -> Option<String> {
-    let Ok(Value::Object(msg)) = serde_json::from_str::<Value>(line) else {
-        return None;
-    };
-    if msg.get("method").and_then(Value::as_str) != Some("execute") {
-        return None;
+    match at_eof {
+        AtEof::Finish => while tasks.join_next().await.is_some() {},
+        AtEof::Abort { grace } => {
+            conn.eof.cancel();
+            let answered = async { while tasks.join_next().await.is_some() {} };
+            if tokio::time::timeout(grace, answered).await.is_err() {
+                tracing::warn!(
+                    "requests still unanswered {grace:?} after EOF; killing every kernel"
+                );
+                conn.service.registry.shutdown_all().await;
+                let answered = async { while tasks.join_next().await.is_some() {} };
+                if tokio::time::timeout(Duration::from_millis(500), answered)
+                    .await
+                    .is_err()
+                {
+                    tasks.abort_all();
+                }
+            }
+        }
     }
-    match msg.get("params").and_then(|p| p.get("session")) {
-        None | Some(Value::Null) => Some("default".to_string()),
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => None,
+    drop(conn);
+    drop(tx);
+    match at_eof {
+        AtEof::Finish => {
+            let _ = writer.await;
+        }
+        AtEof::Abort { .. } => {
+            // Every answer is queued; a stuck stdout must not keep us alive.
+            let _ = tokio::time::timeout(Duration::from_millis(500), writer).await;
+        }
     }
 }
 

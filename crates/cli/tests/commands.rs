@@ -615,3 +615,57 @@ fn config_output_is_toml_that_reads_back_the_same() {
     assert_eq!(v["tools"]["enabled"], serde_json::json!(["read_file"]));
     assert_eq!(v["kernels"]["max_kernels"], 4);
 }
+
+// ---- exit codes of history, export and daemon status ----
+
+#[test]
+fn history_and_export_of_an_unknown_session_agree() {
+    let env = Env::fast();
+    // With a journal that has cells of another session, and with none.
+    for with_cells in [false, true] {
+        if with_cells {
+            let mut s = common::Serve::start(&env, &[]);
+            s.call(
+                1,
+                "execute",
+                serde_json::json!({"session": "real", "code": "1"}),
+            );
+            drop(s);
+        }
+        let history = env.run(&["history", "--session", "nosuch"]);
+        let json = env.run(&["history", "--json", "--session", "nosuch"]);
+        let export = env.run(&["export", "--session", "nosuch"]);
+        for out in [&history, &json, &export] {
+            out.expect_code(1);
+            assert!(out.stdout.is_empty(), "{}", out.stdout);
+            assert!(
+                out.stderr
+                    .contains("no cells of session \"nosuch\" in the journal")
+                    && out.stderr.contains("toolcell history"),
+                "{}",
+                out.stderr
+            );
+        }
+        assert_eq!(history.stderr, export.stderr);
+    }
+    // A session that has cells is found by both.
+    env.run(&["history", "--session", "real"]).expect_code(0);
+    env.run(&["export", "--session", "real"]).expect_code(0);
+}
+
+#[test]
+fn daemon_status_documents_its_exit_codes() {
+    let env = Env::fast();
+    let help = env.run(&["daemon", "status", "--help"]);
+    help.expect_code(0);
+    for words in [
+        "Exit codes",
+        "0 the daemon is running",
+        "3 it is not running",
+    ] {
+        assert!(help.stdout.contains(words), "{words:?}:\n{}", help.stdout);
+    }
+    let out = env.run(&["daemon", "status"]);
+    out.expect_code(3);
+    assert!(out.stdout.contains("not running"), "{}", out.stdout);
+}

@@ -395,11 +395,13 @@ fn long_output_is_cut_and_spilled_to_the_user_cache_dir() {
     assert_eq!(meta.len(), 100_001);
     assert!(r["warning"].as_str().unwrap().contains("read_file"), "{r}");
 
-    // Human mode: the warning on stderr.
+    // Human mode: printed in full; the status line says the cut is the
+    // agent's (see a_long_output_is_printed_in_full_…).
     let out = env.run(&["exec", "print('y' * 100000)"]);
     out.expect_code(0);
+    assert_eq!(out.stdout.len(), 100_001);
     assert!(
-        out.stderr.contains("warning: stdout was truncated"),
+        status_line(&out.stderr).contains("omits 50001 of its 100001 bytes"),
         "{}",
         out.stderr
     );
@@ -466,5 +468,136 @@ fn output_streams_while_the_cell_runs() {
             .unwrap()
             .code(),
         Some(0)
+    );
+}
+
+// ---- exit codes and status lines ----
+
+#[test]
+fn a_long_output_is_printed_in_full_and_the_status_line_says_the_agent_gets_it_cut() {
+    let env = Env::fast();
+    let out = env.run(&["exec", "for i in range(200000):\n    print(i)"]);
+    out.expect_code(0);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 200_000, "every line printed");
+    assert_eq!(lines[199_999], "199999");
+    let status = status_line(&out.stderr);
+    assert!(
+        status.contains("printed in full") && status.contains("the result an agent receives"),
+        "{status}"
+    );
+    assert!(status.contains("--json"), "{status}");
+    let spill = status
+        .split("full text saved in ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no spill path: {status}"))
+        .trim();
+    let saved = std::fs::read_to_string(spill).unwrap();
+    assert_eq!(saved, out.stdout, "the spill file holds the whole output");
+    assert!(
+        !out.stderr.contains("warning: stdout was truncated"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_bad_python_is_a_configuration_error_with_no_status_line() {
+    let env = Env::fast();
+    let out = env.run(&["exec", "--python", "/no/such/python", "print('ran')"]);
+    out.expect_code(2);
+    assert!(!out.stdout.contains("ran"));
+    assert!(
+        out.stderr.contains("--python") && out.stderr.contains("/no/such/python"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("[toolcell]"), "{}", out.stderr);
+    let out = env.run(&[
+        "exec",
+        "--json",
+        "--python",
+        "/no/such/python",
+        "print('ran')",
+    ]);
+    out.expect_code(2);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+
+    // An interpreter that is too old.
+    let old = env.write("old/python", "#!/bin/sh\necho \"$0\"\necho 3.6.15\n");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = env.run(&["exec", "--python", old.to_str().unwrap(), "print('ran')"]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("too old"), "{}", out.stderr);
+    assert!(!out.stderr.contains("[toolcell]"), "{}", out.stderr);
+
+    // The same from the configuration file.
+    let env = Env::with_config(&common::FAST_CONFIG.replace(
+        "[execution]\n",
+        "[execution]\npython = \"/no/such/python\"\n",
+    ));
+    let out = env.run(&["exec", "print('ran')"]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("/no/such/python"), "{}", out.stderr);
+}
+
+#[test]
+fn a_cell_that_never_started_has_a_status_line_without_a_kernel() {
+    // Refused by a deny rule: none of the code ran, no kernel to name.
+    let env = Env::with_config(&format!(
+        "{}\n[guard]\ndeny = [\"forbidden\"]\n",
+        common::FAST_CONFIG
+    ));
+    let out = env.run(&["exec", "forbidden = 1"]);
+    out.expect_code(1);
+    let status = status_line(&out.stderr);
+    assert_eq!(
+        status, "[toolcell] refused · none of the code ran",
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn sigint_to_a_one_shot_exec_reports_the_interrupted_cell_and_exits_130() {
+    use std::io::BufRead;
+    let env = Env::fast();
+    let mut child = env
+        .cmd()
+        .args([
+            "exec",
+            "import time\nprint('running', flush=True)\ntime.sleep(30)",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "running\n");
+    let t0 = Instant::now();
+    common::signal(
+        i32::try_from(child.id()).unwrap(),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    child.stdout = Some(stdout.into_inner());
+    let out = common::finish(child, common::COMMAND_LIMIT);
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    out.expect_code(130);
+    // The same status line as `exec --session` prints for Ctrl-C.
+    let status = status_line(&out.stderr);
+    assert!(
+        status.starts_with("[toolcell] interrupted in ") && status.contains("kernel k-"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("KeyboardInterrupt"), "{}", out.stderr);
+    assert!(
+        common::eventually(Duration::from_secs(2), || env.python_pids().is_empty()),
+        "{:?}",
+        env.python_pids()
     );
 }

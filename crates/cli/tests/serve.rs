@@ -517,14 +517,24 @@ fn serve_flags_reach_every_session() {
     assert_eq!(r["result"]["kernel"]["mode"], "strict");
     let r = s.call(2, "execute", json!({"code": "import time; time.sleep(20)"}));
     assert_eq!(r["result"]["status"], "timeout");
-    // A per-request value wins over the flag.
+    // A per-request value wins over the flag (tools may only narrow).
     let r = s.call(
         3,
         "execute",
-        json!({"session": "p", "code": "import time; time.sleep(1.5); print('ok')", "timeout": 10, "mode": "project", "tools": ["terminal"]}),
+        json!({"session": "p", "code": "import time; time.sleep(1.5); print('ok')", "timeout": 10, "mode": "project", "tools": ["read_file"]}),
     );
     assert_eq!(r["result"]["status"], "success", "{r}");
     assert_eq!(r["result"]["kernel"]["mode"], "project");
+    let r = s.call(
+        4,
+        "execute",
+        json!({"session": "p", "code": "print('ran')", "tools": ["terminal"]}),
+    );
+    assert_eq!(r["result"]["status"], "error", "{r}");
+    assert!(
+        r["result"]["error"].as_str().unwrap().contains("narrow"),
+        "{r}"
+    );
 }
 
 #[test]
@@ -560,39 +570,6 @@ fn batches_answer_in_one_array() {
     s.send_raw(&json!([{"jsonrpc": "2.0", "method": "sessions"}]).to_string());
     let r = s.call("after", "sessions", json!({}));
     assert_eq!(r["id"], "after");
-    s.assert_only_jsonrpc();
-}
-
-#[test]
-fn eof_answers_in_flight_requests_kills_kernels_and_exits_0() {
-    let env = Env::fast();
-    let mut s = Serve::start(&env, &[]);
-    let r = s.call(
-        1,
-        "execute",
-        json!({"session": "a", "code": "import os; print(os.getpid())"}),
-    );
-    let pid_a: i32 = r["result"]["output"]
-        .as_str()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    s.request(
-        2,
-        "execute",
-        json!({"session": "b", "code": "import time, os\nprint(os.getpid())\ntime.sleep(1)\nprint('finished')"}),
-    );
-    s.close_stdin();
-    let (r, _) = s.until_id(&json!(2), LIMIT);
-    assert_eq!(r["result"]["status"], "success", "{r}");
-    let out = r["result"]["output"].as_str().unwrap();
-    assert!(out.ends_with("finished\n"), "{out}");
-    let pid_b: i32 = out.lines().next().unwrap().parse().unwrap();
-    let st = s.wait(LIMIT);
-    assert_eq!(st.code(), Some(0));
-    assert!(!alive(pid_a) && !alive(pid_b), "kernels shut down at EOF");
-    assert!(env.python_pids().is_empty(), "{:?}", env.python_pids());
     s.assert_only_jsonrpc();
 }
 
@@ -655,13 +632,11 @@ fn raw_line_edge_cases() {
     assert_eq!(m["id"], 2, "{m}");
     assert!(m["result"]["sessions"].is_array());
     // A last line without a newline is still answered before EOF.
-    s.send_bytes(
-        b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"execute\",\"params\":{\"code\":\"print(3)\"}}",
-    );
+    s.send_bytes(b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"sessions\"}");
     s.close_stdin();
     let m = s.next(LIMIT);
     assert_eq!(m["id"], 3, "{m}");
-    assert_eq!(m["result"]["output"], "3\n");
+    assert!(m["result"]["sessions"].is_array(), "{m}");
     assert!(s.wait(LIMIT).success());
     s.assert_only_jsonrpc();
 }
@@ -725,29 +700,409 @@ fn execute_params_cwd_timeout_reset_and_a_dying_kernel() {
     s.assert_only_jsonrpc();
 }
 
+// ---- EOF, the in-flight limit, $/cancelRequest, ordering ----
+
+/// Reads messages until every id in `ids` has its response (notifications
+/// and other responses are skipped); the responses in arrival order.
+#[track_caller]
+fn responses(s: &Serve, ids: &[Value], limit: Duration) -> Vec<Value> {
+    let deadline = Instant::now() + limit;
+    let mut missing: std::collections::HashSet<String> = ids.iter().map(Value::to_string).collect();
+    let mut got: Vec<Value> = Vec::new();
+    while !missing.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let m = s.next(left.max(Duration::from_millis(1)));
+        if m.get("method").is_none() && missing.remove(&m["id"].to_string()) {
+            got.push(m);
+        }
+    }
+    got
+}
+
+/// The response with `id` among `msgs`.
+#[track_caller]
+fn by_id<'a>(msgs: &'a [Value], id: &Value) -> &'a Value {
+    msgs.iter()
+        .find(|m| m["id"] == *id)
+        .unwrap_or_else(|| panic!("no response {id} in {msgs:?}"))
+}
+
+/// Sends an execute with `stream: true` and waits for its first output
+/// chunk (the cell is running); returns that chunk.
+#[track_caller]
+fn start_running(s: &mut Serve, id: impl Into<Value>, session: &str, code: &str) -> String {
+    s.request(
+        id,
+        "execute",
+        json!({"session": session, "stream": true, "code": code}),
+    );
+    let note = s.next(LIMIT);
+    assert_eq!(note["method"], "cell/output", "{note}");
+    note["params"]["chunk"].as_str().unwrap().to_string()
+}
+
+fn cancel(s: &mut Serve, id: impl Into<Value>) {
+    s.send_raw(
+        &json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id.into()}})
+            .to_string(),
+    );
+}
+
 #[test]
-fn shutdown_session_under_a_running_cell_answers_it() {
+fn eof_interrupts_running_cells_answers_queued_ones_unrun_and_exits_within_the_graces() {
+    // FAST_CONFIG: interrupt_grace 1 s, kill_grace 0.5 s.
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    let r = s.call(
+        1,
+        "execute",
+        json!({"session": "idle", "code": "import os; print(os.getpid())"}),
+    );
+    let pid_idle: i32 = r["result"]["output"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let chunk = start_running(
+        &mut s,
+        2,
+        "b",
+        "import os, time\nx = 1\nprint(os.getpid(), flush=True)\ntime.sleep(100)",
+    );
+    let pid_b: i32 = chunk.trim().parse().unwrap();
+    // A cell that ignores SIGINT: only the kill after interrupt_grace stops it.
+    let chunk = start_running(
+        &mut s,
+        3,
+        "c",
+        "import os, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint(os.getpid(), flush=True)\ntime.sleep(100)",
+    );
+    let pid_c: i32 = chunk.trim().parse().unwrap();
+    // Queued behind the running cell of b: must be answered, never run.
+    s.request(
+        4,
+        "execute",
+        json!({"session": "b", "code": "open('queued-ran', 'w').write('x')"}),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    s.close_stdin();
+    let got = responses(&s, &[json!(2), json!(3), json!(4)], LIMIT);
+    let st = s.wait(LIMIT);
+    let took = t0.elapsed();
+    assert_eq!(st.code(), Some(0));
+    // interrupt_grace + kill_grace + 1 s.
+    assert!(took < Duration::from_millis(2500), "exit took {took:?}");
+
+    let b = &by_id(&got, &json!(2))["result"];
+    assert_eq!(b["status"], "interrupted", "{b}");
+    assert!(
+        b["output"].as_str().unwrap().contains("KeyboardInterrupt"),
+        "{b}"
+    );
+    let c = &by_id(&got, &json!(3))["result"];
+    assert_eq!(c["status"], "interrupted", "{c}");
+    assert_eq!(c["kernel"]["state_kept"], false, "{c}");
+    let q = &by_id(&got, &json!(4))["result"];
+    assert_eq!(q["status"], "interrupted", "{q}");
+    assert!(
+        q["error"]
+            .as_str()
+            .unwrap()
+            .contains("none of its code ran"),
+        "{q}"
+    );
+    assert!(
+        !env.path().join("queued-ran").exists(),
+        "the queued cell ran"
+    );
+    for pid in [pid_idle, pid_b, pid_c] {
+        assert!(!alive(pid), "kernel {pid} outlived serve");
+    }
+    assert!(env.python_pids().is_empty(), "{:?}", env.python_pids());
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn the_request_past_1024_in_flight_gets_32000_and_eof_answers_the_rest_unrun() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    start_running(
+        &mut s,
+        0,
+        "hold",
+        "import time\nprint('go', flush=True)\ntime.sleep(100)",
+    );
+    // 1023 more cells queue behind it: 1024 requests in flight.
+    let mut lines = String::new();
+    for i in 1..=1023 {
+        let msg = json!({"jsonrpc": "2.0", "id": i, "method": "execute",
+                         "params": {"session": "hold", "code": format!("open('ran-{i}', 'w')")}});
+        lines.push_str(&msg.to_string());
+        lines.push('\n');
+    }
+    s.send_bytes(lines.as_bytes());
+    s.request(
+        1024,
+        "execute",
+        json!({"session": "other", "code": "print(1)"}),
+    );
+    s.request("s", "sessions", json!({}));
+    let got = responses(&s, &[json!(1024), json!("s")], LIMIT);
+    for m in &got {
+        assert_eq!(m["error"]["code"], -32000, "{m}");
+        let msg = m["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("1024") && msg.contains("in flight"), "{msg}");
+    }
+    // EOF: the running cell is interrupted, the 1023 queued are answered
+    // without running, promptly.
+    let t0 = Instant::now();
+    s.close_stdin();
+    let ids: Vec<Value> = (0..=1023).map(|i| json!(i)).collect();
+    let got = responses(&s, &ids, LIMIT);
+    assert_eq!(s.wait(LIMIT).code(), Some(0));
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(by_id(&got, &json!(0))["result"]["status"], "interrupted");
+    for m in &got[..] {
+        assert_eq!(m["result"]["status"], "interrupted", "{m}");
+    }
+    let ran: Vec<_> = std::fs::read_dir(env.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ran-"))
+        .collect();
+    assert!(ran.is_empty(), "{} queued cells ran", ran.len());
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn cancel_request_answers_a_queued_execute_with_32800_and_it_never_runs() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    start_running(
+        &mut s,
+        1,
+        "q",
+        "import time\nprint('go', flush=True)\ntime.sleep(1.5)\nprint('one')",
+    );
+    s.request(
+        2,
+        "execute",
+        json!({"session": "q", "code": "open('cancelled-ran', 'w').write('x')"}),
+    );
+    s.request(
+        3,
+        "execute",
+        json!({"session": "q", "code": "print('three')"}),
+    );
+    cancel(&mut s, 2);
+    // The cancel is answered at once, before the running cell ends.
+    let first = s.next(LIMIT);
+    assert_eq!(first["id"], 2, "{first}");
+    assert_eq!(first["error"]["code"], -32800, "{first}");
+    assert!(
+        first["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cancel"),
+        "{first}"
+    );
+    let got = responses(&s, &[json!(1), json!(3)], LIMIT);
+    assert_eq!(got[0]["id"], 1, "the session's order is kept: {got:?}");
+    assert_eq!(got[0]["result"]["output"], "go\none\n");
+    assert_eq!(got[1]["result"]["output"], "three\n");
+    assert!(
+        !env.path().join("cancelled-ran").exists(),
+        "the cancelled cell ran"
+    );
+    // An unknown or finished id is ignored; sent as a request, the cancel
+    // says whether it found the request.
+    cancel(&mut s, 2);
+    cancel(&mut s, "nope");
+    let r = s.call(9, "$/cancelRequest", json!({"id": 1}));
+    assert_eq!(r["result"]["cancelled"], false, "{r}");
+    let r = s.call(10, "$/cancelRequest", json!({"identifier": 1}));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = s.call(
+        11,
+        "execute",
+        json!({"session": "q", "code": "print('fine')"}),
+    );
+    assert_eq!(r["result"]["output"], "fine\n");
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn cancel_while_the_kernel_starts_answers_32800_and_the_cell_never_runs() {
+    // Every kernel of this environment takes 2 s to start: a user
+    // `usercustomize` (HOME is the environment's) sleeps at interpreter
+    // start-up. No warm pool: the first cell of a session starts its kernel.
+    let env = Env::with_config(
+        &common::FAST_CONFIG.replace("max_kernels = 8\n", "max_kernels = 8\nwarm_pool = 0\n"),
+    );
+    let site = std::process::Command::new("python3")
+        .args(["-c", "import site; print(site.getusersitepackages())"])
+        .env("HOME", env.path())
+        .output()
+        .unwrap();
+    let site = std::path::PathBuf::from(String::from_utf8(site.stdout).unwrap().trim());
+    assert!(site.starts_with(env.path()), "{}", site.display());
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(
+        site.join("usercustomize.py"),
+        "import time\ntime.sleep(2)\n",
+    )
+    .unwrap();
+
+    let mut s = Serve::start(&env, &[]);
+    let t0 = Instant::now();
+    s.request(
+        1,
+        "execute",
+        json!({"session": "new", "code": "open('started-ran', 'w').write('x')"}),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    cancel(&mut s, 1);
+    let r = s.until_id(&json!(1), LIMIT).0;
+    assert_eq!(r["error"]["code"], -32800, "{r}");
+    assert!(t0.elapsed() >= Duration::from_millis(500));
+    // The kernel it was starting serves the session's next cell; the
+    // cancelled one never ran in it.
+    let r = s.call(
+        2,
+        "execute",
+        json!({"session": "new", "code": "import os; print(os.path.exists('started-ran'))"}),
+    );
+    assert_eq!(r["result"]["output"], "False\n", "{r}");
+    assert_eq!(r["result"]["kernel"]["execution_count"], 1, "{r}");
+    assert!(
+        !env.path().join("started-ran").exists(),
+        "the cancelled cell ran"
+    );
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn cancel_of_a_running_cell_interrupts_it_and_keeps_state() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    s.call(1, "execute", json!({"session": "r", "code": "x = 'kept'"}));
+    start_running(
+        &mut s,
+        "long",
+        "r",
+        "import time\nprint('go', flush=True)\ntime.sleep(30)",
+    );
+    let t0 = Instant::now();
+    cancel(&mut s, "long");
+    let r = s.until_id(&json!("long"), Duration::from_secs(10)).0;
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let res = &r["result"];
+    assert_eq!(res["status"], "interrupted", "{r}");
+    assert_eq!(res["kernel"]["state_kept"], true, "{r}");
+    let r = s.call(2, "execute", json!({"session": "r", "code": "print(x)"}));
+    assert_eq!(r["result"]["output"], "kept\n");
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn batch_entries_keep_their_session_order() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    let mut batch = vec![json!({"jsonrpc": "2.0", "id": "first", "method": "execute",
+        "params": {"session": "o", "code": "import time\ntime.sleep(0.3)\nseq = []"}})];
+    for i in 0..20 {
+        batch.push(json!({"jsonrpc": "2.0", "id": i, "method": "execute",
+            "params": {"session": "o", "code": format!("seq.append({i})")}}));
+        // Another session's entries in between run on their own.
+        batch.push(
+            json!({"jsonrpc": "2.0", "id": format!("p{i}"), "method": "execute",
+            "params": {"session": "p", "code": format!("print({i})")}}),
+        );
+    }
+    batch.push(json!({"jsonrpc": "2.0", "id": "last", "method": "execute",
+        "params": {"session": "o", "code": "print(seq)"}}));
+    s.send_raw(&Value::Array(batch).to_string());
+    // A single request after the batch waits for the batch's entries of
+    // its session.
+    s.request(
+        "after",
+        "execute",
+        json!({"session": "o", "code": "seq.append('after'); print(len(seq))"}),
+    );
+    let mut batch_reply = None;
+    let mut after = None;
+    while batch_reply.is_none() || after.is_none() {
+        let m = s.next(LIMIT);
+        if m.is_array() {
+            batch_reply = Some(m);
+        } else if m["id"] == "after" {
+            after = Some(m);
+        }
+    }
+    let items = batch_reply.unwrap();
+    let items = items.as_array().unwrap();
+    assert_eq!(items.len(), 42);
+    let want: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+    assert_eq!(
+        by_id(items, &json!("last"))["result"]["output"],
+        format!("[{}]\n", want.join(", "))
+    );
+    assert_eq!(by_id(items, &json!("p7"))["result"]["output"], "7\n");
+    assert_eq!(after.unwrap()["result"]["output"], "21\n");
+    s.assert_only_jsonrpc();
+}
+
+#[test]
+fn shutdown_session_waits_for_the_cells_sent_before_it() {
     let env = Env::fast();
     let mut s = Serve::start(&env, &[]);
     s.request(
         1,
         "execute",
-        json!({"session": "x", "stream": true, "code": "import time\nprint('go', flush=True)\ntime.sleep(30)"}),
+        json!({"session": "x", "code": "import time, os\nv = 1\ntime.sleep(1)\nprint(os.getpid())"}),
     );
-    let note = s.next(LIMIT);
-    assert_eq!(note["params"]["chunk"], "go\n", "{note}");
-    let pid = session_pid(&s.call(2, "sessions", json!({}))["result"], "x").unwrap();
-    s.request(3, "shutdown_session", json!({"session": "x"}));
-    let mut replies = HashMap::new();
-    while replies.len() < 2 {
-        let m = s.next(LIMIT);
-        replies.insert(m["id"].as_i64().unwrap(), m);
-    }
-    assert_eq!(replies[&3]["result"]["shut_down"], 1);
-    let r = &replies[&1]["result"];
-    assert_eq!(r["status"], "interrupted", "{r}");
-    assert!(r["error"].as_str().unwrap().contains("shut down"), "{r}");
-    assert!(!alive(pid));
+    s.request(2, "shutdown_session", json!({"session": "x"}));
+    s.request(
+        3,
+        "execute",
+        json!({"session": "x", "code": "print('v' in globals())"}),
+    );
+    // `interrupt` does not queue: it is answered at once.
+    s.request(4, "interrupt", json!({"session": "nobody"}));
+    let got = responses(&s, &[json!(1), json!(2), json!(3), json!(4)], LIMIT);
+    let order: Vec<&Value> = got.iter().map(|m| &m["id"]).collect();
+    assert_eq!(
+        order,
+        [&json!(4), &json!(1), &json!(2), &json!(3)],
+        "{got:?}"
+    );
+    let r1 = &got[1]["result"];
+    assert_eq!(r1["status"], "success", "the cell ran to its end: {r1}");
+    let pid: i32 = r1["output"].as_str().unwrap().trim().parse().unwrap();
+    assert_eq!(got[2]["result"]["shut_down"], 1, "{got:?}");
+    assert!(!alive(pid), "shut down after the cell");
+    assert_eq!(got[3]["result"]["output"], "False\n");
+    assert_eq!(got[3]["result"]["kernel"]["state_reset"], true);
+    // A queued shutdown_session can be cancelled like an execute.
+    start_running(
+        &mut s,
+        5,
+        "x",
+        "import time\nprint('go', flush=True)\ntime.sleep(1)",
+    );
+    s.request(6, "shutdown_session", json!({"session": "x"}));
+    cancel(&mut s, 6);
+    let got = responses(&s, &[json!(5), json!(6)], LIMIT);
+    assert_eq!(got[0]["id"], 6, "{got:?}");
+    assert_eq!(got[0]["error"]["code"], -32800);
+    let r = s.call(
+        7,
+        "execute",
+        json!({"session": "x", "code": "print('alive')"}),
+    );
+    assert_eq!(r["result"]["kernel"]["reused"], true, "{r}");
     s.assert_only_jsonrpc();
 }
 

@@ -180,6 +180,13 @@ impl ExecuteResult {
         }
     }
 
+    /// True when none of the cell's code ran: admission refused it, no
+    /// kernel could be started for it, or it was interrupted, shut down or
+    /// cancelled before it was sent. Such results name no kernel.
+    pub fn not_started(&self) -> bool {
+        self.kernel.id.is_empty()
+    }
+
     /// The exit code a CLI should use for this result (SPEC §9): 0
     /// success, 1 cell error, 124 timeout, 130 interrupted.
     pub fn cli_exit_code(&self) -> u8 {

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cmd::exec;
 use crate::host::{self, Overrides};
-use crate::jsonrpc::{DaemonHooks, Service, serve_connection};
+use crate::jsonrpc::{AtEof, DaemonHooks, Service, serve_connection};
 
 /// Arguments of `toolcell daemon`.
 #[derive(Debug, clap::Args)]
@@ -50,6 +50,12 @@ enum Action {
     /// Stop the daemon, killing every kernel it keeps.
     Stop,
     /// Print whether the daemon runs, its pid, socket and sessions.
+    #[command(
+        long_about = "Print whether the daemon runs, its pid, socket and sessions (with --json: \
+                      one JSON object with `running`, `pid`, `socket` and `sessions`).\n\n\
+                      Exit codes: 0 the daemon is running, 3 it is not running, 1 it holds the \
+                      socket but did not answer, 2 usage or configuration error."
+    )]
     Status {
         /// Print JSON.
         #[arg(long)]
@@ -305,7 +311,9 @@ fn run_daemon(cfg: toolcell_kernel::config::Config, p: &Paths) -> anyhow::Result
                     let clients = Arc::clone(&clients);
                     tokio::spawn(async move {
                         let (r, w) = stream.into_split();
-                        serve_connection(service, r, w).await;
+                        // A client that leaves stops nothing: the session's
+                        // kernels are the daemon's.
+                        serve_connection(service, r, w, AtEof::Finish).await;
                         clients.fetch_sub(1, Ordering::SeqCst);
                     });
                 }

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use toolcell_kernel::{ExecuteRequest, ExecuteResult, StreamKind};
+use tokio_util::sync::CancellationToken;
+use toolcell_kernel::{ExecuteRequest, ExecuteResult, RegistryOptions, Status, StreamKind};
+use toolcell_tools::schema::Mode;
 
 use crate::host::{self, Overrides};
 
@@ -103,6 +105,17 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
     };
     let cfg = host::load_config(config, &overrides)?;
     let tools = host::tool_list(args.overrides.tools.as_deref());
+    if let Some(t) = &tools {
+        let enabled = &cfg.tools.enabled;
+        if let Some(bad) = t.iter().find(|n| !enabled.contains(n)) {
+            // The user's to fix (exit 2), not a cell that failed.
+            return Err(host::usage(format!(
+                "--tools: `{bad}` is not an enabled tool; --tools may only narrow [tools] \
+                 enabled ({})",
+                enabled.join(", ")
+            )));
+        }
+    }
     let cwd = args.abs_cwd()?;
     if let Some(session) = &args.session {
         return crate::cmd::daemon::exec_in_session(config, &args, session, code);
@@ -114,8 +127,15 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
                 o.default_cwd.clone_from(d);
             }
         })?);
-        host::exit_on_signals(Arc::clone(&registry));
-        let mut req = ExecuteRequest::new(code);
+        // A bad interpreter is the configuration's fault (exit 2), found
+        // before any kernel is started: the registry's own resolution then
+        // answers from the same per-host probe cache.
+        check_interpreter(registry.options(), args.overrides.python.is_some())?;
+        // Ctrl-C interrupts the cell, which is reported as usual (exit 130);
+        // a second Ctrl-C, or SIGTERM, stops at once.
+        let ctrl_c = CancellationToken::new();
+        host::exit_on_signals_after(Arc::clone(&registry), Some(ctrl_c.clone()));
+        let mut req = ExecuteRequest::new(code).cancel(ctrl_c);
         if let Some(t) = tools {
             req = req.tools(t);
         }
@@ -131,11 +151,30 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
                 }
             }));
         }
-        let result = registry.execute(req).await;
+        let mut result = registry.execute(req).await;
+        if result.status == Status::Interrupted && result.not_started() {
+            result.error =
+                Some("interrupted (Ctrl-C) before the cell started; none of its code ran".into());
+        }
         registry.shutdown_all().await;
         let code = report(&result, args.json, true)?;
         Ok(host::signal_exit_code().map_or(code, ExitCode::from))
     })
+}
+
+/// Resolves the interpreter `opts` asks for; a failure is a usage error
+/// naming every candidate tried (`flag`: it came from `--python`).
+fn check_interpreter(opts: &RegistryOptions, flag: bool) -> anyhow::Result<()> {
+    let cwd = match opts.mode {
+        Mode::Strict => PathBuf::new(),
+        _ => opts.default_cwd.clone(),
+    };
+    let resolve = || toolcell_kernel::interpreter::resolve_for_host(&opts.python, opts.mode, &cwd);
+    match tokio::task::block_in_place(resolve) {
+        Ok(_) => Ok(()),
+        Err(e) if flag => Err(host::usage(format!("--python: {e}"))),
+        Err(e) => Err(host::usage(e.to_string())),
+    }
 }
 
 /// Prints a result: the JSON object, or (human mode) what was not streamed
@@ -163,8 +202,41 @@ pub fn report(result: &ExecuteResult, json: bool, streamed: bool) -> anyhow::Res
     if let Some(h) = &result.hint {
         writeln!(err, "hint: {h}")?;
     }
-    if let Some(w) = &result.warning {
-        writeln!(err, "warning: {w}")?;
+    match &result.warning {
+        // Streamed, everything was printed: the cut is only in the result
+        // an agent gets. Stdout's is on the status line; stderr's here.
+        Some(w) if streamed => {
+            // Notices before the truncation ones (a kernel that ended
+            // between cells, a session name with another kernel) are news
+            // to a terminal too.
+            let cut_at = ["stdout was truncated", "stderr was truncated"]
+                .iter()
+                .filter_map(|m| w.find(m))
+                .min()
+                .unwrap_or(w.len());
+            let before = w[..cut_at].trim();
+            if !before.is_empty() {
+                writeln!(err, "warning: {before}")?;
+            }
+            if let Some(i) = w.find("stderr was truncated") {
+                writeln!(
+                    err,
+                    "note: printed in full above; in the result an agent receives (--json, \
+                     serve, mcp) {}",
+                    &w[i..]
+                )?;
+            }
+        }
+        Some(w) => writeln!(err, "warning: {w}")?,
+        None => {}
+    }
+    if result.not_started() {
+        writeln!(
+            err,
+            "[toolcell] {} · none of the code ran",
+            result.status.as_str()
+        )?;
+        return Ok(ExitCode::from(result.cli_exit_code()));
     }
     let k = &result.kernel;
     let kernel = if k.state_reset {
@@ -174,9 +246,14 @@ pub fn report(result: &ExecuteResult, json: bool, streamed: bool) -> anyhow::Res
     } else {
         "new kernel"
     };
+    let cut = if streamed && result.stdout_truncated {
+        format!(" · {}", streamed_truncation_note(result))
+    } else {
+        String::new()
+    };
     writeln!(
         err,
-        "[toolcell] {} in {:.2}s · {} tool call{} · {} {} · cell {}",
+        "[toolcell] {} in {:.2}s · {} tool call{} · {} {} · cell {}{cut}",
         result.status.as_str(),
         result.duration_seconds,
         result.tool_calls_made,
@@ -186,6 +263,22 @@ pub fn report(result: &ExecuteResult, json: bool, streamed: bool) -> anyhow::Res
         k.execution_count,
     )?;
     Ok(ExitCode::from(result.cli_exit_code()))
+}
+
+/// What a truncation means when the whole output was streamed: the
+/// terminal got all of it, an agent's result (--json, serve, mcp) keeps the
+/// head and tail, and where the full text is.
+fn streamed_truncation_note(result: &ExecuteResult) -> String {
+    let mut note = format!(
+        "stdout printed in full above, but the result an agent receives (--json, serve, mcp) \
+         omits {} of its {} bytes (head and tail kept)",
+        result.stdout_bytes_omitted, result.stdout_bytes_total
+    );
+    match &result.stdout_spill_path {
+        Some(p) => note.push_str(&format!("; full text saved in {p}")),
+        None => note.push_str("; the full text could not be saved to a file"),
+    }
+    note
 }
 
 /// The traceback part of a result's output (it is not streamed live).

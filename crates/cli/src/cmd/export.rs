@@ -20,7 +20,8 @@ use crate::host::{self, Overrides};
                   Markdown (md). Output goes to stdout, or to FILE with -o. FILE holds what the \
                   journal holds, so it is private like the journal: created with mode 0600, and \
                   an existing regular file is set to 0600 before it is overwritten; chmod it \
-                  yourself to share it."
+                  yourself to share it. A session with no cells in the journal is an error (exit \
+                  1), as in `toolcell history`."
 )]
 pub struct Args {
     /// The session to export.
@@ -46,11 +47,7 @@ pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
     let path = cfg.journal_path();
     let rows = Journal::history(&path, &HistoryQuery::session(args.session.clone()))?;
     if rows.is_empty() {
-        anyhow::bail!(
-            "no cells of session {:?} in the journal {} (see `toolcell history`)",
-            args.session,
-            path.display()
-        );
+        return Err(crate::cmd::history::no_cells_of(&args.session, &path));
     }
     let text = journal::export(&rows, format);
     match &args.output {

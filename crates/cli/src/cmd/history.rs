@@ -17,7 +17,8 @@ use crate::host::{self, Overrides};
                   `mcp` and the daemon (`exec --session`), unless [journal] enabled = false; it \
                   holds only cleaned output (ANSI stripped, secrets redacted) and redacted code.\n\n\
                   The table shows: start time (UTC), session, the cell's number in its kernel, \
-                  status, duration and the first line of the code. --json prints one JSON object \
+                  status, duration and the first line of the code. A --session with no cells in \
+                  the journal is an error (exit 1), as in `toolcell export`. --json prints one JSON object \
                   per line (JSON Lines) with every recorded field: session, kernel_id, \
                   execution_count, code, status, exit_code, output, error, hint, warning, \
                   tool_calls [{tool, duration_seconds, outcome}], tool_calls_made, usage, display, \
@@ -47,6 +48,12 @@ pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
             limit: args.limit,
         },
     )?;
+    if rows.is_empty()
+        && let Some(s) = &args.session
+    {
+        // As `export` says it: a session with no cells is an error (exit 1).
+        return Err(no_cells_of(s, &path));
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         for r in &rows {
@@ -56,15 +63,25 @@ pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
-        let mut err = std::io::stderr().lock();
-        match &args.session {
-            Some(s) => writeln!(err, "no cells of session {s:?} in {}", path.display())?,
-            None => writeln!(err, "no cells in {}", path.display())?,
-        }
+        writeln!(
+            std::io::stderr().lock(),
+            "no cells in the journal {}",
+            path.display()
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     write_table(&mut out, &rows)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The error of `history --session S` and `export --session S` when the
+/// journal holds no cell of `S` (exit 1).
+pub(crate) fn no_cells_of(session: &str, journal: &Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "no cells of session {session:?} in the journal {}; `toolcell history` lists the \
+         sessions that have some",
+        journal.display()
+    )
 }
 
 fn first_line(code: &str, max: usize) -> String {

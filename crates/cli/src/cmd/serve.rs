@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use crate::host::{self, Overrides};
-use crate::jsonrpc::{Service, serve_connection};
+use crate::jsonrpc::{AtEof, Service, serve_connection};
 
 /// Arguments of `toolcell serve`.
 #[derive(Debug, clap::Args)]
@@ -16,11 +16,18 @@ use crate::jsonrpc::{Service, serve_connection};
                   result object\n  interrupt {session?}\n  sessions\n  shutdown_session \
                   {session}\n  schema {format?}\n\n`session` defaults to \"default\". Requests \
                   for different sessions run concurrently and responses may come out of order \
-                  (match them by id). With `stream: true`, `cell/output` notifications {session, \
-                  stream, chunk} arrive while the cell runs. A malformed line gets a JSON-RPC \
-                  error (-32700, -32600, -32601, -32602) and the server keeps serving. At EOF on \
-                  stdin the server answers what is still running, shuts every kernel down and \
-                  exits 0."
+                  (match them by id); the execute and shutdown_session requests of one session \
+                  take effect in the order they arrive (interrupt acts at once). With `stream: \
+                  true`, `cell/output` notifications {session, stream, chunk} arrive while the \
+                  cell runs. The notification `$/cancelRequest {id}` cancels one request: an \
+                  execute that has not started (queued, or waiting for its kernel) is answered \
+                  with error -32800 and never runs; a running one is interrupted and answered as \
+                  usual. A malformed line gets a JSON-RPC error (-32700, -32600, -32601, -32602) \
+                  and the server keeps serving; at most 1024 requests may be in flight, past \
+                  that a request gets error -32000.\n\nAt EOF on stdin the server stops: a \
+                  running cell is interrupted and answered `interrupted`, queued cells are \
+                  answered without running, every kernel is killed, and it exits 0 within \
+                  interrupt_grace + kill_grace and a second."
 )]
 pub struct Args {
     #[command(flatten)]
@@ -40,7 +47,12 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
             daemon: None,
         });
         let (input, output) = host::stdio();
-        serve_connection(service, input, output).await;
+        // EOF stops everything: the running cells are interrupted, and an
+        // interrupted cell is answered within the two graces (a SIGINT, then
+        // a kill); a little more covers reaping the killed tree.
+        let o = registry.options();
+        let grace = o.interrupt_grace + o.kill_grace + std::time::Duration::from_millis(300);
+        serve_connection(service, input, output, AtEof::Abort { grace }).await;
         registry.shutdown_all().await;
         host::flush_journal(&registry);
         Ok(ExitCode::SUCCESS)

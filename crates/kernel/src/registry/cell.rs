@@ -50,6 +50,15 @@ fn not_run(status: Status, error: impl Into<String>, blank: &KernelInfo) -> Exec
     ExecuteResult::not_run(status, error, blank.clone())
 }
 
+/// What a request cancelled before its cell was sent returns.
+fn cancelled_before_start(blank: &KernelInfo) -> Box<ExecuteResult> {
+    Box::new(not_run(
+        Status::Interrupted,
+        "the request was cancelled before the cell started; none of its code ran",
+        blank,
+    ))
+}
+
 impl Registry {
     /// [`Registry::execute`] without the journal; the cell's tool calls go
     /// to `calls` when given.
@@ -69,7 +78,7 @@ impl Registry {
             inner: Arc::clone(inner),
             slot: Arc::clone(&slot),
         };
-        let mut guard = match inner.wait_turn(&slot, &token, &plan).await {
+        let mut guard = match inner.wait_turn(&slot, &token, req, &plan).await {
             Ok(g) => g,
             Err(r) => return *r,
         };
@@ -80,7 +89,14 @@ impl Registry {
         let Some(kernel) = guard.as_mut() else {
             return not_run(Status::Error, "no kernel could be started", &plan.blank);
         };
-        let opts = inner.cell_options(req, &token);
+        // The last moment a cancel keeps the cell from running: under the
+        // slot lock, after any spawn, right before the cell is sent.
+        if req.is_cancelled() {
+            return *cancelled_before_start(&plan.blank);
+        }
+        // From here a cancel interrupts this cell (not the session's others).
+        let (interrupt, _unlink) = cell_interrupt(req, &token);
+        let opts = inner.cell_options(req, &interrupt);
         let mut outcome = kernel.execute(&plan.cell_id, &req.code, &opts).await;
         // The runner's figure list is the cell's to forge: only checked
         // entries reach the result, read before the kernel's directory can go.
@@ -137,6 +153,9 @@ impl Inner {
             mode: mode_str(mode).into(),
             ..KernelInfo::default()
         };
+        if req.is_cancelled() {
+            return Err(cancelled_before_start(&blank));
+        }
         let fail = |r: Refusal| Box::new(not_run(r.status, r.error, &blank));
         let admitted = admission(req, &self.opts, self.guard.as_deref()).map_err(fail)?;
         let error = |e: String| {
@@ -212,11 +231,13 @@ impl Inner {
         &self,
         slot: &'a Slot,
         token: &CancellationToken,
+        req: &ExecuteRequest,
         plan: &Plan,
     ) -> Result<KernelGuard<'a>, Box<ExecuteResult>> {
         let stop = |why: &str| Box::new(not_run(Status::Interrupted, why, &plan.blank));
         let guard = tokio::select! {
             g = slot.kernel.lock() => g,
+            () = req.cancelled() => return Err(cancelled_before_start(&plan.blank)),
             () = token.cancelled() => {
                 return Err(stop("the cell was interrupted while waiting for the previous cell of this session; none of its code ran"));
             }
@@ -225,6 +246,9 @@ impl Inner {
             return Err(stop(
                 "the cell was interrupted before it started; none of its code ran",
             ));
+        }
+        if req.is_cancelled() {
+            return Err(cancelled_before_start(&plan.blank));
         }
         let current = self
             .state()
@@ -262,7 +286,9 @@ impl Inner {
         ready.reused = guard.is_some();
         if guard.is_none() {
             let deadline = Instant::now() + req.timeout.unwrap_or(self.opts.timeout);
-            let k = self.start_kernel(slot, plan, deadline, &mut ready).await?;
+            let k = self
+                .start_kernel(slot, req, plan, deadline, &mut ready)
+                .await?;
             **guard = Some(k);
         }
         if !ready.reused && !plan.per_call {
@@ -285,6 +311,7 @@ impl Inner {
     async fn start_kernel(
         self: &Arc<Self>,
         slot: &Slot,
+        req: &ExecuteRequest,
         plan: &Plan,
         deadline: Instant,
         ready: &mut Readiness,
@@ -295,8 +322,11 @@ impl Inner {
         let (pooled, refill) = self.take_pooled(slot, &plan.shape);
         ready.refill = refill;
         if pooled.is_none()
-            && let Err(msg) = self.reserve(slot, deadline).await
+            && let Err(msg) = self.reserve(slot, deadline, req).await
         {
+            if req.is_cancelled() {
+                return Err(cancelled_before_start(&plan.blank));
+            }
             return Err(Box::new(not_run(Status::Error, msg, &plan.blank)));
         }
         if refill {
@@ -334,7 +364,7 @@ impl Inner {
         }
     }
 
-    fn cell_options(&self, req: &ExecuteRequest, token: &CancellationToken) -> CellOptions {
+    fn cell_options(&self, req: &ExecuteRequest, interrupt: &CancellationToken) -> CellOptions {
         let o = &self.opts;
         CellOptions {
             timeout: req.timeout.unwrap_or(o.timeout),
@@ -346,7 +376,7 @@ impl Inner {
             max_stderr_bytes: o.max_stderr_bytes,
             spill: Some((o.spill_dir.clone(), o.spill_cap_bytes)),
             live: req.live.clone(),
-            interrupt: token.clone(),
+            interrupt: interrupt.clone(),
         }
     }
 
@@ -460,4 +490,25 @@ fn runner_display(ending: &mut Ending) -> Vec<toolcell_protocol::Display> {
         }
         _ => Vec::new(),
     }
+}
+
+/// The token that interrupts the running cell: the session's, and with a
+/// request's own cancel token a child of it that the cancel also fires
+/// (the guard ends the link task with the cell).
+fn cell_interrupt(
+    req: &ExecuteRequest,
+    session: &CancellationToken,
+) -> (CancellationToken, Option<tokio_util::sync::DropGuard>) {
+    let Some(cancel) = &req.cancel else {
+        return (session.clone(), None);
+    };
+    let cell = session.child_token();
+    let (cancel, linked) = (cancel.clone(), cell.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            () = cancel.cancelled() => linked.cancel(),
+            () = linked.cancelled() => {}
+        }
+    });
+    (cell.clone(), Some(cell.drop_guard()))
 }

@@ -267,8 +267,12 @@ async fn fill_loop(inner: Weak<Inner>) {
                 }
                 (Err(e), _) => {
                     p.yielding = p.yielding.saturating_sub(1);
-                    // No retry loop: the next session that misses tries again.
-                    tracing::warn!("warm pool: cannot start a kernel: {e}");
+                    // Closed: the host is stopping, and a spawn cut short by
+                    // it (its runtime shutting down) is no news. Otherwise
+                    // no retry loop: the next session that misses tries again.
+                    if !p.closed {
+                        tracing::warn!("warm pool: cannot start a kernel: {e}");
+                    }
                     strong.freed.notify_waiters();
                     return;
                 }

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
 use toolcell_tools::schema::Mode;
 
 use super::RegistryOptions;
@@ -65,6 +66,8 @@ pub struct ExecuteRequest {
     pub cwd: Option<PathBuf>,
     /// Receives cleaned output chunks while the cell runs.
     pub live: Option<LiveSink>,
+    /// Cancels this request alone (see [`ExecuteRequest::cancel`]).
+    pub cancel: Option<CancellationToken>,
 }
 
 impl std::fmt::Debug for ExecuteRequest {
@@ -93,6 +96,7 @@ impl ExecuteRequest {
             tools: None,
             cwd: None,
             live: None,
+            cancel: None,
         }
     }
 
@@ -143,6 +147,36 @@ impl ExecuteRequest {
     pub fn live(mut self, sink: LiveSink) -> Self {
         self.live = Some(sink);
         self
+    }
+
+    /// Lets the caller cancel this request alone, whatever else its
+    /// session runs or queues. Cancelled before its cell is sent to the
+    /// kernel — waiting for its turn, for room, or for its kernel to start
+    /// (the check is made under the session's lock, right before sending) —
+    /// the request returns [`Status::Interrupted`] with none of its code
+    /// run ([`crate::ExecuteResult::not_started`] is true); a kernel that
+    /// was starting for it is kept for the session's next cell. Cancelled
+    /// while the cell runs, it interrupts that cell as
+    /// [`super::Registry::interrupt`] would, and the result is the usual
+    /// interrupted one.
+    #[must_use]
+    pub fn cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
+    pub(super) fn is_cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+    }
+
+    /// Resolves when the request is cancelled (never without a token).
+    pub(super) async fn cancelled(&self) {
+        match &self.cancel {
+            Some(c) => c.cancelled().await,
+            None => std::future::pending().await,
+        }
     }
 }
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Inner;
 use super::session::{Slot, State};
+use super::{ExecuteRequest, Inner};
 use crate::kernel::Kernel;
 
 /// How many kernels there are and may be, at one moment: what the
@@ -136,7 +136,12 @@ impl Inner {
     /// kernels included): closes a ready pooled kernel, or has a pool spawn
     /// in flight discarded, or evicts the least recently used idle kernel of
     /// another session, or waits for one to become idle.
-    pub(super) async fn reserve(&self, slot: &Slot, deadline: Instant) -> Result<(), String> {
+    pub(super) async fn reserve(
+        &self,
+        slot: &Slot,
+        deadline: Instant,
+        req: &ExecuteRequest,
+    ) -> Result<(), String> {
         let inner = self;
         let mut waiting: Option<WaitingGuard<'_>> = None;
         loop {
@@ -195,6 +200,7 @@ impl Inner {
             }
             tokio::select! {
                 () = notified => {}
+                () = req.cancelled() => return Err("the request was cancelled".into()),
                 () = tokio::time::sleep_until(deadline) => {
                     return Err(format!(
                         "all {} kernels are busy running cells (max_kernels = {}); none of the code ran",
