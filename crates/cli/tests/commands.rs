@@ -11,15 +11,20 @@ const SUBCOMMANDS: [&str; 9] = [
     "exec", "serve", "repl", "daemon", "schema", "tools", "stubs", "config", "frames",
 ];
 
-const TOOLS: [&str; 7] = [
-    "read_file",
-    "write_file",
-    "search_files",
-    "patch",
-    "terminal",
-    "web_extract",
-    "web_search",
-];
+/// The tools a default configuration enables: derived, as the binary does,
+/// from the tools' own registrations (this test links the same crate).
+fn default_tools() -> Vec<String> {
+    toolcell_tools::default_enabled_tools()
+}
+
+/// Every tool linked into the binary.
+fn all_tools() -> Vec<String> {
+    toolcell_tools::ToolRegistry::builtin()
+        .unwrap()
+        .names()
+        .map(str::to_string)
+        .collect()
+}
 
 #[test]
 fn top_level_help_lists_every_command_and_exits_0() {
@@ -412,8 +417,8 @@ fn schema_has_the_shape_of_each_format() {
                 .contains(&Value::from("code"))
         );
         let d = description(&def, format);
-        for t in TOOLS {
-            assert!(d.contains(t), "{format}: description lacks {t}");
+        for t in default_tools() {
+            assert!(d.contains(&t), "{format}: description lacks {t}");
         }
         assert!(
             !d.to_lowercase().contains("sandbox"),
@@ -464,7 +469,7 @@ fn tools_lists_every_builtin_tool() {
     let env = Env::new();
     let out = env.run(&["tools"]);
     out.expect_code(0);
-    for t in TOOLS {
+    for t in all_tools() {
         assert!(
             out.stdout.lines().any(|l| l.starts_with(&format!("{t}("))),
             "{t} missing:\n{}",
@@ -485,7 +490,7 @@ fn tools_lists_every_builtin_tool() {
     let defs = defs.as_array().unwrap();
     let mut names: Vec<&str> = defs.iter().map(|d| d["name"].as_str().unwrap()).collect();
     names.sort_unstable();
-    let mut want = TOOLS.to_vec();
+    let mut want = all_tools();
     want.sort_unstable();
     assert_eq!(names, want);
     for d in defs {
@@ -516,7 +521,7 @@ fn stubs_compile_and_import_and_follow_tools() {
         "py_compile: {}",
         String::from_utf8_lossy(&compile.stderr)
     );
-    for t in TOOLS {
+    for t in default_tools() {
         assert!(out.stdout.contains(&format!("def {t}(")), "def {t}");
     }
     for helper in [

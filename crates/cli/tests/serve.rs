@@ -1178,3 +1178,58 @@ fn serve_keeps_one_warm_kernel_unless_the_config_says_otherwise() {
     s.close_stdin();
     assert!(s.wait(Duration::from_secs(20)).success());
 }
+
+#[test]
+fn read_file_refuses_the_servers_stdin_and_a_fifo_and_the_next_request_is_answered() {
+    let env = Env::fast();
+    let mut s = Serve::start(&env, &[]);
+    // The tools run in the serve process: `/dev/stdin` there is the
+    // JSON-RPC input. Reading it would swallow the next request; a FIFO
+    // without a writer would block a host thread for good.
+    let code = r#"
+import os, time
+from toolcell_tools import read_file, ToolError
+os.mkfifo('pipe.fifo')
+for path in ['/dev/stdin', '/proc/self/fd/0', 'pipe.fifo']:
+    t = time.monotonic()
+    try:
+        read_file(path)
+        print(path, 'was read')
+    except ToolError as e:
+        print(path, 'refused after %.1f s:' % (time.monotonic() - t), e)
+"#;
+    let r = s.call(1, "execute", json!({"code": code}));
+    let out = r["result"]["output"].as_str().unwrap_or_default();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{r}");
+    for (line, path, why) in [
+        (lines[0], "/dev/stdin", "open file descriptor"),
+        (lines[1], "/proc/self/fd/0", "open file descriptor"),
+        (lines[2], "pipe.fifo", "FIFO"),
+    ] {
+        assert!(
+            line.starts_with(&format!("{path} refused after ")),
+            "{line}"
+        );
+        assert!(
+            line.contains(why) && line.contains("regular file"),
+            "{line}"
+        );
+        let secs: f64 = line
+            .split("after ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap();
+        assert!(secs < 5.0, "{line}");
+    }
+    // Nothing was taken from the server's input: the next requests are
+    // answered, and the session still works.
+    let t0 = Instant::now();
+    let r = s.call(2, "sessions", json!({}));
+    assert!(r["result"]["sessions"].is_array(), "{r}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    let r = s.call(3, "execute", json!({"code": "print(6 * 7)"}));
+    assert_eq!(r["result"]["output"], "42\n", "{r}");
+    s.assert_only_jsonrpc();
+}

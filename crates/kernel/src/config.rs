@@ -73,16 +73,13 @@ pub const MAX_SECONDS: f64 = 1e9;
 /// the memory a wrong `--config` path can cost).
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
-/// The built-in tools enabled by default (SPEC §11 `[tools] enabled`).
-pub const DEFAULT_TOOLS: &[&str] = &[
-    "read_file",
-    "write_file",
-    "search_files",
-    "patch",
-    "terminal",
-    "web_extract",
-    "web_search",
-];
+/// The tools enabled by default (`[tools] enabled` when the configuration
+/// does not set it): every tool linked into the binary whose registration
+/// says it is on by default (`Tool::DEFAULT_ENABLED`), sorted. Derived from
+/// the tools registry, so a new tool needs no entry here.
+pub fn default_tools() -> Vec<String> {
+    toolcell_tools::default_enabled_tools()
+}
 
 /// Longest rendering of an offending value quoted in an error message.
 const MAX_GOT_CHARS: usize = 80;
@@ -410,7 +407,7 @@ pub struct Tools {
 impl Default for Tools {
     fn default() -> Self {
         Self {
-            enabled: DEFAULT_TOOLS.iter().map(|s| (*s).to_string()).collect(),
+            enabled: default_tools(),
         }
     }
 }

@@ -46,18 +46,10 @@ fn defaults_are_spec_11() {
     assert_eq!(c.output.spill_dir, "");
     assert_eq!(c.output.spill_cap_bytes, 5_000_000);
     assert!(c.env.passthrough.is_empty());
-    assert_eq!(
-        c.tools.enabled,
-        [
-            "read_file",
-            "write_file",
-            "search_files",
-            "patch",
-            "terminal",
-            "web_extract",
-            "web_search"
-        ]
-    );
+    // Derived from the registrations: every built-in tool is on by default.
+    let registry = toolcell_tools::ToolRegistry::builtin().unwrap();
+    assert_eq!(c.tools.enabled, registry.default_enabled());
+    assert!(c.tools.enabled.iter().any(|t| t == "read_file"));
     assert_eq!(c.rpc.transport, Transport::Unix);
     assert_eq!(c.web.search_provider, SearchProvider::None);
     assert_eq!(c.web.search_url, "");
@@ -743,9 +735,9 @@ fn validate_tools_checks_against_the_registry() {
     c.set_override_as("tools.enabled", "terminal", "--tools")
         .unwrap();
     c.validate_tools(&["read_file", "terminal"]).unwrap();
-    Config::default()
-        .validate_tools(toolcell_kernel::config::DEFAULT_TOOLS)
-        .unwrap();
+    let registry = toolcell_tools::ToolRegistry::builtin().unwrap();
+    let known: Vec<&str> = registry.names().collect();
+    Config::default().validate_tools(&known).unwrap();
 }
 
 #[test]

@@ -516,6 +516,23 @@ async fn accept_unix(
 
 /// Tells a peer from outside the kernel why it is refused, then closes.
 async fn refuse_outsider(mut stream: tokio::net::UnixStream) {
+    // Take the first request line (bounded, briefly) before answering, so a
+    // client that writes then reads gets the refusal rather than EPIPE.
+    let _ = tokio::time::timeout(Duration::from_millis(500), async {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 4096];
+        let mut seen = 0usize;
+        while let Ok(n) = stream.read(&mut buf).await {
+            if n == 0 || buf[..n].contains(&b'\n') {
+                break;
+            }
+            seen += n;
+            if seen > 64 * 1024 {
+                break;
+            }
+        }
+    })
+    .await;
     let mut out = Vec::with_capacity(160);
     wire::write_error(
         &mut out,

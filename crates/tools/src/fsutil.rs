@@ -1,7 +1,183 @@
 //! File helpers shared by the built-in tools.
+//!
+//! The file tools run in the host process, so a path a cell passes must
+//! never make the host touch something that is not a plain file: reading a
+//! FIFO or a terminal blocks a host thread forever, reading `/dev/stdin`
+//! in `toolcell serve` would swallow the host's own JSON-RPC input, and
+//! `/proc/<pid>/fd/N` reaches whatever the host process has open.
+//! [`open_regular`] and [`check_write_target`] are the only ways the file
+//! tools get at a path: they refuse the host's file-descriptor aliases
+//! ([`check_host_path`]), open without blocking (`O_NONBLOCK`, `O_NOCTTY`)
+//! and accept only what `fstat` of the opened file calls a regular file.
 
+use std::fs::{File, Metadata};
 use std::io::{self, Write};
-use std::path::Path;
+use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+use std::path::{Component, Path, PathBuf};
+
+use nix::fcntl::OFlag;
+
+/// Symlinks followed when checking a path (as the kernel's own limit).
+const MAX_HOPS: usize = 40;
+
+/// `/proc/<pid>/<dir>` (and `/proc/<pid>/task/<tid>/<dir>`) directories
+/// whose entries are a process's open files.
+const FD_DIRS: &[&str] = &["fd", "fdinfo", "map_files"];
+
+/// Why a path cannot be used.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The operating system refused (missing, permissions, …).
+    Io(io::Error),
+    /// A directory where a file is needed.
+    Dir,
+    /// A FIFO, socket or device; the text says which.
+    NotRegular(&'static str),
+    /// A path through `/proc/<pid>/fd`, `/dev/fd`, `/dev/stdin` and the like.
+    FdAlias,
+}
+
+impl OpenError {
+    /// A message for the cell: `{tool}: …` about `path`.
+    pub(crate) fn message(&self, tool: &str, action: &str, path: &Path) -> String {
+        let p = path.display();
+        match self {
+            Self::Io(e) => format!("{tool}: cannot {action} {p}: {e}"),
+            Self::Dir => format!("{tool}: {p} is a directory; give the path of a file"),
+            Self::NotRegular(kind) => format!(
+                "{tool}: {p} is {kind}, not a regular file; {tool} works on regular files only \
+                 (it never reads or writes pipes, sockets or devices)"
+            ),
+            Self::FdAlias => format!(
+                "{tool}: {p} names a process's open file descriptor (/proc/<pid>/fd, /dev/fd, \
+                 /dev/stdin and the like); {tool} works on regular files only: give the file's \
+                 real path"
+            ),
+        }
+    }
+}
+
+impl From<io::Error> for OpenError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// What a non-regular file type is, for messages.
+pub(crate) fn kind_of(ft: std::fs::FileType) -> &'static str {
+    if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
+    }
+}
+
+/// Whether absolute `path`, read literally, is one of the fd aliases.
+fn is_fd_alias(path: &Path) -> bool {
+    if !path.is_absolute() {
+        return false;
+    }
+    let parts: Vec<&str> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.to_str().unwrap_or("\u{fffd}")),
+            _ => None,
+        })
+        .collect();
+    match parts.as_slice() {
+        ["dev", "fd", ..] => true,
+        ["dev", "stdin" | "stdout" | "stderr"] => true,
+        ["proc", _, dir, ..] if FD_DIRS.contains(dir) => true,
+        ["proc", _, "task", _, dir, ..] if FD_DIRS.contains(dir) => true,
+        _ => false,
+    }
+}
+
+/// Refuses a path that reaches a process's open file descriptors, through
+/// any chain of symlinks: `/proc/<pid>/fd/N` (also `self`, `thread-self`,
+/// `task/<tid>`), `fdinfo`, `map_files`, `/dev/fd/N`, `/dev/std{in,out,err}`.
+///
+/// Each step canonicalizes the parent directory and reads the last
+/// component's link, so `/dev/stdin`, `/tmp/x -> /proc/self/fd/0` and
+/// `/proc/../proc/self/fd/0` are all caught before anything is opened.
+pub(crate) fn check_host_path(path: &Path) -> Result<(), OpenError> {
+    let mut p: PathBuf = path.to_path_buf();
+    for _ in 0..MAX_HOPS {
+        if is_fd_alias(&p) {
+            return Err(OpenError::FdAlias);
+        }
+        let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+            return Ok(());
+        };
+        let Ok(dir) = std::fs::canonicalize(parent) else {
+            // A missing directory: opening will say so.
+            return Ok(());
+        };
+        let real = dir.join(name);
+        if is_fd_alias(&real) {
+            return Err(OpenError::FdAlias);
+        }
+        match std::fs::symlink_metadata(&real) {
+            Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(&real) {
+                // An absolute target replaces `dir` in the join.
+                Ok(target) => p = dir.join(target),
+                Err(_) => return Ok(()),
+            },
+            _ => return Ok(()),
+        }
+    }
+    // Too many links: opening fails with ELOOP.
+    Ok(())
+}
+
+/// Opens `path` for reading if, and only if, it is a regular file: the fd
+/// aliases are refused, the type is checked before opening (so a device is
+/// never opened), the open never blocks (`O_NONBLOCK`: a FIFO swapped in
+/// meanwhile opens at once instead of waiting for a writer; `O_NOCTTY`),
+/// and the opened file's own type (`fstat`) is checked again.
+pub(crate) fn open_regular(path: &Path) -> Result<(File, Metadata), OpenError> {
+    check_host_path(path)?;
+    let before = std::fs::metadata(path)?;
+    if before.is_dir() {
+        return Err(OpenError::Dir);
+    }
+    if !before.is_file() {
+        return Err(OpenError::NotRegular(kind_of(before.file_type())));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
+        .open(path)?;
+    let meta = file.metadata()?;
+    if meta.is_dir() {
+        return Err(OpenError::Dir);
+    }
+    if !meta.is_file() {
+        return Err(OpenError::NotRegular(kind_of(meta.file_type())));
+    }
+    Ok((file, meta))
+}
+
+/// Checks that `path` may be (re)written: not an fd alias, and either
+/// missing or a regular file (a symlink to one counts). Directories and
+/// special files are refused before anything is created.
+pub(crate) fn check_write_target(path: &Path) -> Result<(), OpenError> {
+    check_host_path(path)?;
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err(OpenError::Dir),
+        Ok(m) if !m.is_file() => Err(OpenError::NotRegular(kind_of(m.file_type()))),
+        // Missing (a new file) or unreadable metadata: the write says why.
+        _ => Ok(()),
+    }
+}
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same
 /// directory, flushed and synced, then renamed over `path`. Parent
@@ -34,4 +210,67 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     }
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// Sets a flag when dropped: a blocking worker polls it, so the work stops
+/// when the call's future goes away (deadline, cancellation, or the rpc
+/// server giving up on the call), not only when the tool's own `select!`
+/// notices.
+#[derive(Debug)]
+pub(crate) struct StopOnDrop(pub(crate) std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fd_aliases_are_recognised_literally() {
+        for p in [
+            "/proc/self/fd/0",
+            "/proc/123/fd/7",
+            "/proc/thread-self/fd",
+            "/proc/1/task/2/fd/3",
+            "/proc/self/fdinfo/1",
+            "/proc/self/map_files/x",
+            "/dev/fd/0",
+            "/dev/stdin",
+            "/dev/stderr",
+        ] {
+            assert!(is_fd_alias(Path::new(p)), "{p}");
+        }
+        for p in [
+            "/proc/cpuinfo",
+            "/proc/self/status",
+            "/home/u/proc/1/fd/2",
+            "/dev/null",
+            "relative/proc/1/fd",
+        ] {
+            assert!(!is_fd_alias(Path::new(p)), "{p}");
+        }
+    }
+
+    #[test]
+    fn links_into_fd_directories_are_followed_and_refused() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let link = tmp.path().join("in");
+        std::os::unix::fs::symlink("/proc/self/fd/0", &link).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(check_host_path(&link), Err(OpenError::FdAlias)));
+        let hop = tmp.path().join("hop");
+        std::os::unix::fs::symlink(&link, &hop).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(check_host_path(&hop), Err(OpenError::FdAlias)));
+        assert!(matches!(
+            check_host_path(Path::new("/proc/../proc/self/fd/1")),
+            Err(OpenError::FdAlias)
+        ));
+        let plain = tmp.path().join("plain.txt");
+        std::fs::write(&plain, "x").unwrap_or_else(|e| panic!("{e}"));
+        assert!(check_host_path(&plain).is_ok());
+        assert!(check_host_path(&tmp.path().join("missing/deeper")).is_ok());
+    }
 }

@@ -81,10 +81,18 @@
 //! link this crate; if it names nothing from it, add `use toolcell_tools as
 //! _;`. `tests/registry.rs` fails if a built-in tool goes missing.
 //!
-//! # Built-in tools (SPEC §8)
+//! # Built-in tools
 //!
-//! `read_file`, `write_file`, `search_files`, `patch`, `terminal`,
-//! `web_extract`, `web_search`, one file each under `src/builtin/`.
+//! `read_file`, `write_file`, `search_files`, `patch`, `terminal`, one file
+//! each under `src/builtin/`, and `web_extract`, `web_search` under
+//! `src/builtin/web/` (only with the default-on `web` feature, which brings
+//! the HTTP, TLS and HTML stack).
+//!
+//! # Enabled by default
+//!
+//! The default of `[tools] enabled` is [`default_enabled_tools`]: every
+//! registered tool whose [`Tool::DEFAULT_ENABLED`] is true (the default).
+//! Nothing lists the tools by hand.
 
 mod builtin;
 pub mod cgroup;
@@ -99,7 +107,7 @@ mod tool;
 #[doc(hidden)]
 pub use inventory;
 
-pub use registry::{RegistryError, ToolDispatcher, ToolRegistry};
+pub use registry::{RegistryError, ToolDispatcher, ToolRegistry, default_enabled_tools};
 pub use tool::{
     DynTool, Tool, ToolContext, ToolEntry, ToolError, ToolSettings, WebSettings, erase,
 };

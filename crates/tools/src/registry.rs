@@ -102,6 +102,17 @@ impl ToolRegistry {
         self.tools.values()
     }
 
+    /// The names of the tools enabled when a configuration does not list
+    /// them: those whose [`Tool::DEFAULT_ENABLED`](crate::Tool::DEFAULT_ENABLED)
+    /// is true, sorted.
+    pub fn default_enabled(&self) -> Vec<&str> {
+        self.tools
+            .values()
+            .filter(|t| t.default_enabled())
+            .map(|t| t.name())
+            .collect()
+    }
+
     /// The tools named in `enabled`, sorted by name, checking each exists.
     ///
     /// # Errors
@@ -138,6 +149,23 @@ impl ToolRegistry {
             settings: Arc::new(settings),
         })
     }
+}
+
+/// The default `[tools] enabled` set: the names of the tools registered at
+/// compile time in the linked binary (see [`ToolRegistry::builtin`]) whose
+/// [`Tool::DEFAULT_ENABLED`](crate::Tool::DEFAULT_ENABLED) is true, sorted
+/// and without duplicates. A tool added with one `register_tool!` line is in
+/// it without any list to edit.
+pub fn default_enabled_tools() -> Vec<String> {
+    let mut names: Vec<String> = inventory::iter::<ToolEntry>
+        .into_iter()
+        .map(ToolEntry::build)
+        .filter(|t| t.default_enabled())
+        .map(|t| t.name().to_string())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// Implements the rpc crate's [`Dispatch`] over a registry: arguments are

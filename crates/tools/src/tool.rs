@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use toolcell_redact::Redactor;
 use toolcell_rpc::{BoxFuture, CellContext};
 
 use crate::schema;
@@ -34,6 +35,10 @@ pub trait Tool: Send + Sync + 'static {
     /// Top-level argument names that cells may not set to a truthy value
     /// (refused `blocked_param` before anything runs).
     const BLOCKED_PARAMS: &'static [&'static str] = &[];
+    /// Whether the tool is in the default `[tools] enabled` set (the set a
+    /// configuration without that key gets). A tool that should only run
+    /// when a user names it says `false`.
+    const DEFAULT_ENABLED: bool = true;
 
     /// The arguments. Use `#[serde(deny_unknown_fields)]` so a misspelt
     /// argument is an error, and declare defaults once with
@@ -90,11 +95,16 @@ pub struct ToolSettings {
     /// The environment for processes tools start (`terminal`): the
     /// kernel's scrubbed environment (SPEC §4). `None` inherits the host's.
     pub env: Option<Arc<Vec<(std::ffi::OsString, std::ffi::OsString)>>>,
+    /// The host's redactor (its built-in rules plus the host's secret env
+    /// values). Tools that bring outside text in (`web_extract`) redact it
+    /// with this before returning or saving it.
+    pub redactor: Redactor,
 }
 
 impl ToolSettings {
     /// Settings for `cwd` with defaults elsewhere: spill files under the
-    /// system temp dir, 50 000 output bytes, no web search provider.
+    /// system temp dir, 50 000 output bytes, no web search provider, the
+    /// built-in redaction rules only (no host secret values).
     pub fn new(cwd: impl Into<PathBuf>) -> Self {
         Self {
             cwd: cwd.into(),
@@ -102,7 +112,15 @@ impl ToolSettings {
             max_output_bytes: 50_000,
             web: WebSettings::default(),
             env: None,
+            redactor: Redactor::builtin(),
         }
+    }
+
+    /// Sets the redactor (the host's: built-in rules plus its secret values).
+    #[must_use]
+    pub fn redactor(mut self, redactor: Redactor) -> Self {
+        self.redactor = redactor;
+        self
     }
 
     /// Sets the environment for processes tools start (instead of the
@@ -249,6 +267,11 @@ pub trait DynTool: Send + Sync + 'static {
     fn output_schema(&self) -> Value;
     /// Arguments cells may not set.
     fn blocked_params(&self) -> &[&'static str];
+    /// Whether the tool is enabled when the configuration does not list the
+    /// enabled tools (see [`Tool::DEFAULT_ENABLED`]).
+    fn default_enabled(&self) -> bool {
+        true
+    }
     /// Checks the arguments without running anything; the message names the
     /// field and what was expected.
     ///
@@ -309,6 +332,10 @@ impl<T: Tool> DynTool for Erased<T> {
 
     fn blocked_params(&self) -> &[&'static str] {
         T::BLOCKED_PARAMS
+    }
+
+    fn default_enabled(&self) -> bool {
+        T::DEFAULT_ENABLED
     }
 
     fn validate(&self, args: &Value) -> Result<(), String> {

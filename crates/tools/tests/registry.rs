@@ -5,15 +5,17 @@
 use toolcell_tools as _;
 use toolcell_tools::ToolRegistry;
 
-/// SPEC §8's built-in tools. If one goes missing from the registry — a file
+/// The built-in tools. If one goes missing from the registry — a file
 /// dropped from `builtin/mod.rs`, a `register_tool!` line deleted, the crate
-/// not linked — this fails.
-const BUILTINS: [&str; 7] = [
+/// not linked — this fails. The web tools exist with the `web` feature.
+const BUILTINS: &[&str] = &[
     "patch",
     "read_file",
     "search_files",
     "terminal",
+    #[cfg(feature = "web")]
     "web_extract",
+    #[cfg(feature = "web")]
     "web_search",
     "write_file",
 ];
@@ -21,7 +23,7 @@ const BUILTINS: [&str; 7] = [
 #[test]
 fn every_builtin_tool_is_registered() {
     let reg = ToolRegistry::builtin().unwrap();
-    for name in BUILTINS {
+    for &name in BUILTINS {
         assert!(
             reg.get(name).is_some(),
             "built-in tool `{name}` is not registered"
@@ -32,7 +34,7 @@ fn every_builtin_tool_is_registered() {
 #[test]
 fn every_builtin_tool_has_a_doc_and_documented_arguments() {
     let reg = ToolRegistry::builtin().unwrap();
-    for name in BUILTINS {
+    for &name in BUILTINS {
         let Some(tool) = reg.get(name) else { continue };
         assert!(!tool.doc().trim().is_empty(), "{name} has no doc");
         for p in toolcell_tools::schema::params(tool.as_ref()) {
@@ -43,6 +45,22 @@ fn every_builtin_tool_has_a_doc_and_documented_arguments() {
             );
         }
     }
+}
+
+#[test]
+fn every_builtin_tool_is_enabled_by_default_and_only_registered_ones_are() {
+    let reg = ToolRegistry::builtin().unwrap();
+    let defaults = toolcell_tools::default_enabled_tools();
+    assert_eq!(defaults, reg.default_enabled());
+    for &name in BUILTINS {
+        assert!(defaults.iter().any(|d| d == name), "{name}: {defaults:?}");
+    }
+    #[cfg(not(feature = "web"))]
+    assert!(
+        !defaults.iter().any(|d| d.starts_with("web_")),
+        "{defaults:?}"
+    );
+    reg.select(&defaults).unwrap();
 }
 
 #[test]

@@ -2,33 +2,31 @@
 //! default configuration) and the per-tool JSON Schemas.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "web")]
 #[path = "support/golden.rs"]
 mod golden;
 
+#[cfg(feature = "web")]
 use golden::check_golden;
 use toolcell_tools::ToolRegistry;
 use toolcell_tools::schema::{self, ExecuteCodeOptions, Mode, OnTimeout, SchemaFormat};
 
-const DEFAULT_TOOLS: [&str; 7] = [
-    "read_file",
-    "write_file",
-    "search_files",
-    "patch",
-    "terminal",
-    "web_extract",
-    "web_search",
-];
-
+#[cfg(feature = "web")]
 fn pretty(v: &serde_json::Value) -> String {
     let mut s = serde_json::to_string_pretty(v).unwrap();
     s.push('\n');
     s
 }
 
+/// The golden files hold every built-in tool, web tools included.
+#[cfg(feature = "web")]
 #[test]
 fn default_configuration_golden_files() {
     let reg = ToolRegistry::builtin().unwrap();
-    let tools = reg.select(&DEFAULT_TOOLS).unwrap();
+    // The default `[tools] enabled`: derived from the registrations.
+    let tools = reg
+        .select(&toolcell_tools::default_enabled_tools())
+        .unwrap();
     let opts = ExecuteCodeOptions::default();
     for (format, file) in [
         (SchemaFormat::OpenAi, "execute_code.openai.json"),

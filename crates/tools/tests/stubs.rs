@@ -4,8 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "web")]
 #[path = "support/golden.rs"]
 mod golden;
+#[cfg(feature = "web")]
 use golden::check_golden;
 use std::process::Command;
 use std::sync::Arc;
@@ -39,6 +41,8 @@ fn python(dir: &Path, code: &str, envs: &[(&str, &str)]) -> std::process::Output
         .unwrap()
 }
 
+/// The golden file holds every built-in tool, web tools included.
+#[cfg(feature = "web")]
 #[test]
 fn the_builtin_module_matches_its_golden_file() {
     let src = stubs::stub_module(&builtin_tools()).unwrap();

@@ -798,3 +798,90 @@ async fn https_goes_through_rustls_and_handshake_failures_are_per_url() {
     assert!(e.contains("TLS handshake failed"), "{e}");
     assert_ok(&rs[1]);
 }
+
+// ---- redaction of fetched text ---------------------------------------------
+
+/// Tokens the built-in rules know, each with `_`s that markdown escapes.
+const TOKENS: [(&str, &str); 3] = [
+    ("ghp_R8fK2mQ9xLp4Vt7Wn3Zc6Yb1Hd5Js0GaEu2T", "github_token"),
+    ("sk_live_4eC39HqLyjWDarjtT1zdp7dcXy", "stripe_key"),
+    ("hf_kD8sJ2mN4pQ7rT1vW3xZ5yB6cF9gH0jLaQ", "huggingface_token"),
+];
+
+/// A value only the host knows (as if from its environment).
+const HOST_SECRET: &str = "Zq8-host-only-value-90210";
+
+fn no_secret_in(text: &str, what: &str) {
+    for (tok, _) in TOKENS {
+        assert!(!text.contains(tok), "{tok} in {what}");
+        let escaped = tok.replace('_', "\\_");
+        assert!(!text.contains(&escaped), "{escaped} in {what}");
+    }
+    assert!(!text.contains(HOST_SECRET), "the host secret in {what}");
+}
+
+#[tokio::test]
+async fn fetched_text_and_its_saved_full_text_are_redacted() {
+    let secrets = || {
+        format!(
+            "Keys: {} and {} and {}; host: {HOST_SECRET}.",
+            TOKENS[0].0, TOKENS[1].0, TOKENS[2].0
+        )
+    };
+    let paras: String = (0..300)
+        .map(|i| format!("<p>Filler paragraph {i} of the page.</p>"))
+        .collect();
+    let html = format!(
+        "<html><head><title>{}</title></head><body><p>{}</p>{paras}\
+         <p><a href=\"https://example.org/?key={}\">{}</a></p>{paras}<p>{}</p></body></html>",
+        TOKENS[0].0,
+        secrets(),
+        TOKENS[1].0,
+        HOST_SECRET,
+        secrets()
+    );
+    let text = format!("plain {}\n", secrets());
+    let server = Server::start(move |req| match req.path() {
+        "/page" => Reply::html(&html),
+        _ => Reply::new(200, "text/plain", text.clone()),
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let redactor = toolcell_redact::Redactor::new([HOST_SECRET]).unwrap();
+    let out = call(
+        "web_extract",
+        json!({ "urls": [server.url("/page"), server.url("/plain")], "char_limit": 600 }),
+        settings(tmp.path()).redactor(redactor),
+    )
+    .await
+    .unwrap();
+    let rs = out["results"].as_array().unwrap();
+    let page = &rs[0];
+    assert_ok(page);
+    let content = page["content"].as_str().unwrap();
+    no_secret_in(content, "the content");
+    no_secret_in(page["title"].as_str().unwrap(), "the title");
+    assert_eq!(page["title"], "«redacted:github_token»");
+    // The head of the cut content holds the first paragraph, masked with
+    // unescaped markers naming each kind.
+    for (_, kind) in TOKENS {
+        assert!(
+            content.contains(&format!("«redacted:{kind}»")),
+            "{kind}: {content}"
+        );
+    }
+    assert!(content.contains("host: «redacted:secret»"), "{content}");
+
+    // The saved full text (middle included) is redacted too.
+    let saved = std::fs::read_to_string(page["full_text_path"].as_str().unwrap()).unwrap();
+    no_secret_in(&saved, "the saved full text");
+    assert!(saved.contains("Filler paragraph 150"), "the whole page");
+    assert_eq!(saved.matches("«redacted:secret»").count(), 3, "{saved}");
+    assert!(saved.contains("«redacted:stripe_key»"), "the link's URL");
+
+    let plain = &rs[1];
+    assert_ok(plain);
+    let content = plain["content"].as_str().unwrap();
+    no_secret_in(content, "the plain-text page");
+    assert!(content.contains("host: «redacted:secret»"), "{content}");
+}

@@ -280,6 +280,7 @@ impl Registry {
             .max_output_bytes(opts.max_stdout_bytes)
             .web(opts.web.clone())
             .env(self.inner.base_env.clone())
+            .redactor(self.inner.redactor.clone())
     }
 
     /// Runs one cell and returns its SPEC §6 result. Never panics on input;

@@ -122,10 +122,7 @@ impl Default for RegistryOptions {
             spill_total_cap: Some(1 << 30),
             spill_prune_every: Duration::from_secs(3600),
             passthrough: Vec::new(),
-            tools: crate::config::DEFAULT_TOOLS
-                .iter()
-                .map(|s| (*s).to_string())
-                .collect(),
+            tools: crate::config::default_tools(),
             rpc_tcp: false,
             web: WebSettings::default(),
             kernel_mode: KernelMode::Session,

@@ -47,7 +47,8 @@ pub(super) async fn spawn_kernel(
     let mut settings = ToolSettings::new(&kcwd)
         .spill_dir(&inner.opts.spill_dir)
         .max_output_bytes(inner.opts.max_stdout_bytes)
-        .web(inner.opts.web.clone());
+        .web(inner.opts.web.clone())
+        .redactor(inner.redactor.clone());
     settings = settings.env(inner.base_env.clone());
     let spec = KernelSpec {
         id,

@@ -15,13 +15,19 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use similar::TextDiff;
 
-use crate::fsutil::write_atomic;
+use std::io::Read as _;
+
+use crate::fsutil::{
+    OpenError, StopOnDrop, check_host_path, check_write_target, open_regular, write_atomic,
+};
 use crate::tool::{Tool, ToolContext, ToolError};
 
 /// Files larger than this are refused (they are read whole into memory).
@@ -95,7 +101,9 @@ impl Tool for Patch {
     const NAME: &'static str = "patch";
     const DOC: &'static str = "Edit text files: replace a unique string in one file, or apply a multi-file V4A patch all-or-nothing.\n\
         Returns the paths changed, the number of replacements and a unified diff. Nothing is \
-        written when any part fails; files keep their line endings (CRLF stays CRLF).";
+        written when any part fails; files keep their line endings (CRLF stays CRLF). Only \
+        regular files of at most 32 MiB are edited (pipes, sockets, devices and /proc/<pid>/fd \
+        paths are refused).";
 
     type Args = PatchArgs;
     type Output = PatchOutput;
@@ -107,17 +115,27 @@ impl Tool for Patch {
             let cx = cx.clone();
             move |p: &str| cx.resolve(p)
         };
+        let stop = Arc::new(AtomicBool::new(false));
+        // However this future ends (answer, deadline, cancellation, or the
+        // rpc server dropping it), an edit not yet written never is.
+        let _guard = StopOnDrop(Arc::clone(&stop));
+        let worker_stop = Arc::clone(&stop);
         let work = tokio::task::spawn_blocking(move || match args.mode {
-            PatchMode::Replace => replace_mode(&args, &resolve, &cwd, max_diff),
-            PatchMode::Patch => patch_mode(&args, &resolve, &cwd, max_diff),
+            PatchMode::Replace => replace_mode(&args, &resolve, &cwd, max_diff, &worker_stop),
+            PatchMode::Patch => patch_mode(&args, &resolve, &cwd, max_diff, &worker_stop),
         });
         tokio::select! {
             joined = work => joined.unwrap_or_else(|e| Err(ToolError::failed(format!(
                 "patch: the edit thread failed ({e}); check the files with read_file before retrying"
             )))),
-            // The edit itself is short and all-or-nothing; it finishes even if
-            // the cell goes away, but the caller is told at once.
+            // Files are read and patched in memory first and written only if
+            // the call is still wanted; a write already under way finishes
+            // (all-or-nothing), but the caller is told at once.
             () = cx.cancelled().cancelled() => Err(ToolError::Cancelled(Self::NAME)),
+            () = tokio::time::sleep_until(cx.deadline()) => Err(ToolError::failed(
+                "patch: the cell's time ran out during the edit; check the files with read_file \
+                 before retrying (an edit is written whole or not at all)"
+            )),
         }
     }
 }
@@ -127,40 +145,38 @@ crate::register_tool!(Patch);
 // ---------------------------------------------------------------------------
 // Shared helpers
 
-/// Reads a text file for editing: it must exist, be a file, be at most
-/// [`MAX_FILE_BYTES`] and be UTF-8.
+/// Reads a text file for editing: it must exist, be a regular file (see
+/// `fsutil::open_regular`), be at most [`MAX_FILE_BYTES`] and be UTF-8.
 fn read_text(path: &Path, shown: &str, cwd: &Path) -> Result<String, ToolError> {
-    let meta = std::fs::metadata(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            ToolError::failed(format!(
-                "patch: `{shown}` does not exist (resolved to {}; relative paths are relative to \
+    let (file, meta) = open_regular(path).map_err(|e| match e {
+        OpenError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => ToolError::failed(format!(
+            "patch: `{shown}` does not exist (resolved to {}; relative paths are relative to \
                  the working directory {}); create new files with write_file or \"*** Add File:\"",
-                path.display(),
-                cwd.display()
-            ))
-        } else {
-            ToolError::io("read", path, &e)
-        }
-    })?;
-    if meta.is_dir() {
-        return Err(ToolError::failed(format!(
+            path.display(),
+            cwd.display()
+        )),
+        OpenError::Dir => ToolError::failed(format!(
             "patch: `{shown}` is a directory; give the path of a file"
-        )));
-    }
-    if !meta.is_file() {
-        return Err(ToolError::failed(format!(
-            "patch: `{shown}` is not a regular file (a device, socket or pipe); patch edits \
-             text files only"
-        )));
-    }
+        )),
+        other => ToolError::failed(other.message("patch", "read", path)),
+    })?;
+    let too_big = |len: u64| {
+        ToolError::failed(format!(
+            "patch: `{shown}` is {len} bytes, over the {MAX_FILE_BYTES}-byte limit of this tool; \
+             edit it with a script instead"
+        ))
+    };
     if meta.len() > MAX_FILE_BYTES {
-        return Err(ToolError::failed(format!(
-            "patch: `{shown}` is {} bytes, over the {MAX_FILE_BYTES}-byte limit of this tool; \
-             edit it with a script instead",
-            meta.len()
-        )));
+        return Err(too_big(meta.len()));
     }
-    let bytes = std::fs::read(path).map_err(|e| ToolError::io("read", path, &e))?;
+    // Bounded even if the file grows after the size check.
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ToolError::io("read", path, &e))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
     match String::from_utf8(bytes) {
         Ok(text) => Ok(text),
         Err(_) => Err(ToolError::failed(format!(
@@ -170,13 +186,41 @@ fn read_text(path: &Path, shown: &str, cwd: &Path) -> Result<String, ToolError> 
     }
 }
 
+/// Fails (before anything is written) when the call is no longer wanted:
+/// its cell ended, ran out of time, or the call was dropped.
+fn still_wanted(stop: &AtomicBool) -> Result<(), ToolError> {
+    if stop.load(Ordering::Relaxed) {
+        return Err(ToolError::failed(
+            "patch: the cell ended before the edit was written. Nothing was changed.",
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses to create, replace or move onto `path` unless it is missing or
+/// a regular file (see `fsutil::check_write_target`).
+fn check_target(path: &Path, shown: &str) -> Result<(), ToolError> {
+    check_write_target(path).map_err(|e| match e {
+        OpenError::Dir => ToolError::failed(format!(
+            "patch: `{shown}` is a directory; give the path of a file. Nothing was changed."
+        )),
+        other => ToolError::failed(format!(
+            "{} Nothing was changed.",
+            other.message("patch", "write", path)
+        )),
+    })
+}
+
 /// The file an in-place edit writes: a symlink's target, so that the link
-/// survives the atomic rename.
-fn edit_target(path: PathBuf) -> PathBuf {
-    match std::fs::symlink_metadata(&path) {
+/// survives the atomic rename. A link into a process's descriptors
+/// (`/proc/<pid>/fd/N`) is refused before it is resolved: resolving it
+/// would name whatever file that descriptor has open.
+fn edit_target(path: PathBuf) -> Result<PathBuf, ToolError> {
+    check_host_path(&path).map_err(|e| ToolError::failed(e.message("patch", "edit", &path)))?;
+    Ok(match std::fs::symlink_metadata(&path) {
         Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(&path).unwrap_or(path),
         _ => path,
-    }
+    })
 }
 
 fn uses_crlf(text: &str) -> bool {
@@ -348,6 +392,7 @@ fn replace_mode(
     resolve: &dyn Fn(&str) -> PathBuf,
     cwd: &Path,
     max_diff: usize,
+    stop: &AtomicBool,
 ) -> Result<PatchOutput, ToolError> {
     let mut missing = Vec::new();
     if args.path.is_none() {
@@ -386,7 +431,7 @@ fn replace_mode(
             "patch: old_string and new_string are identical; nothing would change",
         ));
     }
-    let path = edit_target(resolve(shown));
+    let path = edit_target(resolve(shown))?;
     let text = read_text(&path, shown, cwd)?;
     // A CRLF file edited with \n strings: match and write CRLF.
     let (old, new) = if uses_crlf(&text) && !old_arg.contains('\r') {
@@ -430,6 +475,7 @@ fn replace_mode(
         from = at + old.len();
     }
     updated.push_str(&text[from..]);
+    still_wanted(stop)?;
     write_atomic(&path, updated.as_bytes()).map_err(|e| ToolError::io("write", &path, &e))?;
     let diff = unified(
         &text,
@@ -1077,6 +1123,7 @@ fn patch_mode(
     resolve: &dyn Fn(&str) -> PathBuf,
     cwd: &Path,
     max_diff: usize,
+    stop: &AtomicBool,
 ) -> Result<PatchOutput, ToolError> {
     let Some(text) = &args.patch else {
         return Err(ToolError::failed(
@@ -1104,6 +1151,7 @@ fn patch_mode(
             Op::Add { path, line, lines } => {
                 let p = resolve(path);
                 claim(&p, path, *line)?;
+                check_target(&p, path)?;
                 if p.exists() {
                     return Err(ToolError::failed(format!(
                         "patch: `*** Add File: {path}` (patch line {line}): the file already exists; \
@@ -1147,7 +1195,7 @@ fn patch_mode(
                 let p = if move_to.is_some() {
                     resolve(path)
                 } else {
-                    edit_target(resolve(path))
+                    edit_target(resolve(path))?
                 };
                 claim(&p, path, *line)?;
                 let text = read_text(&p, path, cwd)?;
@@ -1157,6 +1205,7 @@ fn patch_mode(
                         let d = resolve(dest);
                         if d != p {
                             claim(&d, dest, *line)?;
+                            check_target(&d, dest)?;
                             if d.exists() {
                                 return Err(ToolError::failed(format!(
                                     "patch: `*** Move to: {dest}` (for `{path}`, patch line {line}): \
@@ -1180,6 +1229,7 @@ fn patch_mode(
             }
         }
     }
+    still_wanted(stop)?;
     commit(&changes)?;
     let mut diff = String::new();
     let mut files_changed = Vec::new();

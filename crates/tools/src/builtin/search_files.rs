@@ -10,6 +10,11 @@
 //! line texts (each cut at [`MAX_LINE_BYTES`]); everything past it is only
 //! counted. The search runs on a blocking thread and stops when the calling
 //! cell is cancelled or its deadline passes.
+//!
+//! Only regular files are searched: the walk skips other entries, each file
+//! is opened without blocking and checked with `fstat` (see
+//! `fsutil::open_regular`), and a `path` that is a FIFO, socket, device or
+//! `/proc/<pid>/fd` alias is refused.
 
 use std::collections::VecDeque;
 use std::io;
@@ -25,6 +30,7 @@ use ignore::overrides::{Override, OverrideBuilder};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::fsutil::{self, OpenError, StopOnDrop};
 use crate::tool::{Tool, ToolContext, ToolError};
 
 /// The most results one call returns, whatever `limit` asks for.
@@ -171,6 +177,9 @@ impl Tool for SearchFiles {
         }
         let root = cx.resolve(&args.path);
         let stop = Arc::new(AtomicBool::new(false));
+        // However this future ends (answer, deadline, cancellation, or the
+        // rpc server dropping it), the search thread stops.
+        let _guard = StopOnDrop(Arc::clone(&stop));
         let worker_stop = Arc::clone(&stop);
         let cwd = cx.cwd().to_path_buf();
         let handle = tokio::task::spawn_blocking(move || search(&args, &root, &cwd, &worker_stop));
@@ -204,6 +213,8 @@ pub(crate) fn search(
     cwd: &Path,
     stop: &AtomicBool,
 ) -> Result<SearchFilesOutput, ToolError> {
+    fsutil::check_host_path(root)
+        .map_err(|e| ToolError::failed(e.message("search_files", "search", root)))?;
     let meta = std::fs::metadata(root).map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound {
             ToolError::failed(format!(
@@ -217,6 +228,15 @@ pub(crate) fn search(
             ToolError::io("search", root, &e)
         }
     })?;
+    if !meta.is_dir() && !meta.is_file() {
+        return Err(ToolError::failed(
+            OpenError::NotRegular(fsutil::kind_of(meta.file_type())).message(
+                "search_files",
+                "search",
+                root,
+            ),
+        ));
+    }
     let glob_root = if meta.is_dir() {
         root.to_path_buf()
     } else {
@@ -461,7 +481,16 @@ fn search_file(
         display,
         shown: None,
     };
-    if let Err(e) = searcher.search_path(matcher, path, &mut sink) {
+    // Opened without blocking and checked to be a regular file: the walk saw
+    // one, but it may have been swapped for a FIFO since.
+    let file = match fsutil::open_regular(path) {
+        Ok((file, _)) => file,
+        Err(e) => {
+            tracing::debug!(path = %path.display(), error = ?e, "search_files: skipping a file");
+            return;
+        }
+    };
+    if let Err(e) = searcher.search_file(matcher, &file, &mut sink) {
         tracing::debug!(path = %path.display(), error = %e, "search_files: skipping a file");
         return;
     }

@@ -203,7 +203,9 @@ def patch(path: Optional[str] = None, old_string: Optional[str] = None, new_stri
     """Edit text files: replace a unique string in one file, or apply a multi-file V4A
     patch all-or-nothing.
     Returns the paths changed, the number of replacements and a unified diff. Nothing is
-    written when any part fails; files keep their line endings (CRLF stays CRLF).
+    written when any part fails; files keep their line endings (CRLF stays CRLF). Only
+    regular files of at most 32 MiB are edited (pipes, sockets, devices and
+    /proc/<pid>/fd paths are refused).
 
     Args:
         path (Optional[str]): mode="replace": the file to edit, relative to the working
@@ -240,7 +242,11 @@ def read_file(path: str, offset: int = 1, limit: int = 2000) -> Dict[str, Any]:
 
     Returns the lines offset..offset+limit-1 (1-indexed) as one string, the file's total
     line count, and whether lines remain after the returned ones. Page through long
-    files (and spilled output files) by raising offset. Binary files are refused.
+    files (and spilled output files) by raising offset. Binary files are refused, and so
+    is anything that is not a regular file (pipes, sockets, devices, /proc/<pid>/fd
+    paths). A line longer than 64 KiB is cut and ends in a marker saying how many bytes
+    were left out; content stops early, at a line boundary, once it would pass 4 MiB
+    (truncated is then true: continue from the next line).
 
     Args:
         path (str): File to read; relative paths are relative to the session's working
@@ -331,6 +337,9 @@ def web_extract(urls: List[str], char_limit: int = 15000) -> Dict[str, Any]:
     URL. Redirects are followed. Each URL succeeds or fails on its own: check `error` in
     every result. A page longer than `char_limit` keeps its head and tail around a
     marker, and its full text is saved to `full_text_path` (read it with read_file).
+    Secrets in a page (API keys, tokens, passwords in URLs) come back as
+    «redacted:<kind>» markers, in the saved text too. HTML over 2 MiB, nested over 400
+    levels deep or too slow to parse comes back as plain text instead of markdown.
 
     Args:
         urls (List[str]): The pages to fetch: absolute `http://` or `https://` URLs, at
@@ -374,7 +383,8 @@ def write_file(path: str, content: str) -> Dict[str, Any]:
 
     The content goes to a temporary file that is renamed over the target, so readers
     never see a half-written file; parent directories are created. Use patch to change
-    part of a file.
+    part of a file. Only regular files are written: pipes, sockets, devices and
+    /proc/<pid>/fd paths are refused.
 
     Args:
         path (str): File to write; relative paths are relative to the session's working

@@ -13,7 +13,12 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use toolcell_redact::{HeadTailCut, Unit};
 
+use std::sync::atomic::AtomicBool;
+
+use toolcell_redact::Redactor;
+
 use super::{BodyError, ContentType, client, decode, describe_reqwest, html, request_deadline};
+use crate::fsutil::StopOnDrop;
 use crate::tool::{Tool, ToolContext, ToolError};
 
 /// Most URLs one call may fetch.
@@ -83,6 +88,10 @@ impl PageResult {
 }
 
 /// Fetches web pages and returns each as markdown with its title.
+///
+/// What a page says is outside text: it is redacted with the host's
+/// redactor (`ToolSettings::redactor`) before it is returned, and the full
+/// text saved for a long page is the redacted text.
 #[derive(Debug, Default)]
 pub struct WebExtract;
 
@@ -94,7 +103,10 @@ HTML is converted to markdown (scripts and styles dropped); plain text and JSON 
 as text; other content types (images, PDFs, binaries) are an error for that URL. Redirects \
 are followed. Each URL succeeds or fails on its own: check `error` in every result. A page \
 longer than `char_limit` keeps its head and tail around a marker, and its full text is saved \
-to `full_text_path` (read it with read_file).";
+to `full_text_path` (read it with read_file). Secrets in a page (API keys, tokens, passwords \
+in URLs) come back as «redacted:<kind>» markers, in the saved text too. HTML over 2 MiB, \
+nested over 400 levels deep or too slow to parse comes back as plain text instead of \
+markdown.";
 
     type Args = WebExtractArgs;
     type Output = WebExtractOutput;
@@ -116,6 +128,7 @@ to `full_text_path` (read it with read_file).";
             char_limit: args.char_limit,
             cell_deadline: cx.deadline(),
             spill_dir: cx.settings().spill_dir.clone(),
+            redactor: cx.settings().redactor.clone(),
         });
         let permits = Arc::new(Semaphore::new(CONCURRENCY));
         let mut tasks = JoinSet::new();
@@ -171,9 +184,12 @@ struct Job {
     char_limit: usize,
     cell_deadline: Instant,
     spill_dir: PathBuf,
+    /// The host's redactor: page text is redacted before it is returned or
+    /// saved.
+    redactor: Redactor,
 }
 
-/// A fetched page before cutting.
+/// A fetched page before cutting, already redacted.
 struct Page {
     title: String,
     text: String,
@@ -264,24 +280,11 @@ impl Job {
             };
         let kind = Kind::of(content_type.as_ref(), &body)?;
         let charset = content_type.as_ref().and_then(|c| c.charset.clone());
-        match kind {
-            Kind::Text => Ok(Page {
-                title: String::new(),
-                text: decode(&body, charset.as_deref()),
-            }),
-            Kind::Html => {
-                let charset = charset.or_else(|| meta_charset(&body));
-                let html = decode(&body, charset.as_deref());
-                drop(body);
-                match tokio::time::timeout_at(deadline, convert_on_big_stack(html)).await {
-                    Ok(Ok(c)) => Ok(Page {
-                        title: c.title,
-                        text: c.markdown,
-                    }),
-                    Ok(Err(e)) => Err(e),
-                    Err(_) => Err(timed_out()),
-                }
-            }
+        let work = convert_on_big_stack(body, kind, charset, self.redactor.clone());
+        // Dropping `work` at the deadline stops the converter thread too.
+        match tokio::time::timeout_at(deadline, work).await {
+            Ok(r) => r,
+            Err(_) => Err(timed_out()),
         }
     }
 
@@ -418,15 +421,50 @@ fn meta_charset(body: &[u8]) -> Option<String> {
     (!label.is_empty()).then_some(label)
 }
 
-/// Converts HTML on a dedicated thread with a large stack (htmd recurses
-/// over the DOM), off the async runtime.
-async fn convert_on_big_stack(html: String) -> Result<html::Converted, String> {
+/// Decodes a body and turns it into the page's text, redacted, on a
+/// dedicated thread with a large stack (htmd recurses over the DOM), off the
+/// async runtime. Dropping the returned future (the deadline passed, the
+/// call was cancelled) tells the thread to stop; it gives up within one
+/// piece of the parse.
+async fn convert_on_big_stack(
+    body: Vec<u8>,
+    kind: Kind,
+    charset: Option<String>,
+    redactor: Redactor,
+) -> Result<Page, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let _guard = StopOnDrop(Arc::clone(&stop));
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("web_extract-html".into())
         .stack_size(CONVERT_STACK_BYTES)
         .spawn(move || {
-            let _ = tx.send(html::convert(&html));
+            let page = match kind {
+                // Plain text, JSON…: redacted as it is (nothing escapes it).
+                Kind::Text => {
+                    let text = decode(&body, charset.as_deref());
+                    drop(body);
+                    Ok(Page {
+                        title: String::new(),
+                        text: redactor.redact(&text).into_owned(),
+                    })
+                }
+                Kind::Html => {
+                    let charset = charset.or_else(|| meta_charset(&body));
+                    let html = decode(&body, charset.as_deref());
+                    drop(body);
+                    html::convert_redacted(&html, &redactor, &stop, html::PARSE_BUDGET).map(|c| {
+                        Page {
+                            title: c.title,
+                            text: c.markdown,
+                        }
+                    })
+                }
+            };
+            // Stopped: the receiver is gone, nobody waits for an answer.
+            if let Ok(page) = page {
+                let _ = tx.send(page);
+            }
         })
         .map_err(|e| format!("cannot start the HTML converter: {e}"))?;
     rx.await

@@ -15,13 +15,38 @@
 //! strips the markup to plain text without building a tree at all; it also
 //! checks the real depth after parsing. Callers also run it on a thread with
 //! a large stack (see `extract.rs`).
+//!
+//! Every step is linear in the input, documents over [`MAX_HTML_BYTES`]
+//! take the plain-text path too, and the parse is fed in pieces so that the
+//! conversion stops soon after the call's deadline ([`convert_redacted`]).
 
+use std::borrow::Cow;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use markup5ever_rcdom::{Node, NodeData};
+use html5ever::tendril::{StrTendril, TendrilSink as _};
+use html5ever::{ParseOpts, parse_document};
+use markup5ever_rcdom::{Node, NodeData, RcDom};
+use toolcell_redact::Redactor;
 
 /// Deeper documents are rendered as plain text instead of markdown.
 pub(super) const MAX_DEPTH: usize = 400;
+
+/// Larger documents (bytes of decoded HTML) are rendered as plain text by a
+/// linear scan instead of being parsed and converted: it bounds the time
+/// and memory one page can cost the host.
+pub(super) const MAX_HTML_BYTES: usize = 2 * 1024 * 1024;
+
+/// The parser is fed this many bytes at a time; between two pieces the
+/// conversion checks whether it should stop.
+const PARSE_PIECE_BYTES: usize = 16 * 1024;
+
+/// Longest the tree path may parse before giving up on markdown and taking
+/// the linear plain-text path instead. html5ever's DOM is quadratic on some
+/// markup (text foster-parented out of a `<table>` is inserted before the
+/// table by a linear search of its siblings), so a page can be slow to
+/// parse without being deep or large.
+pub(super) const PARSE_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Elements whose content is never page text.
 const SKIPPED: &[&str] = &[
@@ -37,40 +62,180 @@ pub(super) struct Converted {
     pub markdown: String,
 }
 
+/// The conversion was stopped (the call's deadline passed or it was dropped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Stopped;
+
 thread_local! {
     static CONVERTER: htmd::HtmlToMarkdown = htmd::HtmlToMarkdown::builder()
         .skip_tags(SKIPPED.to_vec())
         .build();
 }
 
-/// Converts an HTML document to markdown and extracts its title.
+/// [`convert_redacted`] with the built-in rules and no way to stop.
+#[cfg(test)]
 pub(super) fn convert(html: &str) -> Converted {
-    if estimated_depth(html) > MAX_DEPTH {
-        return Converted {
-            title: raw_title(html),
-            markdown: strip_markup(html),
-        };
-    }
-    CONVERTER.with(|conv| {
-        let tree = match conv.html_to_tree(html) {
-            Ok(t) => t,
-            // html5ever recovers from any markup; this is an I/O error type
-            // in the API only. Fall back to the raw text rather than fail.
-            Err(_) => {
-                return Converted {
-                    title: String::new(),
-                    markdown: html.to_string(),
-                };
-            }
-        };
-        let title = title(&tree);
-        let markdown = if depth(&tree) > MAX_DEPTH {
-            plain_text(&tree)
-        } else {
-            conv.tree_to_markdown(&tree)
-        };
-        Converted { title, markdown }
+    let never = AtomicBool::new(false);
+    convert_redacted(html, &Redactor::builtin(), &never, PARSE_BUDGET).unwrap_or_else(|Stopped| {
+        Converted {
+            title: String::new(),
+            markdown: String::new(),
+        }
     })
+}
+
+/// Converts an HTML document to markdown and extracts its title, redacting
+/// secrets with `redactor` on the way.
+///
+/// Redaction happens twice: on every text node and attribute value of the
+/// parsed tree, *before* the markdown conversion escapes `_`, `*`, `[`… (an
+/// escaped `ghp\_…` or `sk\_live\_…` no longer looks like a token), and on
+/// the finished markdown (a secret the markup split over several text
+/// nodes). The plain-text fallbacks are redacted whole.
+///
+/// Polls `stop` between pieces of the parse and between stages, and gives
+/// up with [`Stopped`] once it is set. The tree path takes documents of at
+/// most [`MAX_HTML_BYTES`] whose parse finishes within `budget`; the others
+/// (and deep ones) get the plain-text path, a linear scan.
+pub(super) fn convert_redacted(
+    html: &str,
+    redactor: &Redactor,
+    stop: &AtomicBool,
+    budget: std::time::Duration,
+) -> Result<Converted, Stopped> {
+    let check = || {
+        if stop.load(Ordering::Relaxed) {
+            Err(Stopped)
+        } else {
+            Ok(())
+        }
+    };
+    let plain = || -> Result<Converted, Stopped> {
+        let title = raw_title(html);
+        check()?;
+        let text = strip_markup(html);
+        check()?;
+        Ok(Converted {
+            title: redactor.redact(&title).into_owned(),
+            markdown: redactor.redact(&text).into_owned(),
+        })
+    };
+    if html.len() > MAX_HTML_BYTES || estimated_depth(html) > MAX_DEPTH {
+        return plain();
+    }
+    let Some(tree) = parse(html, stop, std::time::Instant::now() + budget)? else {
+        tracing::debug!(
+            bytes = html.len(),
+            "web_extract: the HTML parse ran over its budget; converting to plain text"
+        );
+        return plain();
+    };
+    check()?;
+    redact_tree(&tree, redactor);
+    let title = title(&tree);
+    check()?;
+    let markdown = if depth(&tree) > MAX_DEPTH {
+        plain_text(&tree)
+    } else {
+        CONVERTER.with(|conv| conv.tree_to_markdown(&tree))
+    };
+    check()?;
+    let markdown = unescape_markers(&markdown);
+    let markdown = redactor.redact(&markdown).into_owned();
+    Ok(Converted { title, markdown })
+}
+
+/// Parses `html` as htmd does, but feeds html5ever piece by piece so that
+/// `stop` is seen within one piece's work; `None` once past `until`.
+fn parse(
+    html: &str,
+    stop: &AtomicBool,
+    until: std::time::Instant,
+) -> Result<Option<Rc<Node>>, Stopped> {
+    let opts = ParseOpts {
+        tree_builder: html5ever::tree_builder::TreeBuilderOpts {
+            scripting_enabled: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut parser = parse_document(RcDom::default(), opts);
+    let mut rest = html;
+    while !rest.is_empty() {
+        if stop.load(Ordering::Relaxed) {
+            return Err(Stopped);
+        }
+        if std::time::Instant::now() > until {
+            return Ok(None);
+        }
+        let mut cut = rest.len().min(PARSE_PIECE_BYTES);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (piece, tail) = rest.split_at(cut);
+        parser.process(StrTendril::from_slice(piece));
+        rest = tail;
+    }
+    Ok(Some(parser.finish().document))
+}
+
+/// Redacts every text node and attribute value of the tree in place,
+/// without recursion.
+fn redact_tree(root: &Rc<Node>, redactor: &Redactor) {
+    let mut stack: Vec<Rc<Node>> = vec![Rc::clone(root)];
+    while let Some(node) = stack.pop() {
+        match &node.data {
+            NodeData::Text { contents } => {
+                let mut contents = contents.borrow_mut();
+                if let Cow::Owned(clean) = redactor.redact(&contents) {
+                    *contents = StrTendril::from(clean);
+                }
+            }
+            NodeData::Element { attrs, .. } => {
+                for attr in attrs.borrow_mut().iter_mut() {
+                    if let Cow::Owned(clean) = redactor.redact(&attr.value) {
+                        attr.value = StrTendril::from(clean);
+                    }
+                }
+            }
+            _ => {}
+        }
+        for child in node.children.borrow().iter() {
+            stack.push(Rc::clone(child));
+        }
+    }
+}
+
+/// The redaction markers put in text nodes, with the markdown escapes the
+/// conversion added inside them removed (`«redacted:github\_token»` becomes
+/// `«redacted:github_token»`).
+fn unescape_markers(markdown: &str) -> Cow<'_, str> {
+    const OPEN: &str = "«redacted:";
+    if !markdown.contains(OPEN) {
+        return Cow::Borrowed(markdown);
+    }
+    let mut out = String::with_capacity(markdown.len());
+    let mut rest = markdown;
+    while let Some(i) = rest.find(OPEN) {
+        out.push_str(&rest[..i]);
+        out.push_str(OPEN);
+        let body = &rest[i + OPEN.len()..];
+        // A kind is short: letters, digits, `_` (maybe escaped) and `-`.
+        let end = body
+            .char_indices()
+            .take(64)
+            .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '\\')))
+            .map(|(j, _)| j);
+        match end {
+            Some(j) if body[j..].starts_with('»') => {
+                out.push_str(&body[..j].replace("\\_", "_"));
+                rest = &body[j..];
+            }
+            _ => rest = body,
+        }
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
 }
 
 /// The element name of `node`, if it is an element.
@@ -162,11 +327,19 @@ fn tag_name(s: &str) -> String {
 
 /// An upper estimate of how deeply elements nest, from one linear scan of
 /// the markup: start tags of elements that can nest count +1, end tags -1.
+///
+/// Linear: the position of the next `>` is remembered and searched for
+/// again only once the scan has passed it (markup such as `<a<a<a…` with no
+/// `>` at all would otherwise be rescanned to the end for every `<`).
 fn estimated_depth(html: &str) -> usize {
     let (mut depth, mut max) = (0usize, 0usize);
-    let mut rest = html;
-    while let Some(i) = rest.find('<') {
-        rest = &rest[i + 1..];
+    let bytes = html.as_bytes();
+    let mut pos = 0;
+    // The first `>` at or after the current tag (None: there is none left).
+    let mut next_gt: Option<usize> = memchr::memchr(b'>', bytes);
+    while let Some(i) = memchr::memchr(b'<', &bytes[pos..]).map(|i| pos + i) {
+        pos = i + 1;
+        let rest = &html[pos..];
         if let Some(after) = rest.strip_prefix('/') {
             if after.starts_with(|c: char| c.is_ascii_alphabetic()) {
                 depth = depth.saturating_sub(1);
@@ -177,7 +350,10 @@ fn estimated_depth(html: &str) -> usize {
             continue;
         }
         let name = tag_name(rest);
-        let self_closing = rest.find('>').is_some_and(|end| rest[..end].ends_with('/'));
+        if next_gt.is_some_and(|g| g < pos) {
+            next_gt = memchr::memchr(b'>', &bytes[pos..]).map(|g| pos + g);
+        }
+        let self_closing = next_gt.is_some_and(|end| bytes[..end].ends_with(b"/"));
         if !self_closing && !NOT_NESTING.contains(&name.as_str()) {
             depth += 1;
             max = max.max(depth);
@@ -357,6 +533,125 @@ mod tests {
         let c = convert("<p>unclosed <i>italic <b>both</p> tail &amp; more");
         assert!(c.markdown.contains("unclosed"), "{}", c.markdown);
         assert!(c.markdown.contains("tail & more"), "{}", c.markdown);
+    }
+
+    /// Tokens the built-in rules recognise, each with an `_` that markdown
+    /// conversion would escape.
+    const TOKENS: [&str; 3] = [
+        "ghp_R8fK2mQ9xLp4Vt7Wn3Zc6Yb1Hd5Js0GaEu2T",
+        "sk_live_4eC39HqLyjWDarjtT1zdp7dcXy",
+        "hf_kD8sJ2mN4pQ7rT1vW3xZ5yB6cF9gH0jLaQ",
+    ];
+
+    #[test]
+    fn secrets_are_redacted_before_markdown_escapes_them() {
+        let red = Redactor::builtin();
+        for tok in TOKENS {
+            assert_ne!(red.redact(tok), tok, "{tok} is a token the rules know");
+            let html = format!(
+                "<title>key {tok}</title><p>Your key: {tok} (keep it)</p>\
+                 <p><a href=\"https://x.example/?k={tok}\">link</a> <code>{tok}</code></p>\
+                 <pre>{tok}</pre>"
+            );
+            let c = convert(&html);
+            let bare = tok.replace('_', "\\_");
+            for shown in [&c.markdown, &c.title] {
+                assert!(!shown.contains(tok), "{tok} leaked: {shown}");
+                assert!(!shown.contains(&bare), "{bare} leaked: {shown}");
+                assert!(!shown.contains(&tok[tok.len() - 12..]), "{shown}");
+                assert!(shown.contains("«redacted:"), "{shown}");
+            }
+            // Markers read as written by the redactor, without escapes.
+            assert!(!c.markdown.contains("\\_"), "{}", c.markdown);
+            assert!(
+                c.markdown.contains("Your key: «redacted:"),
+                "{}",
+                c.markdown
+            );
+        }
+    }
+
+    #[test]
+    fn host_secret_values_are_redacted_in_every_path() {
+        let secret = "host-exact-value-1234567";
+        let red = Redactor::new([secret]).unwrap();
+        let never = AtomicBool::new(false);
+        let tree = format!("<title>{secret}</title><p>a_b {secret} *x*</p>");
+        let deep = format!("{}{secret}", "<div>".repeat(MAX_DEPTH + 10));
+        for html in [tree, deep] {
+            let c = convert_redacted(&html, &red, &never, PARSE_BUDGET).unwrap();
+            assert!(!c.markdown.contains(secret), "{}", c.markdown);
+            assert!(c.markdown.contains("«redacted:secret»"), "{}", c.markdown);
+            assert!(!c.title.contains(secret), "{}", c.title);
+        }
+    }
+
+    #[test]
+    fn markers_lose_only_their_own_escapes() {
+        assert_eq!(
+            unescape_markers("a\\_b «redacted:github\\_token» c\\_d «redacted:x"),
+            "a\\_b «redacted:github_token» c\\_d «redacted:x"
+        );
+        assert_eq!(unescape_markers("plain"), "plain");
+    }
+
+    #[test]
+    fn a_set_stop_flag_stops_the_conversion() {
+        let stop = AtomicBool::new(true);
+        let html = "<p>x</p>".repeat(10_000);
+        assert_eq!(
+            convert_redacted(&html, &Redactor::builtin(), &stop, PARSE_BUDGET),
+            Err(Stopped)
+        );
+    }
+
+    #[test]
+    fn a_parse_over_budget_falls_back_to_plain_text() {
+        let never = AtomicBool::new(false);
+        let html = format!(
+            "<head><title>T</title></head><h1>Head</h1>{}",
+            "<p>word</p>".repeat(5_000)
+        );
+        let c = convert_redacted(
+            &html,
+            &Redactor::builtin(),
+            &never,
+            std::time::Duration::ZERO,
+        )
+        .unwrap();
+        assert_eq!(c.title, "T");
+        assert!(
+            c.markdown.starts_with("Head\nword\nword"),
+            "{:.40}",
+            c.markdown
+        );
+        assert!(!c.markdown.contains('#'));
+    }
+
+    #[test]
+    fn oversized_html_takes_the_linear_plain_text_path() {
+        let html = format!("<h1>Top</h1>{}", "<p>x</p>".repeat(MAX_HTML_BYTES / 8 + 1));
+        let c = convert(&html);
+        assert!(c.markdown.starts_with("Top\nx\n"), "{:.40}", c.markdown);
+    }
+
+    #[test]
+    fn the_depth_estimate_is_linear_on_tags_without_an_end() {
+        // Before: every `<a` searched the rest of the text for a `>`, 2e10
+        // byte comparisons here; now one pass.
+        let html = "<a".repeat(200_000);
+        let t = std::time::Instant::now();
+        assert_eq!(estimated_depth(&html), 200_000);
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            t.elapsed()
+        );
+        // `>` still decides self-closing tags.
+        assert_eq!(estimated_depth("<a/><b><c/>"), 1);
+        // As before, one `>` ends every tag opened before it.
+        assert_eq!(estimated_depth("<a<b/>"), 0);
+        assert_eq!(estimated_depth("<a<b>"), 2);
     }
 
     fn piece() -> impl proptest::strategy::Strategy<Value = String> {
