@@ -790,7 +790,7 @@ impl Kernel {
             return None;
         }
         match self.child.try_wait() {
-            Ok(None) if toolcell_tools::process::alive(self.pid) => None,
+            Ok(None) if !exited_leader(self.pid) => None,
             Ok(None) => {
                 // A zombie whose other threads are still exiting: `waitpid`
                 // reports it only once they are gone, a moment later.
@@ -1149,6 +1149,19 @@ impl Kernel {
             _ => "its output pipes closed".to_string(),
         }
     }
+}
+
+/// Whether `pid` is a zombie (or dying) according to `/proc`: a thread
+/// group leader that exited while other threads of it still unwind, which
+/// `waitpid` does not report yet. Unknown (no `/proc`) is `false`: only
+/// `waitpid` then says a kernel ended.
+fn exited_leader(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .is_some_and(|state| state == "Z" || state == "X")
 }
 
 fn describe_exit(status: &std::process::ExitStatus) -> String {
