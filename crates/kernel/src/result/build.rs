@@ -298,3 +298,109 @@ pub(crate) fn build_result(
         display: Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use super::*;
+    use crate::kernel::TimeoutPolicy;
+
+    fn opts() -> CellOptions {
+        CellOptions {
+            timeout: Duration::from_secs(5),
+            max_tool_calls: 50,
+            on_timeout: TimeoutPolicy::Interrupt,
+            interrupt_grace: Duration::from_secs(2),
+            kill_grace: Duration::from_secs(2),
+            max_stdout_bytes: 1000,
+            max_stderr_bytes: 1000,
+            spill: None,
+            live: None,
+            interrupt: tokio_util::sync::CancellationToken::new(),
+        }
+    }
+
+    fn runner(status: &str, exit_code: Option<i64>) -> CellResult {
+        serde_json::from_value(serde_json::json!({
+            "id": "c1", "status": status, "exit_code": exit_code, "execution_count": 1
+        }))
+        .unwrap()
+    }
+
+    fn judge(ending: &Ending, traceback: &str) -> (Verdict, KernelInfo) {
+        let mut k = KernelInfo::default();
+        let v = verdict(ending, traceback, "boom\n", &opts(), &mut k);
+        (v, k)
+    }
+
+    #[test]
+    fn each_ending_gets_its_status_exit_code_and_state_flags() {
+        let (v, k) = judge(&Ending::Answered(runner("ok", None)), "");
+        assert_eq!((v.status, v.exit_code, v.error), (Status::Success, 0, None));
+        assert_eq!((k.state_kept, k.ended), (None, None));
+
+        let tb = "Traceback (most recent call last):\n  File \"<cell-1>\"\nZeroDivisionError: division by zero\n";
+        let (v, _) = judge(&Ending::Answered(runner("error", None)), tb);
+        assert_eq!((v.status, v.exit_code), (Status::Error, 1));
+        assert_eq!(
+            v.error.unwrap(),
+            "ZeroDivisionError: division by zero (the kernel and its state are kept)"
+        );
+
+        let (v, k) = judge(&Ending::Answered(runner("exit", Some(3))), "");
+        assert_eq!(
+            (v.status, v.exit_code, k.ended),
+            (Status::Error, 3, Some(true))
+        );
+        let (v, _) = judge(&Ending::Answered(runner("exit", Some(0))), "");
+        assert_eq!(v.status, Status::Success);
+
+        let (v, k) = judge(&Ending::TimedOutKept(runner("interrupted", None)), "");
+        assert_eq!(
+            (v.status, k.state_kept, k.ended),
+            (Status::Timeout, Some(true), None)
+        );
+        let (v, k) = judge(&Ending::TimedOutKilled, "");
+        assert!(v.killed_by_timeout);
+        assert_eq!(
+            (v.status, k.state_kept, k.ended),
+            (Status::Timeout, Some(false), Some(true))
+        );
+        assert!(v.error.unwrap().contains("5s timeout"));
+        let (v, k) = judge(&Ending::InterruptedKilled, "");
+        assert_eq!((v.status, k.state_kept), (Status::Interrupted, Some(false)));
+        let (v, _) = judge(&Ending::ShutDown, "");
+        assert!(v.error.unwrap().contains("shut down"));
+        let died = Ending::Died {
+            how: "it was killed by signal 9 (SIGKILL)".into(),
+        };
+        let (v, k) = judge(&died, "");
+        assert_eq!(
+            (v.status, v.exit_code, k.ended),
+            (Status::Error, -1, Some(true))
+        );
+        let e = v.error.unwrap();
+        assert!(
+            e.contains("SIGKILL") && e.ends_with("Last stderr lines:\nboom"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn output_is_stdout_then_stderr_and_the_capped_traceback() {
+        assert_eq!(assemble_output("out\n", "", "", 100), "out\n");
+        assert_eq!(
+            assemble_output("out\n", "err", "Traceback\n", 100),
+            "out\n\n--- stderr ---\nerr\nTraceback\n"
+        );
+        let long = "x\n".repeat(1000);
+        let capped = assemble_output("", "", &long, 100);
+        assert!(
+            capped.len() < 400 && capped.contains("TRACEBACK"),
+            "{capped}"
+        );
+    }
+}
