@@ -291,6 +291,9 @@ pub struct Kernel {
     /// the cell starts stays in it, whatever it does to its session or
     /// environment, and dies with the kernel.
     cgroup: Option<toolcell_tools::cgroup::KernelCgroup>,
+    /// `/proc/<pid>/stat`, kept open: read before each cell to notice a
+    /// kernel that died between cells (one `pread`, no path lookup).
+    proc_stat: Option<std::fs::File>,
     dir: PathBuf,
     child: tokio::process::Child,
     pid: u32,
@@ -521,9 +524,6 @@ impl Kernel {
             .stderr(Stdio::piped());
         let r = req_r.as_raw_fd();
         let runner_fd = runner.as_raw_fd();
-        let procs_fd = cgroup
-            .as_ref()
-            .and_then(toolcell_tools::cgroup::KernelCgroup::procs_fd);
         // Landlock and seccomp: the ruleset and the filter are built here
         // (they open directories, allocate); the child only enforces them.
         // They live until the child has exec'd.
@@ -542,13 +542,6 @@ impl Kernel {
         // between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
-                // Into the kernel's cgroup first, so everything after —
-                // the runner's first instruction included — is inside.
-                if let Some(fd) = procs_fd
-                    && nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
                 limits.apply_in_child()?;
                 if let Some(c) = &child_confinement {
                     c.restrict()?;
@@ -578,11 +571,21 @@ impl Kernel {
             .map_err(io_err(format!("launching {}", spec.interpreter.display())))?;
         drop(req_r);
         drop(runner);
-        if let Some(cg) = cgroup.as_mut() {
-            cg.spawned();
-        }
         drop(confinement);
         let pid = child.id().unwrap_or(0);
+        // Into the kernel's cgroup. A cgroup migration waits for an RCU
+        // grace period (~10 ms), so it runs on a blocking thread while
+        // Python starts, and is awaited before `hello`: the runner runs no
+        // cell code, and starts no process, before it has that.
+        let joining = cgroup
+            .as_mut()
+            .and_then(toolcell_tools::cgroup::KernelCgroup::take_procs)
+            .map(|procs| {
+                tokio::task::spawn_blocking(move || {
+                    use std::io::Write;
+                    std::fs::File::from(procs).write_all(pid.to_string().as_bytes())
+                })
+            });
         let requests = tokio::net::unix::pipe::Sender::from_owned_fd(req_w)
             .map_err(io_err("opening the request pipe"))?;
 
@@ -636,11 +639,20 @@ impl Kernel {
             pumps_busy: busy,
             spec,
             cgroup,
+            proc_stat: std::fs::File::open(format!("/proc/{pid}/stat")).ok(),
         };
         let hello = Request::Hello(Hello {
             sentinel: sentinel.as_str().to_string(),
             protocol: toolcell_protocol::PROTOCOL_VERSION,
         });
+        if let Some(j) = joining {
+            let joined = j
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+            joined.map_err(io_err(
+                "moving the kernel into its cgroup (set TOOLCELL_CGROUP=off to do without)",
+            ))?;
+        }
         kernel.handshake(&hello).await?;
         std::mem::forget(cleanup);
         Ok(kernel)
@@ -790,7 +802,7 @@ impl Kernel {
             return None;
         }
         match self.child.try_wait() {
-            Ok(None) if !exited_leader(self.pid) => None,
+            Ok(None) if !exited_leader(self.proc_stat.as_ref()) => None,
             Ok(None) => {
                 // A zombie whose other threads are still exiting: `waitpid`
                 // reports it only once they are gone, a moment later.
@@ -1155,13 +1167,22 @@ impl Kernel {
 /// group leader that exited while other threads of it still unwind, which
 /// `waitpid` does not report yet. Unknown (no `/proc`) is `false`: only
 /// `waitpid` then says a kernel ended.
-fn exited_leader(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+fn exited_leader(stat: Option<&std::fs::File>) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Some(f) = stat else {
         return false;
     };
-    stat.rfind(')')
-        .and_then(|i| stat[i + 1..].split_whitespace().next())
-        .is_some_and(|state| state == "Z" || state == "X")
+    let mut buf = [0u8; 512];
+    let n = match f.read_at(&mut buf, 0) {
+        Ok(n) => n,
+        // Not reaped (waitpid said so), so its entry exists: a failed read
+        // says nothing.
+        Err(_) => return false,
+    };
+    let stat = &buf[..n];
+    memchr::memrchr(b')', stat)
+        .and_then(|i| stat[i + 1..].iter().find(|b| !b.is_ascii_whitespace()))
+        .is_some_and(|state| *state == b'Z' || *state == b'X')
 }
 
 fn describe_exit(status: &std::process::ExitStatus) -> String {

@@ -10,14 +10,15 @@
 //! [`HostCgroup::get`] finds the cgroup v2 hierarchy and this process's
 //! place in it, and makes `toolcell-<pid>` there when it may (root, or a
 //! delegated subtree such as systemd's user slice). [`HostCgroup::kernel`]
-//! makes one child per kernel; the child process moves itself in between
-//! `fork` and `exec` by writing `0` to the open `cgroup.procs` fd
-//! ([`KernelCgroup::procs_fd`]), so it is inside before the runner runs.
+//! makes one child per kernel; the host writes the kernel's pid to its open
+//! `cgroup.procs` ([`KernelCgroup::take_procs`]) while Python starts, and
+//! waits for that before the runner gets its first request, so no cell code
+//! runs outside it.
 //! Where cgroups are not available (or `TOOLCELL_CGROUP=off` is set), every
 //! caller falls back to process-tree walking.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -166,15 +167,10 @@ pub struct KernelCgroup {
 }
 
 impl KernelCgroup {
-    /// The open `cgroup.procs` for the child to write `0` to between `fork`
-    /// and `exec` (an async-signal-safe `write`).
-    pub fn procs_fd(&self) -> Option<i32> {
-        self.procs.as_ref().map(AsRawFd::as_raw_fd)
-    }
-
-    /// Closes the host's handle on `cgroup.procs` (after the spawn).
-    pub fn spawned(&mut self) {
-        self.procs = None;
+    /// The open `cgroup.procs` (once): the host writes the kernel's pid to
+    /// it right after the spawn, before the runner gets its first request.
+    pub fn take_procs(&mut self) -> Option<OwnedFd> {
+        self.procs.take()
     }
 
     /// The cgroup's directory.
