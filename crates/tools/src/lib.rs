@@ -101,6 +101,7 @@ pub mod hints;
 pub mod process;
 mod registry;
 pub mod schema;
+mod schema_tool;
 pub mod stubs;
 mod tool;
 
@@ -108,6 +109,7 @@ mod tool;
 pub use inventory;
 
 pub use registry::{RegistryError, ToolDispatcher, ToolRegistry, default_enabled_tools};
+pub use schema_tool::SchemaTool;
 pub use tool::{
     DynTool, Tool, ToolContext, ToolEntry, ToolError, ToolSettings, WebSettings, erase,
 };
