@@ -208,7 +208,8 @@ const BODY_NAMES: [&str; 2] = ["_call", "_args"];
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StubError {
-    /// A tool or parameter name cannot be a Python identifier.
+    /// A tool or parameter name cannot be a Python identifier (no longer
+    /// produced: such names are mapped).
     #[error("{0} `{1}` is a Python keyword or a name the stub module reserves; rename it")]
     ReservedName(&'static str, String),
     /// Two tools, or two parameters of one tool, map to one Python name.
