@@ -251,18 +251,21 @@ pub fn python_identifier(name: &str) -> String {
 }
 
 fn taken_by_module(ident: &str) -> bool {
-    PY_BUILTINS.contains(&ident)
-        || HELPERS.contains(&ident)
-        || PRELUDE_NAMES.contains(&ident)
-        || (ident.starts_with("__") && ident.ends_with("__"))
+    PY_BUILTINS.contains(&ident) || HELPERS.contains(&ident) || PRELUDE_NAMES.contains(&ident)
 }
 
 /// The Python function name of a tool called `name`: its
 /// [`python_identifier`], with a `_` suffix while that is a builtin or a
 /// name the module itself defines (`print` → `print_`, `retry` →
-/// `retry_`), so that no tool shadows them. The host always sees `name`.
+/// `retry_`), so that no tool shadows them; a dunder name (`__init__`,
+/// which no suffix can turn into an ordinary name) gets a `tool` prefix.
+/// The host always sees `name`.
 pub fn python_function_name(name: &str) -> String {
     let mut ident = python_identifier(name);
+    if ident.starts_with("__") && ident.ends_with("__") {
+        ident.insert_str(0, "tool");
+    }
+    // Terminates: the reserved names are finite.
     while taken_by_module(&ident) {
         ident.push('_');
     }
@@ -484,4 +487,31 @@ pub fn stub_module(tools: &[Arc<dyn DynTool>]) -> Result<String, StubError> {
         out.push_str(&function(t.as_ref())?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_python_identifiers() {
+        for (name, ident) in [
+            ("get-user", "get_user"),
+            ("from", "from_"),
+            ("2fa", "_2fa"),
+            ("", "_"),
+            ("naïve", "na_ve"),
+            ("print", "print_"),
+            ("retry", "retry_"),
+            ("_call", "_call_"),
+            ("__init__", "tool__init__"),
+            ("__", "tool__"),
+            ("read_file", "read_file"),
+        ] {
+            assert_eq!(python_function_name(name), ident, "{name}");
+        }
+        assert_eq!(python_parameter_name("class"), "class_");
+        assert_eq!(python_parameter_name("_args"), "_args_");
+        assert_eq!(python_parameter_name("type"), "type");
+    }
 }

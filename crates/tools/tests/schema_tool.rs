@@ -630,3 +630,92 @@ fn every_name_the_prelude_defines_is_reserved() {
         );
     }
 }
+
+mod arbitrary_names {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Any text: quotes, backslashes, `"""`, NUL and other controls,
+    /// keywords, digits first, non-ASCII.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z_]{1,6}",
+            Just("from".to_string()),
+            Just("class".to_string()),
+            Just("_call".to_string()),
+            Just("\"\"\"".to_string()),
+            "\\PC{0,12}",
+            any::<String>().prop_map(|s| s.chars().take(12).collect()),
+        ]
+    }
+
+    fn property() -> impl Strategy<Value = (String, Value, bool)> {
+        let schema = prop_oneof![
+            Just(json!({"type": "string"})),
+            Just(json!({"type": ["integer", "null"]})),
+            text().prop_map(|d| json!({"type": "number", "description": d})),
+            (text(), text()).prop_map(|(a, b)| json!({"enum": [a, b, 1, null]})),
+            text().prop_map(|d| json!({"type": "string", "default": d})),
+            Just(json!({"type": "array", "items": {"type": "object"}})),
+        ];
+        (text(), schema, any::<bool>())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Whatever the names, descriptions, enum values and defaults, a
+        /// tool is either refused at registration or gets a module that
+        /// compiles, with one parameter per property.
+        #[test]
+        fn any_schema_gives_a_module_that_compiles_or_a_registration_error(
+            tools in proptest::collection::vec(
+                (text(), text(), proptest::collection::vec(property(), 0..5)),
+                1..5,
+            )
+        ) {
+            let mut reg = ToolRegistry::empty();
+            let mut expected = Vec::new();
+            for (name, doc, props) in tools {
+                let mut properties = serde_json::Map::new();
+                let mut required = Vec::new();
+                for (key, schema, req) in props {
+                    if req {
+                        required.push(Value::String(key.clone()));
+                    }
+                    properties.insert(key, schema);
+                }
+                let count = properties.len();
+                let input = json!({"type": "object", "properties": properties, "required": required});
+                let Ok(tool) = SchemaTool::new(name.clone(), doc, input, |_a: Value, _cx| async {
+                    Ok::<Value, ToolError>(Value::Null)
+                }) else {
+                    continue;
+                };
+                if reg.add(Arc::new(tool)).is_ok() {
+                    expected.push((stubs::python_function_name(&name), count));
+                }
+            }
+            let names: Vec<String> = reg.names().map(str::to_string).collect();
+            let module = stubs::stub_module(&reg.select(&names).unwrap()).unwrap();
+            let tmp = tempfile::tempdir().unwrap();
+            std::fs::write(tmp.path().join("toolcell_tools.py"), &module).unwrap();
+            let out = python(
+                tmp.path(),
+                "import inspect, json, toolcell_tools as t\n\
+                 print(json.dumps({n: len(inspect.signature(getattr(t, n)).parameters) \
+                 for n in t.__all__[4:]}))",
+                &[],
+            );
+            prop_assert!(
+                out.status.success(),
+                "{}\n{module}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+            for (ident, count) in expected {
+                prop_assert_eq!(&got[&ident], &json!(count), "{}", ident);
+            }
+        }
+    }
+}
