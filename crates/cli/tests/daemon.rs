@@ -583,3 +583,101 @@ fn a_daemon_that_cannot_start_is_reported_at_once() {
         t0.elapsed()
     );
 }
+
+/// Runs the binary with `args` from `dir` (not the environment's directory).
+fn run_from(env: &Env, dir: &std::path::Path, args: &[&str]) -> common::Out {
+    let child = env
+        .cmd()
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::finish(child, common::COMMAND_LIMIT)
+}
+
+#[test]
+fn one_session_name_from_another_directory_is_another_kernel_and_both_say_so() {
+    // The configuration is the user's (found from any directory), so both
+    // commands talk to the same daemon.
+    let env = Env::new();
+    env.write("config/toolcell/toolcell.toml", common::FAST_CONFIG);
+    let here = env.canonical().join("proj");
+    let there = env.canonical().join("elsewhere");
+    std::fs::create_dir_all(&here).unwrap();
+    std::fs::create_dir_all(&there).unwrap();
+
+    let first = run_from(&env, &here, &["exec", "--session", "cw2", "x = 1"]);
+    first.expect_code(0);
+    assert!(!first.stderr.contains("warning"), "{}", first.stderr);
+
+    let out = run_from(
+        &env,
+        &there,
+        &["exec", "--session", "cw2", "print('x' in globals())"],
+    );
+    out.expect_code(0);
+    assert_eq!(
+        out.stdout.trim(),
+        "False",
+        "a separate kernel: {}",
+        out.stderr
+    );
+    let warning = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("warning:"))
+        .unwrap_or_else(|| panic!("no warning line: {}", out.stderr));
+    assert!(
+        warning.contains("session \"cw2\" already has a kernel with a different working directory"),
+        "{warning}"
+    );
+    assert!(
+        warning.contains(here.to_str().unwrap()) && warning.contains(there.to_str().unwrap()),
+        "the warning names both directories: {warning}"
+    );
+    assert!(warning.contains("its own state"), "{warning}");
+    // Only the cell that started the second kernel warns.
+    let again = run_from(&env, &there, &["exec", "--session", "cw2", "y = 2"]);
+    again.expect_code(0);
+    assert!(!again.stderr.contains("warning"), "{}", again.stderr);
+
+    // `daemon status` lists cw2 twice, each with its working directory.
+    let st = run_from(&env, &here, &["daemon", "status"]);
+    st.expect_code(0);
+    let lines: Vec<&str> = st
+        .stdout
+        .lines()
+        .filter(|l| l.contains("session cw2:"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", st.stdout);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.ends_with(&format!("· cwd {}", here.display())))
+            && lines
+                .iter()
+                .any(|l| l.ends_with(&format!("· cwd {}", there.display()))),
+        "{}",
+        st.stdout
+    );
+    // The JSON (the daemon's `sessions`) names the differing parts.
+    let json = run_from(&env, &here, &["daemon", "status", "--json"]).json();
+    let sessions = json["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 2, "{json}");
+    for s in sessions {
+        assert_eq!(s["differs"], serde_json::json!(["cwd"]), "{json}");
+    }
+    // A session name used once has no `differs`.
+    run_from(&env, &here, &["exec", "--session", "solo", "1"]).expect_code(0);
+    let json = run_from(&env, &here, &["daemon", "status", "--json"]).json();
+    let solo = json["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session"] == "solo")
+        .unwrap();
+    assert!(solo.get("differs").is_none(), "{json}");
+}

@@ -1233,3 +1233,37 @@ for path in ['/dev/stdin', '/proc/self/fd/0', 'pipe.fifo']:
     assert_eq!(r["result"]["output"], "42\n", "{r}");
     s.assert_only_jsonrpc();
 }
+
+#[test]
+fn sessions_shows_the_key_parts_that_tell_kernels_of_one_name_apart() {
+    let env = Env::fast();
+    let other = env.canonical().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let mut s = Serve::start(&env, &[]);
+    let r = s.call(1, "execute", json!({"session": "w", "code": "x = 1"}));
+    assert!(r["result"].get("warning").is_none(), "{r}");
+    let r = s.call(
+        2,
+        "execute",
+        json!({"session": "w", "code": "print('x' in globals())", "cwd": other.display().to_string(), "tools": ["read_file"]}),
+    );
+    assert_eq!(r["result"]["output"], "False\n", "{r}");
+    let w = r["result"]["warning"].as_str().unwrap_or_default();
+    assert!(
+        w.starts_with("session \"w\" already has a kernel with a different working directory (")
+            && w.contains(&format!("; this cell's: {})", other.display()))
+            && w.contains("a different tool set ("),
+        "{r}"
+    );
+    s.call(3, "execute", json!({"session": "solo", "code": "1"}));
+    let r = s.call(4, "sessions", json!({}));
+    let list = r["result"]["sessions"].as_array().unwrap();
+    let w: Vec<&Value> = list.iter().filter(|x| x["session"] == "w").collect();
+    assert_eq!(w.len(), 2, "{r}");
+    for entry in w {
+        assert_eq!(entry["differs"], json!(["cwd", "tools"]), "{r}");
+    }
+    let solo = list.iter().find(|x| x["session"] == "solo").unwrap();
+    assert!(solo.get("differs").is_none(), "{r}");
+    s.assert_only_jsonrpc();
+}

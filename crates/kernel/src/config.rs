@@ -363,6 +363,12 @@ pub struct Output {
     pub spill_dir: String,
     /// Bytes written to one spill file at most (>= 1).
     pub spill_cap_bytes: u64,
+    /// Spill files older than this many days are removed (at host start
+    /// and hourly); 0 = never for age alone. Fractions allowed.
+    pub spill_retention_days: f64,
+    /// While the spill files total more bytes than this, the oldest are
+    /// removed; 0 = no cap. The file may give a size string (`"1GiB"`).
+    pub spill_total_cap: u64,
 }
 
 impl Default for Output {
@@ -372,6 +378,8 @@ impl Default for Output {
             max_stderr_bytes: 10_000,
             spill_dir: String::new(),
             spill_cap_bytes: 5_000_000,
+            spill_retention_days: 7.0,
+            spill_total_cap: 1 << 30,
         }
     }
 }
@@ -698,6 +706,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("output.max_stderr_bytes", Kind::Number),
     ("output.spill_dir", Kind::Text),
     ("output.spill_cap_bytes", Kind::Number),
+    ("output.spill_retention_days", Kind::Number),
+    ("output.spill_total_cap", Kind::Number),
     ("env.passthrough", Kind::List),
     ("tools.enabled", Kind::List),
     ("rpc.transport", Kind::Text),
@@ -965,6 +975,8 @@ impl Config {
             "output.max_stderr_bytes" => count_value(self.output.max_stderr_bytes as u64),
             "output.spill_dir" => text(&self.output.spill_dir),
             "output.spill_cap_bytes" => count_value(self.output.spill_cap_bytes),
+            "output.spill_retention_days" => seconds_value(self.output.spill_retention_days),
+            "output.spill_total_cap" => count_value(self.output.spill_total_cap),
             "env.passthrough" => strings(&self.env.passthrough),
             "tools.enabled" => strings(&self.tools.enabled),
             "rpc.transport" => text(self.rpc.transport.as_str()),
@@ -1054,6 +1066,18 @@ impl Config {
     /// `[execution] kill_grace` as a [`Duration`].
     pub fn kill_grace(&self) -> Duration {
         duration(self.execution.kill_grace)
+    }
+
+    /// `[output] spill_retention_days` as a [`Duration`]; `None` when 0
+    /// (spill files are never removed for age alone).
+    pub fn spill_retention(&self) -> Option<Duration> {
+        let days = self.output.spill_retention_days;
+        (days > 0.0).then(|| duration(days * 86_400.0))
+    }
+
+    /// `[output] spill_total_cap` in bytes; `None` when 0 (no cap).
+    pub fn spill_total_cap(&self) -> Option<u64> {
+        (self.output.spill_total_cap > 0).then_some(self.output.spill_total_cap)
     }
 
     /// `[kernels] idle_timeout` as a [`Duration`].
@@ -1269,6 +1293,14 @@ impl Config {
             }
             "output.spill_cap_bytes" => {
                 self.output.spill_cap_bytes = count(value, i64::MAX as u64).map_err(invalid)?;
+            }
+            "output.spill_retention_days" => {
+                self.output.spill_retention_days = retention_days(value).map_err(invalid)?;
+            }
+            "output.spill_total_cap" => {
+                self.output.spill_total_cap = size_limit(value)
+                    .map_err(|_| "a size in bytes >= 0 (0 = no cap): a whole number or a string like \"500MiB\" or \"1GiB\"".to_string())
+                    .map_err(invalid)?;
             }
             "env.passthrough" => {
                 self.env.passthrough = list(value, ListRule::EnvNames).map_err(invalid)?;
@@ -1598,6 +1630,28 @@ fn count(value: &Value, max: u64) -> Result<u64, String> {
         // Only a value over the top mentions the top.
         Value::Integer(i) if *i >= 1 => Err(format!("a whole number >= 1 and <= {max}")),
         _ => Err("a whole number >= 1".to_string()),
+    }
+}
+
+/// Most days `[output] spill_retention_days` may say (100 years).
+const MAX_RETENTION_DAYS: f64 = 36_500.0;
+
+/// `[output] spill_retention_days`: a number of days >= 0, 0 meaning never.
+fn retention_days(value: &Value) -> Result<f64, String> {
+    let expected = || {
+        format!(
+            "a number of days >= 0 and <= {MAX_RETENTION_DAYS:.0} (0 = never remove spill files for age)"
+        )
+    };
+    let days = match value {
+        Value::Integer(i) => *i as f64,
+        Value::Float(f) => *f,
+        _ => return Err(expected()),
+    };
+    if days.is_finite() && (0.0..=MAX_RETENTION_DAYS).contains(&days) {
+        Ok(days)
+    } else {
+        Err(expected())
     }
 }
 

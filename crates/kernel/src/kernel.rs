@@ -780,6 +780,37 @@ impl Kernel {
         !self.dead
     }
 
+    /// How the process ended, if it ended since the last cell (killed from
+    /// outside, out of memory, `os._exit` in a thread a cell left behind):
+    /// `Some("it was killed by signal 9 (SIGKILL)")`; `None` while it runs
+    /// or when its death was already reported. Asks the OS (a `waitpid`
+    /// that does not block).
+    pub async fn ended_between_cells(&mut self) -> Option<String> {
+        if self.dead {
+            return None;
+        }
+        match self.child.try_wait() {
+            Ok(None) if !exited_leader(self.pid) => None,
+            Ok(None) => {
+                // A zombie whose other threads are still exiting: `waitpid`
+                // reports it only once they are gone, a moment later.
+                self.dead = true;
+                match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
+                    Ok(Ok(status)) => Some(describe_exit(&status)),
+                    _ => Some("it stopped running".into()),
+                }
+            }
+            Ok(Some(status)) => {
+                self.dead = true;
+                Some(describe_exit(&status))
+            }
+            Err(e) => {
+                self.dead = true;
+                Some(format!("it could not be waited for ({e})"))
+            }
+        }
+    }
+
     /// The rpc endpoint (`TOOLCELL_RPC`).
     pub fn rpc_endpoint(&self) -> &str {
         self.server.endpoint()
@@ -1118,6 +1149,19 @@ impl Kernel {
             _ => "its output pipes closed".to_string(),
         }
     }
+}
+
+/// Whether `pid` is a zombie (or dying) according to `/proc`: a thread
+/// group leader that exited while other threads of it still unwind, which
+/// `waitpid` does not report yet. Unknown (no `/proc`) is `false`: only
+/// `waitpid` then says a kernel ended.
+fn exited_leader(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .is_some_and(|state| state == "Z" || state == "X")
 }
 
 fn describe_exit(status: &std::process::ExitStatus) -> String {

@@ -91,6 +91,7 @@ pub mod kernel;
 pub mod limits;
 pub mod registry;
 pub mod result;
+mod spill;
 
 pub use kernel::{
     CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, SpawnError, StreamKind,

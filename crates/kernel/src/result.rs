@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod build;
+pub(crate) use build::build_result;
+
 /// How a cell ended, as the caller sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

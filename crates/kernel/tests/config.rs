@@ -109,6 +109,8 @@ max_stdout_bytes = 1000
 max_stderr_bytes = 500
 spill_dir = "/var/spill"
 spill_cap_bytes = 123456
+spill_retention_days = 0.5
+spill_total_cap = "2GiB"
 
 [env]
 passthrough = ["EDITOR", "AWS_*"]
@@ -163,6 +165,8 @@ path = "/var/toolcell/journal.db"
     assert_eq!(c.output.spill_dir, "/var/spill");
     assert_eq!(c.spill_dir(), Path::new("/var/spill"));
     assert_eq!(c.output.spill_cap_bytes, 123_456);
+    assert_eq!(c.spill_retention(), Some(Duration::from_secs(43_200)));
+    assert_eq!(c.spill_total_cap(), Some(2 << 30));
     assert_eq!(c.env.passthrough, ["EDITOR", "AWS_*"]);
     assert_eq!(c.tools.enabled, ["read_file", "terminal"]);
     assert_eq!(c.rpc.transport, Transport::Tcp);
@@ -920,5 +924,52 @@ proptest! {
                 prop_assert_eq!(c.source(key), Some(&Source::Default));
             }
         }
+    }
+}
+
+#[test]
+fn spill_pruning_keys_default_to_a_week_and_a_gib_and_bad_values_name_the_key() {
+    let c = Config::from_toml_str("", None).unwrap();
+    assert_eq!(c.spill_retention(), Some(Duration::from_secs(7 * 86_400)));
+    assert_eq!(c.spill_total_cap(), Some(1 << 30));
+    let c = Config::from_toml_str(
+        "[output]\nspill_retention_days = 0\nspill_total_cap = 0\n",
+        None,
+    )
+    .unwrap();
+    assert_eq!((c.spill_retention(), c.spill_total_cap()), (None, None));
+    let c = Config::from_toml_str("[output]\nspill_total_cap = 1048576\n", None).unwrap();
+    assert_eq!(c.spill_total_cap(), Some(1 << 20));
+    for (toml, key, expected) in [
+        (
+            "spill_retention_days = -1",
+            "output.spill_retention_days",
+            "days >= 0",
+        ),
+        (
+            "spill_retention_days = 40000",
+            "output.spill_retention_days",
+            "<= 36500",
+        ),
+        (
+            "spill_retention_days = \"7d\"",
+            "output.spill_retention_days",
+            "number of days",
+        ),
+        (
+            "spill_total_cap = -5",
+            "output.spill_total_cap",
+            "0 = no cap",
+        ),
+        (
+            "spill_total_cap = \"lots\"",
+            "output.spill_total_cap",
+            "\"1GiB\"",
+        ),
+    ] {
+        let err = Config::from_toml_str(&format!("[output]\n{toml}\n"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key) && err.contains(expected), "{toml}: {err}");
     }
 }

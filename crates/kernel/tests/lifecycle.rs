@@ -465,3 +465,71 @@ async fn shutting_down_a_session_under_a_running_cell_says_so() {
     assert_eq!(r.kernel.state_kept, Some(false));
     assert!(f.reg.sessions().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_killed_between_cells_is_noticed_and_the_next_cell_runs_in_a_fresh_one() {
+    let f = Fixture::new();
+    let r = f.run("import os\nx = 1\nprint(f'pid={os.getpid()}')").await;
+    assert_success(&r);
+    let pid = tagged_pid(&r.output, "pid");
+    // Killed from outside while idle (what the OOM killer does).
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(eventually(Duration::from_secs(10), || !alive(pid)).await);
+    let n = f.run("print('x' in globals())").await;
+    assert_success(&n);
+    assert_eq!(n.output, "False\n", "{}", show(&n));
+    assert!(
+        n.kernel.state_reset && !n.kernel.reused,
+        "a fresh kernel, and the result says the state is gone: {}",
+        show(&n)
+    );
+    assert_ne!(n.kernel.id, r.kernel.id);
+    assert_eq!(n.kernel.execution_count, 1);
+    let w = n.warning.as_deref().unwrap_or_default();
+    assert!(
+        w.contains("ended between cells") && w.contains("signal 9 (SIGKILL)"),
+        "the warning says how the old kernel ended: {}",
+        show(&n)
+    );
+    assert!(w.contains("state"), "{w}");
+    // The fresh kernel is an ordinary one: the next cell reuses it quietly.
+    let m = f.run("print('x' in globals())").await;
+    assert_success(&m);
+    assert!(
+        m.kernel.reused && !m.kernel.state_reset && m.warning.is_none(),
+        "{}",
+        show(&m)
+    );
+    assert_eq!(f.reg.live_kernels(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_that_os_exits_from_a_left_behind_thread_is_noticed_before_the_next_cell() {
+    let f = Fixture::new();
+    let gone = f.work().join("about-to-exit");
+    let code = format!(
+        "import os, threading, time\nx = 1\nprint(f'pid={{os.getpid()}}')\n\
+         def later():\n    time.sleep(0.3)\n    open({p:?}, 'w').close()\n    os._exit(3)\n\
+         threading.Thread(target=later, daemon=True).start()",
+        p = gone.display().to_string()
+    );
+    let r = f.run(&code).await;
+    assert_success(&r);
+    let pid = tagged_pid(&r.output, "pid");
+    wait_file(&gone, Duration::from_secs(10)).await;
+    assert!(eventually(Duration::from_secs(10), || !alive(pid)).await);
+    let n = f.run("print('x' in globals())").await;
+    assert_success(&n);
+    assert_eq!(n.output, "False\n", "{}", show(&n));
+    assert!(n.kernel.state_reset && !n.kernel.reused, "{}", show(&n));
+    let w = n.warning.as_deref().unwrap_or_default();
+    assert!(
+        w.contains("ended between cells") && w.contains("exited with status 3"),
+        "{}",
+        show(&n)
+    );
+}

@@ -1,13 +1,16 @@
 //! The warm pool (`RegistryOptions::warm_pool`) with real kernels: a new
 //! session of the default shape takes a kernel that was already running,
 //! the pool refills in the background, a pooled kernel is indistinguishable
-//! from a fresh one, other shapes never take it, it does not count against
-//! `max_kernels`, and it dies with the registry.
+//! from a fresh one, other shapes never take it, it counts against
+//! `max_kernels` and yields its room to sessions, and it dies with the
+//! registry.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{Fixture, alive, assert_success, eventually, show};
@@ -150,29 +153,169 @@ async fn other_shapes_spawn_their_own_kernel_and_leave_the_pool_alone() {
     assert_eq!(f.reg.pool_ready(), 1);
 }
 
+/// Pids of the running (not zombie) runners of kernels under `root`:
+/// session and pooled kernels alike.
+fn runner_pids(root: &Path) -> Vec<u32> {
+    let needle = format!("{}/k-", root.display());
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            (cmd.contains(&needle) && cmd.contains("runner.py") && alive(pid)).then_some(pid)
+        })
+        .collect()
+}
+
+/// Samples the number of running kernel processes under `root` every few
+/// milliseconds until dropped; `max()` is the most seen at once.
+struct ProcessSampler {
+    stop: Arc<AtomicBool>,
+    most: Arc<AtomicUsize>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ProcessSampler {
+    fn start(root: &Path) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let most = Arc::new(AtomicUsize::new(0));
+        let (s, m, root) = (Arc::clone(&stop), Arc::clone(&most), root.to_path_buf());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                m.fetch_max(runner_pids(&root).len(), Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        });
+        Self {
+            stop,
+            most,
+            thread: Some(thread),
+        }
+    }
+
+    fn max(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ProcessSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pooled_kernels_do_not_count_against_max_kernels() {
+async fn pooled_kernels_count_against_max_kernels_and_the_pool_yields_to_sessions() {
+    let f = Fixture::with(|o| {
+        o.warm_pool = 1;
+        o.max_kernels = 2;
+    });
+    let root = f.kernels_root();
+    let sampler = ProcessSampler::start(&root);
+    let count = || runner_pids(&root).len();
+    warm(&f, 1).await;
+    assert_eq!(count(), 1);
+
+    // Session a takes the pooled kernel; the pool refills: a + 1 pooled.
+    let a = f.run_as("a", "x = 'a'").await;
+    assert_success(&a);
+    warm(&f, 1).await;
+    assert_eq!((count(), f.reg.live_kernels()), (2, 1));
+
+    // Session b takes the pooled kernel; there is no room to refill.
+    let b = f.run_as("b", "x = 'b'").await;
+    assert_success(&b);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        f.reg.pool_ready(),
+        0,
+        "the pool refilled beyond max_kernels"
+    );
+    assert_eq!((count(), f.reg.live_kernels()), (2, 2));
+
+    // Session c (another shape, so no pooled kernel fits) evicts the least
+    // recently used idle session, a.
+    let c = f
+        .reg
+        .execute(
+            ExecuteRequest::new("x = 'c'")
+                .owner("c")
+                .tools(["read_file"]),
+        )
+        .await;
+    assert_success(&c);
+    assert_eq!((count(), f.reg.live_kernels()), (2, 2));
+    let mut names: Vec<String> = f.reg.sessions().into_iter().map(|s| s.session).collect();
+    names.sort();
+    assert_eq!(names, ["b", "c"]);
+
+    // b ends: its room goes back to the pool.
+    assert_eq!(f.reg.shutdown("b").await, 1);
+    warm(&f, 1).await;
+    assert_eq!((count(), f.reg.live_kernels()), (2, 1));
+
+    // Session d (another cwd) needs the room: the pooled kernel is closed
+    // rather than the idle session c evicted, and the pool is not refilled.
+    let elsewhere = f.tmp.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let d = f
+        .reg
+        .execute(ExecuteRequest::new("x = 'd'").owner("d").cwd(&elsewhere))
+        .await;
+    assert_success(&d);
+    assert_ne!(d.kernel.id, a.kernel.id);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(f.reg.pool_ready(), 0);
+    assert_eq!((count(), f.reg.live_kernels()), (2, 2));
+    let again = f
+        .reg
+        .execute(
+            ExecuteRequest::new("print(x)")
+                .owner("c")
+                .tools(["read_file"]),
+        )
+        .await;
+    assert_eq!(again.output, "c\n", "c kept its kernel: {}", show(&again));
+    assert!(again.kernel.reused);
+
+    assert!(
+        sampler.max() <= 2,
+        "{} kernel processes ran at once with max_kernels = 2",
+        sampler.max()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_spawn_in_flight_gives_its_room_to_a_session() {
+    // max_kernels = 1: the pool's first spawn is in flight when a session
+    // of another shape arrives; the session must not wait for an eviction
+    // that cannot come, nor run beside the pooled kernel.
     let f = Fixture::with(|o| {
         o.warm_pool = 1;
         o.max_kernels = 1;
     });
-    warm(&f, 1).await;
-    let r = f.run_as("a", "x = 1").await;
+    let root = f.kernels_root();
+    let sampler = ProcessSampler::start(&root);
+    let r = f
+        .reg
+        .execute(
+            ExecuteRequest::new("print('mine')")
+                .owner("s")
+                .tools(["read_file"]),
+        )
+        .await;
     assert_success(&r);
-    warm(&f, 1).await;
-    // One session plus one ready kernel; `sessions` lists only the session.
-    assert_eq!(f.reg.live_kernels(), 1);
-    assert_eq!(f.reg.sessions().len(), 1);
-    assert_eq!(kernel_ids(&f).len(), 2);
-    // A second session evicts the idle first one (max_kernels = 1) and
-    // takes the pooled kernel.
-    let pooled = kernel_ids(&f)
-        .into_iter()
-        .find(|id| *id != r.kernel.id)
-        .unwrap();
-    let r2 = f.run_as("b", "print('b')").await;
-    assert_eq!(r2.kernel.id, pooled);
-    assert_eq!(f.reg.live_kernels(), 1);
+    assert_eq!(r.output, "mine\n");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(f.reg.pool_ready(), 0);
+    assert_eq!(runner_pids(&root).len(), 1);
+    assert!(sampler.max() <= 1, "{} kernels at once", sampler.max());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

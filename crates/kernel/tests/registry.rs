@@ -325,3 +325,132 @@ async fn a_cell_that_finds_every_kernel_busy_until_its_deadline_is_not_run() {
     assert_eq!(f.reg.sessions().len(), 1);
     assert_eq!(f.reg.sessions()[0].session, "a");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_name_reused_with_other_key_parts_warns_and_sessions_shows_the_difference() {
+    use toolcell_tools::schema::Mode;
+    let f = Fixture::new();
+    let r = f.run_as("cw", "x = 1").await;
+    assert_success(&r);
+    assert!(r.warning.is_none(), "{}", show(&r));
+    // Same name, narrower tools and strict mode: another kernel.
+    let n = f
+        .reg
+        .execute(
+            ExecuteRequest::new("print('x' in globals())")
+                .owner("cw")
+                .mode(Mode::Strict)
+                .tools(["read_file"]),
+        )
+        .await;
+    assert_success(&n);
+    assert_eq!(n.output, "False\n");
+    let w = n.warning.as_deref().unwrap_or_default();
+    assert!(
+        w.starts_with(&format!(
+            "session \"cw\" already has a kernel with a different working directory ({}; this cell's: a private one), a different mode (project; this cell's: strict) and a different tool set (",
+            f.work().display()
+        )),
+        "{w}"
+    );
+    assert!(
+        w.contains(
+            "; this cell's: read_file), so this cell runs in a separate kernel with its own state"
+        ),
+        "{w}"
+    );
+    assert!(!w.contains("interpreter ("), "same interpreter: {w}");
+    // Other session names do not count.
+    let o = f.run_as("other", "1").await;
+    assert!(o.warning.is_none(), "{}", show(&o));
+
+    let sessions = f.reg.sessions();
+    let cw: Vec<_> = sessions.iter().filter(|s| s.session == "cw").collect();
+    assert_eq!(cw.len(), 2);
+    for s in cw {
+        assert_eq!(s.differs, ["cwd", "mode", "tools"], "{s:?}");
+    }
+    let other = sessions.iter().find(|s| s.session == "other").unwrap();
+    assert!(other.differs.is_empty());
+}
+
+/// Writes `bytes` bytes to `dir/name` and sets its mtime `age` ago.
+fn aged_file(dir: &std::path::Path, name: &str, bytes: usize, age: Duration) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, vec![b'.'; bytes]).unwrap();
+    let f = std::fs::File::options().write(true).open(&p).unwrap();
+    f.set_modified(std::time::SystemTime::now() - age).unwrap();
+    p
+}
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_and_excess_spill_files_are_removed_when_the_registry_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spill = tmp.path().join("spill");
+    let expired = aged_file(&spill, "k-00000001-cell1-stdout-aaaa.txt", 10, DAY * 8);
+    let web = aged_file(&spill, "web_extract-000000000001.md", 10, DAY * 30);
+    // 3 × 400 bytes under the 7-day retention, against a 1000-byte cap:
+    // the oldest goes.
+    let oldest = aged_file(&spill, "k-00000002-cell1-stdout-bbbb.txt", 400, DAY * 3);
+    let middle = aged_file(&spill, "k-00000002-cell2-stderr-cccc.txt", 400, DAY * 2);
+    let newest = aged_file(&spill, "k-00000002-cell3-stdout-dddd.txt", 400, DAY);
+    // Not toolcell's: never touched, however old.
+    let foreign = aged_file(&spill, "notes.txt", 5000, DAY * 400);
+    std::fs::create_dir_all(tmp.path().join("work")).unwrap();
+    let reg = Registry::new(toolcell_kernel::RegistryOptions {
+        spill_retention: Some(DAY * 7),
+        spill_total_cap: Some(1000),
+        ..common::opts(tmp.path())
+    })
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || !oldest.exists()).await,
+        "the oldest file over the cap is still there"
+    );
+    assert!(!expired.exists() && !web.exists(), "expired files stayed");
+    assert!(middle.exists() && newest.exists(), "too much was removed");
+    assert!(
+        foreign.exists(),
+        "a file toolcell did not write was removed"
+    );
+    drop(reg);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spill_file_a_live_session_reported_stays_until_the_session_ends() {
+    let f = Fixture::with(|o| {
+        o.max_stdout_bytes = 1000;
+        // Any spill file is over this cap: only protection keeps one.
+        o.spill_total_cap = Some(1);
+        o.spill_prune_every = Duration::from_millis(50);
+    });
+    let r = f.run_as("s", "print('x' * 20000)").await;
+    assert_success(&r);
+    let path = std::path::PathBuf::from(r.stdout_spill_path.clone().expect("a spill file"));
+    assert!(path.exists());
+    // The pruner is running: an unreported spill file goes...
+    let stray = aged_file(&f.spill_dir(), "k-ffffffff-cell9-stdout-eeee.txt", 10, DAY);
+    assert!(
+        eventually(Duration::from_secs(10), || !stray.exists()).await,
+        "the pruner never ran"
+    );
+    // ...but the one the session's result reported stays.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(path.exists(), "a live session's spill file was pruned");
+    // The agent can still page it from the session.
+    let read = f
+        .run_as(
+            "s",
+            &format!("print(len(open({:?}).read()))", path.display().to_string()),
+        )
+        .await;
+    assert_eq!(read.output, "20001\n", "{}", show(&read));
+    assert_eq!(f.reg.shutdown("s").await, 1);
+    assert!(
+        eventually(Duration::from_secs(10), || !path.exists()).await,
+        "the spill file outlived its session's protection"
+    );
+}

@@ -186,12 +186,13 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
                     ));
                     for s in status["sessions"].as_array().into_iter().flatten() {
                         println_out(&format!(
-                            "  session {}: kernel {} pid {} · {} cells · idle {}s",
+                            "  session {}: kernel {} pid {} · {} cells · idle {}s{}",
                             s["session"].as_str().unwrap_or("?"),
                             s["kernel_id"].as_str().unwrap_or("?"),
                             s["pid"],
                             s["execution_count"],
-                            s["idle_seconds"]
+                            s["idle_seconds"],
+                            differing_parts(s)
                         ));
                     }
                 } else {
@@ -205,6 +206,27 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+/// For a session name with several kernels: ` · cwd /a · tools x, y`, the
+/// key parts that tell this one apart (the `differs` of `sessions`).
+fn differing_parts(session: &Value) -> String {
+    let mut out = String::new();
+    for part in session["differs"].as_array().into_iter().flatten() {
+        let Some(name) = part.as_str() else { continue };
+        let value = match &session["key"][name] {
+            Value::Array(items) => items
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+            Value::String(s) if s.is_empty() => "(private)".to_string(),
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        out.push_str(&format!(" · {name} {value}"));
+    }
+    out
 }
 
 fn println_out(s: &str) {

@@ -206,6 +206,18 @@ pub fn report(result: &ExecuteResult, json: bool, streamed: bool) -> anyhow::Res
         // Streamed, everything was printed: the cut is only in the result
         // an agent gets. Stdout's is on the status line; stderr's here.
         Some(w) if streamed => {
+            // Notices before the truncation ones (a kernel that ended
+            // between cells, a session name with another kernel) are news
+            // to a terminal too.
+            let cut_at = ["stdout was truncated", "stderr was truncated"]
+                .iter()
+                .filter_map(|m| w.find(m))
+                .min()
+                .unwrap_or(w.len());
+            let before = w[..cut_at].trim();
+            if !before.is_empty() {
+                writeln!(err, "warning: {before}")?;
+            }
             if let Some(i) = w.find("stderr was truncated") {
                 writeln!(
                     err,

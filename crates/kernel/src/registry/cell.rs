@@ -1,0 +1,514 @@
+//! One cell, from admission to result: admit and resolve the session key,
+//! enter the slot (busy, so never evicted or reaped), wait for the kernel
+//! (strict FIFO), make sure there is a live kernel (a dead one replaced, a
+//! reset honoured, a pooled or fresh one started within `max_kernels`),
+//! run, settle the slot, and assemble the SPEC §6 result.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::MutexGuard;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolcell_tools::hints::HintContext;
+use toolcell_tools::{DynTool, stubs};
+
+use super::pool::{Shape, fill_pool, spawn_kernel};
+use super::request::{Refusal, admission};
+use super::session::{BusyGuard, SessionKey, Slot, SlotMeta, sibling_warning};
+use super::{ExecuteRequest, Inner, KernelMode, Registry, mode_str};
+use crate::ids::CellId;
+use crate::kernel::{CellOptions, CellOutcome, Ending, Kernel};
+use crate::result::{ExecuteResult, KernelInfo, Status, build_result, round2};
+
+/// A cell admitted and resolved: what it runs with.
+struct Plan {
+    /// Fresh and random: the runner's result is accepted only with it.
+    cell_id: CellId,
+    key: SessionKey,
+    shape: Shape,
+    tools: Vec<Arc<dyn DynTool>>,
+    per_call: bool,
+    /// The `kernel` of a result for a cell that did not run.
+    blank: KernelInfo,
+}
+
+/// What getting a kernel ready found out.
+#[derive(Default)]
+struct Readiness {
+    reused: bool,
+    state_reset: bool,
+    /// The warm pool should be refilled after the cell.
+    refill: bool,
+    /// Notices for the result's `warning`, before any truncation notice.
+    notices: Vec<String>,
+}
+
+type KernelGuard<'a> = MutexGuard<'a, Option<Kernel>>;
+
+fn not_run(status: Status, error: impl Into<String>, blank: &KernelInfo) -> ExecuteResult {
+    ExecuteResult::not_run(status, error, blank.clone())
+}
+
+/// What a request cancelled before its cell was sent returns.
+fn cancelled_before_start(blank: &KernelInfo) -> Box<ExecuteResult> {
+    Box::new(not_run(
+        Status::Interrupted,
+        "the request was cancelled before the cell started; none of its code ran",
+        blank,
+    ))
+}
+
+impl Registry {
+    /// [`Registry::execute`] without the journal; the cell's tool calls go
+    /// to `calls` when given.
+    pub(super) async fn run_cell(
+        &self,
+        req: &ExecuteRequest,
+        calls: Option<&mut Vec<toolcell_rpc::CallRecord>>,
+    ) -> ExecuteResult {
+        let inner = &self.inner;
+        let t0 = Instant::now();
+        let plan = match inner.plan(req) {
+            Ok(p) => p,
+            Err(r) => return *r,
+        };
+        let (slot, token) = inner.enter(&plan.key);
+        let _busy = BusyGuard {
+            inner: Arc::clone(inner),
+            slot: Arc::clone(&slot),
+        };
+        let mut guard = match inner.wait_turn(&slot, &token, req, &plan).await {
+            Ok(g) => g,
+            Err(r) => return *r,
+        };
+        let mut ready = match inner.ready_kernel(&mut guard, &slot, req, &plan).await {
+            Ok(r) => r,
+            Err(r) => return *r,
+        };
+        let Some(kernel) = guard.as_mut() else {
+            return not_run(Status::Error, "no kernel could be started", &plan.blank);
+        };
+        // The last moment a cancel keeps the cell from running: under the
+        // slot lock, after any spawn, right before the cell is sent.
+        if req.is_cancelled() {
+            return *cancelled_before_start(&plan.blank);
+        }
+        // From here a cancel interrupts this cell (not the session's others).
+        let (interrupt, _unlink) = cell_interrupt(req, &token);
+        let opts = inner.cell_options(req, &interrupt);
+        let mut outcome = kernel.execute(&plan.cell_id, &req.code, &opts).await;
+        // The runner's figure list is the cell's to forge: only checked
+        // entries reach the result, read before the kernel's directory can go.
+        let figures = crate::figures::check(
+            kernel.dir(),
+            &runner_display(&mut outcome.ending),
+            &inner.redactor,
+            inner.opts.journal.is_some(),
+        );
+        if ready.refill {
+            fill_pool(inner);
+        }
+        if let (Some(calls), Some(report)) = (calls, outcome.tools.as_ref()) {
+            calls.extend_from_slice(report.calls());
+        }
+        let info = KernelInfo {
+            id: kernel.id().to_string(),
+            mode: kernel.mode().to_string(),
+            python: kernel.python().to_string(),
+            reused: ready.reused,
+            execution_count: outcome.execution_count,
+            state_reset: ready.state_reset,
+            state_kept: None,
+            ended: None,
+        };
+        inner.settle(guard, &slot, &plan, &mut outcome).await;
+        let hint_cx = || inner.hint_context(&plan, &info.python, &info.id);
+        let mut result = build_result(
+            outcome,
+            info.clone(),
+            hint_cx,
+            &opts,
+            inner.opts.max_tool_calls,
+        );
+        result.duration_seconds = round2(t0.elapsed().as_secs_f64());
+        let figure_warning = figures.warning();
+        result.display = figures.display;
+        ready.notices.extend(result.warning.take());
+        ready.notices.extend(figure_warning);
+        if !ready.notices.is_empty() {
+            result.warning = Some(ready.notices.join(" "));
+        }
+        result
+    }
+}
+
+impl Inner {
+    /// Admission, then everything the session key needs: the tools, the
+    /// interpreter (probed once per host), the owner (unique per cell in
+    /// per-call mode).
+    fn plan(&self, req: &ExecuteRequest) -> Result<Plan, Box<ExecuteResult>> {
+        let mode = req.mode.unwrap_or(self.opts.mode);
+        let blank = KernelInfo {
+            mode: mode_str(mode).into(),
+            ..KernelInfo::default()
+        };
+        if req.is_cancelled() {
+            return Err(cancelled_before_start(&blank));
+        }
+        let fail = |r: Refusal| Box::new(not_run(r.status, r.error, &blank));
+        let admitted = admission(req, &self.opts, self.guard.as_deref()).map_err(fail)?;
+        let error = |e: String| {
+            Box::new(not_run(
+                Status::Error,
+                format!("{e}; none of the code ran"),
+                &blank,
+            ))
+        };
+        let tools = self
+            .tools
+            .select(&admitted.tools)
+            .map_err(|e| error(e.to_string()))?;
+        let (interpreter, version) = self.interpreter(mode, &admitted.cwd).map_err(error)?;
+        let per_call = self.opts.kernel_mode == KernelMode::PerCall;
+        // Random ids come first: a failing random source fails the cell
+        // before anything starts, never a predictable id (crate::ids).
+        let cell_id = CellId::generate().map_err(|e| error(e.to_string()))?;
+        let owner = if per_call {
+            crate::ids::per_call_owner(&req.owner).map_err(|e| error(e.to_string()))?
+        } else {
+            req.owner.clone()
+        };
+        let key = SessionKey {
+            owner,
+            mode: mode_str(mode),
+            interpreter: interpreter.clone(),
+            cwd: admitted.cwd.clone(),
+            tools: admitted.tools.clone(),
+        };
+        let shape = Shape {
+            mode,
+            interpreter,
+            version,
+            cwd: admitted.cwd,
+            tools: admitted.tools,
+        };
+        Ok(Plan {
+            cell_id,
+            key,
+            shape,
+            tools,
+            per_call,
+            blank,
+        })
+    }
+
+    /// The slot of `key` (made on first use), marked busy: being busy
+    /// protects it from eviction and reaping. Returns the slot and its
+    /// interrupt token.
+    fn enter(&self, key: &SessionKey) -> (Arc<Slot>, CancellationToken) {
+        let mut st = self.state();
+        let had_before = st.retired.contains(key);
+        let slot = Arc::clone(st.slots.entry(key.clone()).or_insert_with(|| {
+            Arc::new(Slot {
+                key: key.clone(),
+                kernel: tokio::sync::Mutex::new(None),
+                meta: Mutex::new(SlotMeta::new(had_before)),
+            })
+        }));
+        let token = {
+            let mut m = slot.meta();
+            m.busy += 1;
+            m.interrupt.clone()
+        };
+        (slot, token)
+    }
+
+    /// Waits for the slot's kernel (strict FIFO: tokio's mutex is fair). An
+    /// interrupt while waiting, or a session shut down meanwhile, is a
+    /// result: none of the cell's code runs.
+    async fn wait_turn<'a>(
+        &self,
+        slot: &'a Slot,
+        token: &CancellationToken,
+        req: &ExecuteRequest,
+        plan: &Plan,
+    ) -> Result<KernelGuard<'a>, Box<ExecuteResult>> {
+        let stop = |why: &str| Box::new(not_run(Status::Interrupted, why, &plan.blank));
+        let guard = tokio::select! {
+            g = slot.kernel.lock() => g,
+            () = req.cancelled() => return Err(cancelled_before_start(&plan.blank)),
+            () = token.cancelled() => {
+                return Err(stop("the cell was interrupted while waiting for the previous cell of this session; none of its code ran"));
+            }
+        };
+        if token.is_cancelled() {
+            return Err(stop(
+                "the cell was interrupted before it started; none of its code ran",
+            ));
+        }
+        if req.is_cancelled() {
+            return Err(cancelled_before_start(&plan.blank));
+        }
+        let current = self
+            .state()
+            .slots
+            .get(&plan.key)
+            .is_some_and(|s| std::ptr::eq(Arc::as_ptr(s), slot));
+        if !current {
+            return Err(stop(
+                "the session was shut down before the cell started; none of its code ran",
+            ));
+        }
+        Ok(guard)
+    }
+
+    /// Makes sure `guard` holds a live kernel for the cell: a kernel that
+    /// died between cells is replaced (with a notice), `reset` honoured, a
+    /// pooled or fresh kernel started within `max_kernels`; a newcomer's
+    /// second kernel for one session name gets a notice.
+    async fn ready_kernel(
+        self: &Arc<Self>,
+        guard: &mut KernelGuard<'_>,
+        slot: &Slot,
+        req: &ExecuteRequest,
+        plan: &Plan,
+    ) -> Result<Readiness, Box<ExecuteResult>> {
+        let mut ready = Readiness::default();
+        drop_ended_kernel(guard, slot, &mut ready).await;
+        if req.reset
+            && let Some(k) = guard.take()
+        {
+            k.shutdown(Duration::from_millis(200)).await;
+            ready.state_reset = true;
+            slot.meta().live = false;
+        }
+        ready.reused = guard.is_some();
+        if guard.is_none() {
+            let deadline = Instant::now() + req.timeout.unwrap_or(self.opts.timeout);
+            let k = self
+                .start_kernel(slot, req, plan, deadline, &mut ready)
+                .await?;
+            **guard = Some(k);
+        }
+        if !ready.reused && !plan.per_call {
+            // A newcomer's trip: the same session name from another
+            // directory (or mode, interpreter, tools) is another kernel.
+            let others: Vec<SessionKey> = self
+                .state()
+                .slots
+                .values()
+                .filter(|s| s.key.owner == plan.key.owner && s.key != plan.key && s.meta().live)
+                .map(|s| s.key.clone())
+                .collect();
+            ready.notices.extend(sibling_warning(&plan.key, &others));
+        }
+        Ok(ready)
+    }
+
+    /// A kernel for a slot that has none: a pooled one of the same shape
+    /// (the count does not change), else a fresh one once there is room.
+    async fn start_kernel(
+        self: &Arc<Self>,
+        slot: &Slot,
+        req: &ExecuteRequest,
+        plan: &Plan,
+        deadline: Instant,
+        ready: &mut Readiness,
+    ) -> Result<Kernel, Box<ExecuteResult>> {
+        if slot.meta().had_kernel {
+            ready.state_reset = true;
+        }
+        let (pooled, refill) = self.take_pooled(slot, &plan.shape);
+        ready.refill = refill;
+        if pooled.is_none()
+            && let Err(msg) = self.reserve(slot, deadline, req).await
+        {
+            if req.is_cancelled() {
+                return Err(cancelled_before_start(&plan.blank));
+            }
+            return Err(Box::new(not_run(Status::Error, msg, &plan.blank)));
+        }
+        if refill {
+            // After this cell, or in 200 ms if the cell runs longer.
+            let weak = Arc::downgrade(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if let Some(inner) = weak.upgrade() {
+                    fill_pool(&inner);
+                }
+            });
+        }
+        let spawned = match pooled {
+            Some(k) => Ok(k),
+            None => spawn_kernel(self, &plan.shape, &plan.tools).await,
+        };
+        match spawned {
+            Ok(k) => {
+                let mut m = slot.meta();
+                m.had_kernel = true;
+                m.tree = Some(k.tree());
+                m.kernel_id = k.id().to_string();
+                m.execution_count = 0;
+                Ok(k)
+            }
+            Err(e) => {
+                slot.meta().live = false;
+                self.freed.notify_waiters();
+                Err(Box::new(not_run(
+                    Status::Error,
+                    format!("{e}; none of the code ran"),
+                    &plan.blank,
+                )))
+            }
+        }
+    }
+
+    fn cell_options(&self, req: &ExecuteRequest, interrupt: &CancellationToken) -> CellOptions {
+        let o = &self.opts;
+        CellOptions {
+            timeout: req.timeout.unwrap_or(o.timeout),
+            max_tool_calls: o.max_tool_calls,
+            on_timeout: o.on_timeout,
+            interrupt_grace: o.interrupt_grace,
+            kill_grace: o.kill_grace,
+            max_stdout_bytes: o.max_stdout_bytes,
+            max_stderr_bytes: o.max_stderr_bytes,
+            spill: Some((o.spill_dir.clone(), o.spill_cap_bytes)),
+            live: req.live.clone(),
+            interrupt: interrupt.clone(),
+        }
+    }
+
+    /// After the cell: the slot's record (count, spill files to protect),
+    /// a dead or per-call kernel shut down and its room freed (perhaps for
+    /// the warm pool), and a session shut down under the cell said so.
+    async fn settle(
+        self: &Arc<Self>,
+        mut guard: KernelGuard<'_>,
+        slot: &Arc<Slot>,
+        plan: &Plan,
+        outcome: &mut CellOutcome,
+    ) {
+        if slot.meta().shut_down
+            && let Ending::Died { .. } = outcome.ending
+        {
+            // Not a crash: the session was shut down under the cell.
+            outcome.ending = Ending::ShutDown;
+        }
+        {
+            let mut m = slot.meta();
+            m.execution_count = outcome.execution_count;
+            m.remember_spill(outcome.stdout.spill_path.as_deref());
+            m.remember_spill(outcome.stderr.spill_path.as_deref());
+        }
+        if !outcome.alive || plan.per_call {
+            if let Some(k) = guard.take() {
+                k.shutdown(Duration::from_millis(200)).await;
+            }
+            let mut m = slot.meta();
+            m.live = false;
+            m.tree = None;
+        }
+        if plan.per_call {
+            let mut st = self.state();
+            if st
+                .slots
+                .get(&plan.key)
+                .is_some_and(|s| Arc::ptr_eq(s, slot))
+            {
+                st.slots.remove(&plan.key);
+            }
+        }
+        drop(guard);
+        self.freed.notify_waiters();
+        if !slot.meta().live {
+            // Its room may go back to the warm pool.
+            fill_pool(self);
+        }
+    }
+
+    /// What hints need to know (only built when a cell fails).
+    fn hint_context(&self, plan: &Plan, python: &str, kernel_id: &str) -> HintContext {
+        let mut importable: Vec<String> = stubs::HELPERS[1..]
+            .iter()
+            .map(|s| (*s).to_string())
+            .collect();
+        importable.extend(plan.shape.tools.iter().cloned());
+        let interpreter = plan.shape.interpreter.display();
+        let mut cx = HintContext::new(importable, format!("{interpreter} ({python})"));
+        cx.limits = self
+            .opts
+            .limits
+            .pairs()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        if self.opts.confine {
+            let dir = |name: String| -> String { self.root.join(name).display().to_string() };
+            cx.confined_writable = vec![
+                dir(kernel_id.to_string()),
+                dir(format!("{kernel_id}-work")),
+                std::env::temp_dir().display().to_string(),
+            ];
+        }
+        cx
+    }
+}
+
+/// Drops a kernel that died since its last cell
+/// (killed from outside, OOM, `os._exit` in a thread left behind), so the
+/// cell runs in a fresh kernel instead of failing, and says how it ended.
+async fn drop_ended_kernel(guard: &mut KernelGuard<'_>, slot: &Slot, ready: &mut Readiness) {
+    let Some(k) = guard.as_mut() else {
+        return;
+    };
+    let ended = k.ended_between_cells().await;
+    if ended.is_none() && k.is_alive() {
+        return;
+    }
+    if let Some(how) = ended {
+        tracing::info!(session = %slot.key.owner, "the kernel ended between cells: {how}");
+        ready.notices.push(format!(
+            "the previous kernel of this session ended between cells: {how}; its state (variables, imports) is lost, and this cell ran in a fresh kernel."
+        ));
+    }
+    if let Some(k) = guard.take() {
+        // Whatever is left of its tree goes too.
+        k.shutdown(Duration::from_millis(100)).await;
+    }
+    ready.state_reset = true;
+    let mut m = slot.meta();
+    m.live = false;
+    m.tree = None;
+}
+
+/// Takes the runner's (unchecked) `display` list out of a cell's ending.
+fn runner_display(ending: &mut Ending) -> Vec<toolcell_protocol::Display> {
+    match ending {
+        Ending::Answered(r) | Ending::TimedOutKept(r) | Ending::InterruptedKept(r) => {
+            std::mem::take(&mut r.display)
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The token that interrupts the running cell: the session's, and with a
+/// request's own cancel token a child of it that the cancel also fires
+/// (the guard ends the link task with the cell).
+fn cell_interrupt(
+    req: &ExecuteRequest,
+    session: &CancellationToken,
+) -> (CancellationToken, Option<tokio_util::sync::DropGuard>) {
+    let Some(cancel) = &req.cancel else {
+        return (session.clone(), None);
+    };
+    let cell = session.child_token();
+    let (cancel, linked) = (cancel.clone(), cell.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            () = cancel.cancelled() => linked.cancel(),
+            () = linked.cancelled() => {}
+        }
+    });
+    (cell.clone(), Some(cell.drop_guard()))
+}

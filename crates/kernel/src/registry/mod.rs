@@ -1,0 +1,494 @@
+//! The registry: one kernel per session key, bounded, reaped when idle,
+//! cells in FIFO order per kernel, concurrently across kernels (SPEC §4).
+//!
+//! A cell goes through: admit → guard → acquire kernel → execute → capture
+//! → result. The parts:
+//!
+//! - `options`: [`RegistryOptions`] (what a configuration says) and the
+//!   default directories;
+//! - `request`: [`ExecuteRequest`], the embedder's [`Guard`], and admission
+//!   (`admission`: guard, `[guard] deny`, tool narrowing, confinement,
+//!   working directory), a pure function of the request and the options;
+//! - `session`: session keys and slots, the `sessions` listing, and room
+//!   under `max_kernels` (`Census`, `make_room`, LRU eviction);
+//! - `pool`: the warm pool (`should_fill`, taking a pooled kernel, filling);
+//! - `reaper`: the idle reaper and the spill pruner (background tasks
+//!   holding only a `Weak` to the registry);
+//! - `cell`: one cell from admission to result.
+
+mod cell;
+mod options;
+mod pool;
+mod reaper;
+mod request;
+mod room;
+mod session;
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use toolcell_redact::Redactor;
+use toolcell_tools::schema::Mode;
+use toolcell_tools::{ToolRegistry, ToolSettings};
+
+use crate::result::{ExecuteResult, round2};
+
+pub use options::{KernelMode, RegistryOptions, default_kernels_root, default_spill_dir};
+use pool::{Pool, fill_pool};
+use reaper::{prune_loop, reap_loop};
+pub use request::{ExecuteRequest, Guard};
+pub use session::{KeyInfo, SessionInfo, SessionKey};
+use session::{Slot, State, mark_differences};
+
+/// The kernels root, verified private (ours, 0700, no planted link). A
+/// configured root that is not safe is an error naming it; the default one
+/// under the shared temp dir (no `XDG_RUNTIME_DIR`) is replaced by a fresh
+/// private directory when another user got there first.
+fn verified_root(configured: Option<&Path>) -> Result<PathBuf, RegistryError> {
+    use toolcell_rpc::private_dir::PrivateDir;
+    let refused =
+        |path: &Path, e: toolcell_rpc::private_dir::PrivateDirError| RegistryError::Root {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()),
+        };
+    if let Some(root) = configured {
+        return PrivateDir::ensure(root)
+            .map(|d| d.path().to_path_buf())
+            .map_err(|e| refused(root, e));
+    }
+    let root = default_kernels_root();
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|x| !x.is_empty()) {
+        return PrivateDir::ensure(&root)
+            .map(|d| d.path().to_path_buf())
+            .map_err(|e| refused(&root, e));
+    }
+    let tmp = std::env::temp_dir();
+    let prefix = format!("toolcell-{}-", nix::unistd::getuid());
+    let (dir, _) =
+        PrivateDir::ensure_or_fresh(&root, &tmp, &prefix).map_err(|e| refused(&root, e))?;
+    if dir.path() == root {
+        return Ok(root);
+    }
+    // The fresh directory holds the kernels directly.
+    dir.open_dir("kernels")
+        .or_else(|_| dir.create_dir("kernels"))
+        .map(|d| d.path().to_path_buf())
+        .map_err(|e| refused(&root, e))
+}
+
+/// `(mode, cwd)`: what interpreter resolution depends on besides the host.
+type InterpreterKey = (&'static str, PathBuf);
+
+/// What the registry's handles, background tasks and cells share.
+struct Inner {
+    opts: RegistryOptions,
+    tools: ToolRegistry,
+    redactor: Redactor,
+    base_env: Vec<(OsString, OsString)>,
+    root: PathBuf,
+    guard: Option<Arc<dyn Guard>>,
+    state: Mutex<State>,
+    freed: Notify,
+    interpreters: Mutex<HashMap<InterpreterKey, (PathBuf, String)>>,
+    pool: Mutex<Pool>,
+}
+
+impl Inner {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Why a registry could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The kernels directory could not be created.
+    #[error("cannot create the kernels directory {path}: {source}")]
+    Root {
+        /// The directory.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A default tool name is unknown.
+    #[error(transparent)]
+    Tools(#[from] toolcell_tools::RegistryError),
+    /// No tokio runtime is running.
+    #[error("the kernel registry needs a running tokio runtime")]
+    NoRuntime,
+    /// `confine = true` but this system cannot confine kernels.
+    #[error(transparent)]
+    Confine(#[from] crate::confine::ConfineError),
+    /// `confine = true` where nothing keeps a kernel off control sockets.
+    #[error(
+        "[execution] confine = true needs a writable cgroup v2 hierarchy (root, or a delegated subtree) so that a confined kernel cannot drive a toolcell daemon's socket; none is available here (or TOOLCELL_CGROUP=off is set)"
+    )]
+    NoControlFence,
+}
+
+/// Owns kernels and runs cells in them. Dropping it kills every kernel.
+pub struct Registry {
+    inner: Arc<Inner>,
+    reaper: tokio::task::JoinHandle<()>,
+    pruner: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("root", &self.inner.root)
+            .field("live", &self.inner.state().live_count())
+            .finish_non_exhaustive()
+    }
+}
+
+fn mode_str(m: Mode) -> &'static str {
+    match m {
+        Mode::Strict => "strict",
+        _ => "project",
+    }
+}
+
+/// Removes kernel directories under `root` whose owning host pid is dead
+/// (left by a crashed host). Returns how many were removed.
+pub fn sweep_stale(root: &Path) -> usize {
+    let Ok(dir) = std::fs::read_dir(root) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in dir.flatten() {
+        let path = entry.path();
+        let owner = std::fs::read_to_string(path.join("owner.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        let stale = match owner {
+            Some(pid) => !toolcell_tools::process::alive(pid),
+            // A directory without an owner file is a spawn that crashed
+            // half-way, or not ours; only remove our own naming pattern.
+            None => entry.file_name().to_string_lossy().starts_with("k-"),
+        };
+        if stale && std::fs::remove_dir_all(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+impl Registry {
+    /// A registry with `opts`, the built-in tools, and the host's
+    /// environment (scrubbed for kernels; its secret values registered with
+    /// the redactor).
+    ///
+    /// # Errors
+    /// [`RegistryError`] when the kernels directory cannot be made, a
+    /// default tool is unknown, or no tokio runtime is running.
+    pub fn new(opts: RegistryOptions) -> Result<Self, RegistryError> {
+        let tools = ToolRegistry::builtin()?;
+        Self::with_tools(opts, tools, None)
+    }
+
+    /// A registry with explicit tools and an optional guard.
+    ///
+    /// # Errors
+    /// As [`Registry::new`].
+    pub fn with_tools(
+        opts: RegistryOptions,
+        tools: ToolRegistry,
+        guard: Option<Arc<dyn Guard>>,
+    ) -> Result<Self, RegistryError> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| RegistryError::NoRuntime)?;
+        tools.select(&opts.tools)?;
+        if opts.confine {
+            // Never silently unconfined: no Landlock, no registry.
+            crate::confine::check_supported()?;
+            // Confined kernels must not reach a host's control socket (a
+            // pathname socket, which Landlock does not cover): the daemon
+            // refuses peers in a kernel's cgroup. Without cgroups, say so.
+            if toolcell_tools::cgroup::HostCgroup::get().is_none() {
+                return Err(RegistryError::NoControlFence);
+            }
+        }
+        let root = verified_root(opts.kernels_root.as_deref())?;
+        let swept = sweep_stale(&root);
+        if swept > 0 {
+            tracing::info!("removed {swept} kernel directories left by a crashed host");
+        }
+        let host: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        let base_env = crate::env::child_env(host.clone(), &opts.passthrough);
+        let secrets = crate::env::host_secret_values(host);
+        let redactor = Redactor::new(secrets).unwrap_or_else(|_| Redactor::builtin());
+        let inner = Arc::new(Inner {
+            opts,
+            tools,
+            redactor,
+            base_env,
+            root,
+            guard,
+            state: Mutex::new(State::default()),
+            freed: Notify::new(),
+            interpreters: Mutex::new(HashMap::new()),
+            pool: Mutex::new(Pool::default()),
+        });
+        let reaper = handle.spawn(reap_loop(Arc::downgrade(&inner)));
+        let pruner = (inner.opts.spill_retention.is_some() || inner.opts.spill_total_cap.is_some())
+            .then(|| handle.spawn(prune_loop(Arc::downgrade(&inner))));
+        fill_pool(&inner);
+        Ok(Self {
+            inner,
+            reaper,
+            pruner,
+        })
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &RegistryOptions {
+        &self.inner.opts
+    }
+
+    /// How many warm-pool kernels are ready now (see
+    /// [`RegistryOptions::warm_pool`]).
+    pub fn pool_ready(&self) -> usize {
+        self.inner.pool().ready.len()
+    }
+
+    /// The tools this registry knows.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.inner.tools
+    }
+
+    /// The redactor applied to everything kernels print.
+    pub fn redactor(&self) -> &Redactor {
+        &self.inner.redactor
+    }
+
+    /// The settings a tool call runs with when made from a kernel working
+    /// in `cwd` (spill dir, output cap, web settings, the scrubbed child
+    /// environment): for hosts that call tools directly, outside any cell
+    /// (e.g. MCP's `--expose-tools`).
+    pub fn tool_settings(&self, cwd: &Path) -> ToolSettings {
+        let opts = &self.inner.opts;
+        ToolSettings::new(cwd)
+            .spill_dir(&opts.spill_dir)
+            .max_output_bytes(opts.max_stdout_bytes)
+            .web(opts.web.clone())
+            .env(self.inner.base_env.clone())
+            .redactor(self.inner.redactor.clone())
+    }
+
+    /// Runs one cell and returns its SPEC §6 result. Never panics on input;
+    /// every failure is a result.
+    ///
+    /// With [`RegistryOptions::journal`] set, every result returned here —
+    /// success, error, timeout, interrupted, refused, or a request that
+    /// could not run — is queued for the journal (cleaned output as
+    /// returned, code redacted); recording never delays the result.
+    pub async fn execute(&self, req: ExecuteRequest) -> ExecuteResult {
+        let Some(journal) = &self.inner.opts.journal else {
+            return self.run_cell(&req, None).await;
+        };
+        let started = std::time::SystemTime::now();
+        let mut calls = Vec::new();
+        let result = self.run_cell(&req, Some(&mut calls)).await;
+        journal.record(crate::journal::CellRecord::from_result(
+            &req.owner,
+            &req.code,
+            &result,
+            &calls,
+            started,
+            &self.inner.redactor,
+        ));
+        result
+    }
+
+    /// Interrupts the running cell of every kernel of `owner`, and any cell
+    /// of theirs still waiting. Returns how many sessions were signalled.
+    pub fn interrupt(&self, owner: &str) -> usize {
+        let st = self.inner.state();
+        let mut n = 0;
+        for slot in st
+            .slots
+            .values()
+            .filter(|s| s.key.owner == owner || s.key.owner.starts_with(&format!("{owner}\u{0}")))
+        {
+            let mut m = slot.meta();
+            m.interrupt.cancel();
+            m.interrupt = CancellationToken::new();
+            n += 1;
+        }
+        n
+    }
+
+    /// Kills every kernel of `owner`; waiting cells return `interrupted`.
+    /// Returns how many kernels were shut down.
+    pub async fn shutdown(&self, owner: &str) -> usize {
+        let slots: Vec<Arc<Slot>> = {
+            let mut st = self.inner.state();
+            let keys: Vec<SessionKey> = st
+                .slots
+                .keys()
+                .filter(|k| k.owner == owner || k.owner.starts_with(&format!("{owner}\u{0}")))
+                .cloned()
+                .collect();
+            let mut out = Vec::new();
+            for k in keys {
+                if let Some(s) = st.slots.remove(&k) {
+                    st.retire(k);
+                    out.push(s);
+                }
+            }
+            out
+        };
+        let n = self.kill_slots(slots).await;
+        fill_pool(&self.inner);
+        n
+    }
+
+    /// Kills every kernel.
+    pub async fn shutdown_all(&self) -> usize {
+        // The warm pool closes for good: its kernels die with the rest.
+        let pooled = {
+            let mut p = self.inner.pool();
+            p.closed = true;
+            std::mem::take(&mut p.ready)
+        };
+        drop(pooled);
+        let slots: Vec<Arc<Slot>> = {
+            let mut st = self.inner.state();
+            let all: Vec<(SessionKey, Arc<Slot>)> = st.slots.drain().collect();
+            for (k, _) in &all {
+                st.retire(k.clone());
+            }
+            all.into_iter().map(|(_, s)| s).collect()
+        };
+        self.kill_slots(slots).await
+    }
+
+    async fn kill_slots(&self, slots: Vec<Arc<Slot>>) -> usize {
+        let mut n = 0;
+        for slot in slots {
+            let tree = {
+                let mut m = slot.meta();
+                m.interrupt.cancel();
+                m.live = false;
+                m.shut_down = true;
+                m.tree.take()
+            };
+            if let Some(t) = tree {
+                // Kill at once: a running cell sees the kernel die and returns.
+                t.signal(nix::sys::signal::Signal::SIGKILL);
+                n += 1;
+            }
+            if let Some(k) = slot.kernel.lock().await.take() {
+                k.shutdown(Duration::from_millis(100)).await;
+            }
+        }
+        self.inner.freed.notify_waiters();
+        n
+    }
+
+    /// Live kernels, for `sessions`.
+    pub fn sessions(&self) -> Vec<SessionInfo> {
+        let st = self.inner.state();
+        let mut out: Vec<SessionInfo> = st
+            .slots
+            .values()
+            .filter_map(|s| {
+                let m = s.meta();
+                let tree = m.tree.as_ref()?;
+                let key = KeyInfo::from(&s.key);
+                Some(SessionInfo {
+                    session: key.owner.clone(),
+                    key,
+                    kernel_id: m.kernel_id.clone(),
+                    mode: s.key.mode.to_string(),
+                    cwd: s.key.cwd.display().to_string(),
+                    interpreter: s.key.interpreter.display().to_string(),
+                    tools: s.key.tools.clone(),
+                    pid: tree.root,
+                    execution_count: m.execution_count,
+                    idle_seconds: round2(m.last_used.elapsed().as_secs_f64()),
+                    busy: m.busy,
+                    differs: Vec::new(),
+                })
+            })
+            .collect();
+        mark_differences(&mut out);
+        out.sort_by(|a, b| {
+            a.session
+                .cmp(&b.session)
+                .then(a.kernel_id.cmp(&b.kernel_id))
+        });
+        out
+    }
+
+    /// Number of live kernels.
+    pub fn live_kernels(&self) -> usize {
+        self.inner.state().live_count()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.reaper.abort();
+        if let Some(p) = &self.pruner {
+            p.abort();
+        }
+        let slots: Vec<Arc<Slot>> = self.inner.state().slots.drain().map(|(_, s)| s).collect();
+        for slot in slots {
+            let mut m = slot.meta();
+            m.interrupt.cancel();
+            if let Some(t) = m.tree.take() {
+                t.signal(nix::sys::signal::Signal::SIGKILL);
+            }
+            drop(m);
+            if let Ok(mut k) = slot.kernel.try_lock() {
+                // Dropping the kernel removes its directory.
+                k.take();
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// The interpreter of `mode` in `cwd` and its version, resolved once
+    /// per `(mode, cwd)`.
+    fn interpreter(&self, mode: Mode, cwd: &Path) -> Result<(PathBuf, String), String> {
+        let key = (mode_str(mode), cwd.to_path_buf());
+        let cached = self
+            .interpreters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        if let Some(hit) = cached {
+            return Ok(hit);
+        }
+        // A first probe runs the interpreter (up to seconds through a
+        // version-manager shim): keep it off the async workers.
+        let explicit = self.opts.python.clone();
+        let dir = cwd.to_path_buf();
+        let resolve = || crate::interpreter::resolve_for_host(&explicit, mode, &dir);
+        let multi = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let found = if multi {
+            tokio::task::block_in_place(resolve)
+        } else {
+            resolve()
+        }
+        .map(|i| (i.executable, i.version))
+        .map_err(|e| e.to_string())?;
+        self.interpreters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, found.clone());
+        Ok(found)
+    }
+}

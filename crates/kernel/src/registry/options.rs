@@ -1,0 +1,213 @@
+//! [`RegistryOptions`]: what a configuration (SPEC §11) says a registry
+//! does, and the default directories.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use regex::Regex;
+use toolcell_tools::WebSettings;
+use toolcell_tools::schema::Mode;
+
+use crate::kernel::TimeoutPolicy;
+
+/// How cells map to kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelMode {
+    /// One persistent kernel per session key.
+    #[default]
+    Session,
+    /// A fresh kernel for every cell, discarded afterwards.
+    PerCall,
+}
+
+/// Resolved settings of a registry (what `[execution]`, `[kernels]`,
+/// `[output]`, `[env]`, `[tools]`, `[rpc]`, `[web]` and `[guard]` say).
+#[derive(Debug, Clone)]
+pub struct RegistryOptions {
+    /// Cell wall-clock limit.
+    pub timeout: Duration,
+    /// Tool calls per cell.
+    pub max_tool_calls: u32,
+    /// Default mode.
+    pub mode: Mode,
+    /// Explicit interpreter (empty: resolve per SPEC §4).
+    pub python: String,
+    /// What a timeout does.
+    pub on_timeout: TimeoutPolicy,
+    /// Grace after SIGINT.
+    pub interrupt_grace: Duration,
+    /// Grace between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    /// Kernel processes at most, warm-pool kernels included.
+    pub max_kernels: usize,
+    /// Idle kernels are reaped after this long.
+    pub idle_timeout: Duration,
+    /// Stdout bytes returned inline.
+    pub max_stdout_bytes: usize,
+    /// Stderr bytes returned inline.
+    pub max_stderr_bytes: usize,
+    /// Spill directory.
+    pub spill_dir: PathBuf,
+    /// Spill file cap.
+    pub spill_cap_bytes: u64,
+    /// Spill files older than this are removed when the registry starts and
+    /// every [`RegistryOptions::spill_prune_every`] (`None`: age alone
+    /// removes nothing). Default 7 days.
+    pub spill_retention: Option<Duration>,
+    /// While the spill files in `spill_dir` total more bytes than this, the
+    /// oldest go (`None`: no cap). Default 1 GiB. Files a result of a live
+    /// session reports stay until the session ends, whatever their age.
+    pub spill_total_cap: Option<u64>,
+    /// How often the spill directory is pruned; the first prune runs at
+    /// start. Default 1 hour.
+    pub spill_prune_every: Duration,
+    /// Extra environment variable names passed to kernels.
+    pub passthrough: Vec<String>,
+    /// Tools enabled by default.
+    pub tools: Vec<String>,
+    /// RPC over TCP instead of a Unix socket.
+    pub rpc_tcp: bool,
+    /// Web search settings.
+    pub web: WebSettings,
+    /// Session or per-call kernels.
+    pub kernel_mode: KernelMode,
+    /// Regexes that refuse a cell whose code matches.
+    pub deny: Vec<Regex>,
+    /// Working directory of project-mode sessions that give none.
+    pub default_cwd: PathBuf,
+    /// Where kernel directories live (default: `$XDG_RUNTIME_DIR/toolcell/kernels`
+    /// or `<tmp>/toolcell-<uid>/kernels`).
+    pub kernels_root: Option<PathBuf>,
+    /// `[limits]` of every kernel.
+    pub limits: crate::limits::Limits,
+    /// `[execution] confine`: Landlock-confine strict-mode kernels; cells in
+    /// project mode are refused.
+    pub confine: bool,
+    /// How long a kernel may take to start.
+    pub startup_timeout: Duration,
+    /// Ready kernels kept for new sessions of the default shape (default
+    /// mode, interpreter and cwd, the default tool set): the first cell of
+    /// a new session takes one and a replacement starts in the background.
+    /// Pooled kernels are not sessions (`sessions` does not list them), but
+    /// they count against `max_kernels` and yield their room to sessions:
+    /// a session that needs it closes a pooled kernel before any idle
+    /// session is evicted, and the pool refills only when there is room
+    /// again. 0: no pool.
+    /// [`RegistryOptions::from_config`] leaves it 0: the host decides with
+    /// [`crate::config::Config::warm_pool`].
+    pub warm_pool: usize,
+    /// Where every result [`Registry::execute`] returns is recorded (see
+    /// [`crate::journal`]); `None`: nowhere. [`RegistryOptions::from_config`]
+    /// leaves it `None`: the host decides with [`crate::config::Config::journal`].
+    pub journal: Option<crate::journal::Journal>,
+}
+
+impl Default for RegistryOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(300),
+            max_tool_calls: 50,
+            mode: Mode::Project,
+            python: String::new(),
+            on_timeout: TimeoutPolicy::Interrupt,
+            interrupt_grace: Duration::from_secs(2),
+            kill_grace: Duration::from_secs(2),
+            max_kernels: 4,
+            idle_timeout: Duration::from_secs(1800),
+            max_stdout_bytes: 50_000,
+            max_stderr_bytes: 10_000,
+            spill_dir: default_spill_dir(),
+            spill_cap_bytes: 5_000_000,
+            spill_retention: Some(Duration::from_secs(7 * 86_400)),
+            spill_total_cap: Some(1 << 30),
+            spill_prune_every: Duration::from_secs(3600),
+            passthrough: Vec::new(),
+            tools: crate::config::default_tools(),
+            rpc_tcp: false,
+            web: WebSettings::default(),
+            kernel_mode: KernelMode::Session,
+            deny: Vec::new(),
+            default_cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            limits: crate::limits::Limits::default(),
+            confine: false,
+            kernels_root: None,
+            startup_timeout: Duration::from_secs(60),
+            warm_pool: 0,
+            journal: None,
+        }
+    }
+}
+
+impl RegistryOptions {
+    /// The options a configuration file (SPEC §11) describes, for a host
+    /// whose project-mode sessions default to `default_cwd`.
+    ///
+    /// # Errors
+    /// A `[guard] deny` pattern that is not a valid regex.
+    pub fn from_config(
+        config: &crate::config::Config,
+        default_cwd: PathBuf,
+    ) -> Result<Self, crate::config::ConfigError> {
+        use crate::config;
+        Ok(Self {
+            timeout: config.timeout(),
+            max_tool_calls: config.execution.max_tool_calls,
+            mode: config.execution.mode,
+            python: config.execution.python.clone(),
+            on_timeout: match config.execution.on_timeout {
+                toolcell_tools::schema::OnTimeout::Kill => TimeoutPolicy::Kill,
+                _ => TimeoutPolicy::Interrupt,
+            },
+            interrupt_grace: config.interrupt_grace(),
+            kill_grace: config.kill_grace(),
+            max_kernels: config.kernels.max_kernels,
+            idle_timeout: config.idle_timeout(),
+            max_stdout_bytes: config.output.max_stdout_bytes,
+            max_stderr_bytes: config.output.max_stderr_bytes,
+            spill_dir: config.spill_dir(),
+            spill_cap_bytes: config.output.spill_cap_bytes,
+            spill_retention: config.spill_retention(),
+            spill_total_cap: config.spill_total_cap(),
+            spill_prune_every: Duration::from_secs(3600),
+            passthrough: config.env.passthrough.clone(),
+            tools: config.tools.enabled.clone(),
+            rpc_tcp: config.rpc.transport == config::Transport::Tcp,
+            web: config.web_settings(|name| std::env::var_os(name)),
+            kernel_mode: match config.execution.kernel_mode {
+                config::KernelMode::PerCall => KernelMode::PerCall,
+                _ => KernelMode::Session,
+            },
+            deny: config.guard_deny()?,
+            default_cwd,
+            limits: config.limits(),
+            confine: config.execution.confine,
+            kernels_root: None,
+            startup_timeout: Duration::from_secs(60),
+            warm_pool: 0,
+            journal: None,
+        })
+    }
+}
+
+/// `$XDG_CACHE_HOME/toolcell/spill` or `~/.cache/toolcell/spill`.
+pub fn default_spill_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("toolcell/spill");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(h).join(".cache/toolcell/spill");
+    }
+    std::env::temp_dir()
+        .join(format!("toolcell-{}", nix::unistd::getuid()))
+        .join("spill")
+}
+
+/// `$XDG_RUNTIME_DIR/toolcell/kernels` or `<tmp>/toolcell-<uid>/kernels`.
+pub fn default_kernels_root() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("toolcell/kernels");
+    }
+    std::env::temp_dir()
+        .join(format!("toolcell-{}", nix::unistd::getuid()))
+        .join("kernels")
+}
