@@ -74,6 +74,60 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Tools from a JSON Schema
+//!
+//! A tool whose shape is only known at run time — a name, a description,
+//! an input JSON Schema (draft 2020-12 or draft-07), an optional output
+//! schema and an async closure — is a [`SchemaTool`]. It joins the same
+//! registry and goes through the same checks as a built-in: the host
+//! validates the arguments against the schema before the closure runs
+//! (`bad_args` names the JSON pointer of the offending value; no budget is
+//! spent), and the stub function's signature and docstring come from the
+//! schema. A name that is not a Python identifier is mapped in Python
+//! (`get-user` → `get_user`, a property `from` → `from_`); the host and
+//! the closure see the original names.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use serde_json::{Value, json};
+//! use toolcell_tools::{DynTool, SchemaTool, ToolRegistry, stubs};
+//!
+//! let upper = SchemaTool::new(
+//!     "to-upper",
+//!     "Upper-case some words.",
+//!     json!({
+//!         "type": "object",
+//!         "properties": {
+//!             "words": {"type": "array", "items": {"type": "string"}},
+//!             "sep": {"type": "string", "default": " "}
+//!         },
+//!         "required": ["words"]
+//!     }),
+//!     // The handler: any async closure from the arguments to a JSON result.
+//!     |args: Value, _cx| async move {
+//!         let words: Vec<String> = args["words"]
+//!             .as_array()
+//!             .into_iter()
+//!             .flatten()
+//!             .filter_map(Value::as_str)
+//!             .map(str::to_uppercase)
+//!             .collect();
+//!         Ok(json!({ "text": words.join(args["sep"].as_str().unwrap_or(" ")) }))
+//!     },
+//! )?;
+//!
+//! let mut registry = ToolRegistry::builtin()?;
+//! registry.add(Arc::new(upper))?;
+//! let tool = registry.get("to-upper").expect("just added");
+//! assert_eq!(
+//!     tool.validate(&json!({"words": ["a", 2]})),
+//!     Err(r#"/words/1: 2 is not of type "string""#.to_string())
+//! );
+//! let module = stubs::stub_module(&registry.select(&["to-upper", "read_file"])?)?;
+//! assert!(module.contains("def to_upper(words: List[str], sep: str = \" \") -> Any:"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Linking
 //!
 //! Registration uses `inventory`: a tool exists in a binary only if its
@@ -101,6 +155,7 @@ pub mod hints;
 pub mod process;
 mod registry;
 pub mod schema;
+mod schema_tool;
 pub mod stubs;
 mod tool;
 
@@ -108,6 +163,7 @@ mod tool;
 pub use inventory;
 
 pub use registry::{RegistryError, ToolDispatcher, ToolRegistry, default_enabled_tools};
+pub use schema_tool::SchemaTool;
 pub use tool::{
     DynTool, Tool, ToolContext, ToolEntry, ToolError, ToolSettings, WebSettings, erase,
 };

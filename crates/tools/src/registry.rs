@@ -15,9 +15,31 @@ pub enum RegistryError {
     /// Two tools share a name.
     #[error("two tools are named `{0}`; tool names must be unique")]
     Duplicate(String),
-    /// A name is not a valid Python identifier.
-    #[error("tool name `{0}` is not a lowercase Python identifier ([a-z_][a-z0-9_]*)")]
+    /// A name cannot name a tool (empty, over 128 bytes, or with control
+    /// characters or whitespace).
+    #[error(
+        "tool name {0:?} cannot be used: a name is 1 to 128 characters without whitespace or \
+         control characters"
+    )]
     BadName(String),
+    /// Two tools whose names map to one Python function name.
+    #[error("tools `{first}` and `{second}` both map to the Python name `{ident}`; rename one")]
+    SameIdentifier {
+        /// The tool registered first.
+        first: String,
+        /// The tool being added.
+        second: String,
+        /// The Python name both map to.
+        ident: String,
+    },
+    /// A tool's JSON Schema cannot be used.
+    #[error("tool `{tool}`: {problem}")]
+    BadSchema {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// A tool asked for is not in the registry.
     #[error("unknown tool `{name}`; known tools: {known}")]
     Unknown {
@@ -34,6 +56,8 @@ pub enum RegistryError {
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn DynTool>>,
+    /// Python function name → tool name.
+    idents: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -45,9 +69,9 @@ impl std::fmt::Debug for ToolRegistry {
 }
 
 fn valid_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some('a'..='z' | '_'))
-        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+    !name.is_empty()
+        && name.len() <= 128
+        && !name.chars().any(|c| c.is_control() || c.is_whitespace())
 }
 
 impl ToolRegistry {
@@ -71,10 +95,14 @@ impl ToolRegistry {
         Ok(reg)
     }
 
-    /// Adds a tool at run time.
+    /// Adds a tool at run time: a built-in type ([`erase`](crate::erase)),
+    /// a [`SchemaTool`](crate::SchemaTool), or any [`DynTool`].
     ///
     /// # Errors
-    /// [`RegistryError::Duplicate`] or [`RegistryError::BadName`].
+    /// [`RegistryError::Duplicate`] for a name already registered,
+    /// [`RegistryError::SameIdentifier`] for a name that maps to the same
+    /// Python function name as a registered one (`get-user`, `get_user`),
+    /// [`RegistryError::BadName`].
     pub fn add(&mut self, tool: Arc<dyn DynTool>) -> Result<(), RegistryError> {
         let name = tool.name().to_string();
         if !valid_name(&name) {
@@ -83,6 +111,15 @@ impl ToolRegistry {
         if self.tools.contains_key(&name) {
             return Err(RegistryError::Duplicate(name));
         }
+        let ident = crate::stubs::python_function_name(&name);
+        if let Some(first) = self.idents.get(&ident) {
+            return Err(RegistryError::SameIdentifier {
+                first: first.clone(),
+                second: name,
+                ident,
+            });
+        }
+        self.idents.insert(ident, name.clone());
         self.tools.insert(name, tool);
         Ok(())
     }
@@ -225,12 +262,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_must_be_python_identifiers() {
+    fn names_are_short_printable_words() {
         assert!(valid_name("read_file"));
-        assert!(valid_name("_x1"));
-        assert!(!valid_name("1x"));
-        assert!(!valid_name("Read"));
-        assert!(!valid_name("a-b"));
+        assert!(valid_name("get-user"));
+        assert!(valid_name("1x"));
+        assert!(valid_name("Read.v2"));
         assert!(!valid_name(""));
+        assert!(!valid_name("a b"));
+        assert!(!valid_name("a\u{0}"));
+        assert!(!valid_name(&"x".repeat(129)));
     }
 }

@@ -27,34 +27,84 @@ pub fn schema_of<T: JsonSchema>() -> Value {
     v
 }
 
+/// How many `$ref`s or nested schemas the renderers follow before giving
+/// up (`Any`): bounds recursive schemas.
+const MAX_DEPTH: usize = 32;
+
+/// `schema` with its local `$ref` chain (`#/$defs/…`, `#/definitions/…`, any
+/// `#/…` pointer into `root`) followed. A reference that does not resolve,
+/// is not local or loops is returned as is.
+pub fn resolve<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
+    let mut cur = schema;
+    for _ in 0..MAX_DEPTH {
+        let Some(r) = cur.get("$ref").and_then(Value::as_str) else {
+            return cur;
+        };
+        let Some(pointer) = r.strip_prefix('#') else {
+            return cur;
+        };
+        let pointer = pointer.replace("%25", "%").replace("%22", "\"");
+        match root.pointer(&pointer) {
+            Some(next) => cur = next,
+            None => return cur,
+        }
+    }
+    cur
+}
+
 /// A JSON Schema fragment rendered as a Python type hint (`typing` names,
-/// valid on Python 3.8).
+/// valid on Python 3.8), local `$ref`s resolved against the fragment itself.
 pub fn python_type(schema: &Value) -> String {
+    python_type_in(schema, schema)
+}
+
+/// [`python_type`] of `schema`, a part of `root` whose `$ref`s point into
+/// `root`.
+pub fn python_type_in(root: &Value, schema: &Value) -> String {
+    hint(root, schema, 0)
+}
+
+fn is_scalar(v: &Value) -> bool {
+    !matches!(v, Value::Array(_) | Value::Object(_))
+}
+
+fn hint(root: &Value, schema: &Value, depth: usize) -> String {
+    if depth > MAX_DEPTH {
+        return "Any".into();
+    }
+    let schema = resolve(root, schema);
     if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        // typing.Literal hashes its values: only scalars.
+        if values.is_empty() || !values.iter().all(is_scalar) {
+            return "Any".into();
+        }
         let lits: Vec<String> = values.iter().map(python_literal).collect();
         return format!("Literal[{}]", lits.join(", "));
     }
     if let Some(c) = schema.get("const") {
+        if !is_scalar(c) {
+            return "Any".into();
+        }
         return format!("Literal[{}]", python_literal(c));
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(alts) = schema.get(key).and_then(Value::as_array) {
-            return union(alts.iter().map(python_type).collect());
+            return union(alts.iter().map(|a| hint(root, a, depth + 1)).collect());
         }
     }
     match schema.get("type") {
-        Some(Value::String(t)) => scalar_type(t, schema),
+        Some(Value::String(t)) => scalar_type(root, t, schema, depth),
         Some(Value::Array(ts)) => union(
             ts.iter()
                 .filter_map(Value::as_str)
-                .map(|t| scalar_type(t, schema))
+                .map(|t| scalar_type(root, t, schema, depth))
                 .collect(),
         ),
         _ => "Any".to_string(),
     }
 }
 
-fn scalar_type(t: &str, schema: &Value) -> String {
+fn scalar_type(root: &Value, t: &str, schema: &Value, depth: usize) -> String {
     match t {
         "string" => "str".into(),
         "integer" => "int".into(),
@@ -62,8 +112,8 @@ fn scalar_type(t: &str, schema: &Value) -> String {
         "boolean" => "bool".into(),
         "null" => "None".into(),
         "array" => match schema.get("items") {
-            Some(items) => format!("List[{}]", python_type(items)),
-            None => "List[Any]".into(),
+            Some(items) if items.is_object() => format!("List[{}]", hint(root, items, depth + 1)),
+            _ => "List[Any]".into(),
         },
         "object" => "Dict[str, Any]".into(),
         _ => "Any".into(),
@@ -71,9 +121,20 @@ fn scalar_type(t: &str, schema: &Value) -> String {
 }
 
 fn union(mut parts: Vec<String>) -> String {
-    parts.dedup();
+    let mut seen = Vec::new();
+    parts.retain(|p| {
+        if seen.contains(p) {
+            false
+        } else {
+            seen.push(p.clone());
+            true
+        }
+    });
     let has_none = parts.iter().any(|p| p == "None");
     parts.retain(|p| p != "None");
+    if parts.iter().any(|p| p == "Any") {
+        return "Any".into();
+    }
     if parts.len() > 1 && parts.iter().all(|p| p.starts_with("Literal[")) {
         let lits: Vec<&str> = parts
             .iter()
@@ -121,47 +182,91 @@ pub fn python_literal(v: &Value) -> String {
 }
 
 /// A compact description of a result shape, e.g.
-/// `{content: str, total_lines: int, truncated: bool}`.
+/// `{content: str, total_lines: int, truncated: bool}`; local `$ref`s are
+/// resolved.
 pub fn shape(schema: &Value) -> String {
+    shape_in(schema, schema, 0)
+}
+
+fn shape_in(root: &Value, schema: &Value, depth: usize) -> String {
+    if depth > MAX_DEPTH / 4 {
+        return "...".into();
+    }
+    let schema = resolve(root, schema);
     if schema.get("type").and_then(Value::as_str) == Some("object")
         && let Some(props) = schema.get("properties").and_then(Value::as_object)
     {
         let fields: Vec<String> = props
             .iter()
-            .map(|(k, v)| format!("{k}: {}", shape(v)))
+            .map(|(k, v)| format!("{k}: {}", shape_in(root, v, depth + 1)))
             .collect();
         return format!("{{{}}}", fields.join(", "));
     }
     if schema.get("type").and_then(Value::as_str) == Some("array")
-        && let Some(items) = schema.get("items")
+        && let Some(items) = schema.get("items").filter(|i| i.is_object())
     {
-        return format!("[{}]", shape(items));
+        return format!("[{}]", shape_in(root, items, depth + 1));
     }
-    let t = python_type(schema);
+    let t = python_type_in(root, schema);
     match t.as_str() {
         "Dict[str, Any]" => "dict".into(),
         _ => t,
     }
 }
 
+/// The return annotation of a tool's stub function for its output schema:
+/// `Dict[str, Any]` for an object, the schema's type hint otherwise, `Any`
+/// when the shape is not declared.
+pub fn return_hint(output: &Value) -> String {
+    python_type(output)
+}
+
 /// One parameter of a tool, as the stub and descriptions render it.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Param {
-    /// The argument name.
+    /// The Python parameter name ([`stubs::python_parameter_name`] of `key`).
+    ///
+    /// [`stubs::python_parameter_name`]: crate::stubs::python_parameter_name
     pub name: String,
+    /// The property name the tool receives.
+    pub key: String,
     /// The Python type hint.
     pub hint: String,
     /// The default, if the parameter is optional.
     pub default: Option<Value>,
-    /// The doc comment of the field.
+    /// The parameter's description.
     pub description: String,
+    /// Optional without a declared default, and its schema does not admit
+    /// null: when left at `None` the stub does not send it.
+    pub omit_if_none: bool,
 }
 
-/// The parameters of a tool from its argument schema: required ones first,
-/// then optional ones, each group in declaration order. An optional
-/// parameter without a declared default defaults to `None`.
+impl Param {
+    /// `name: hint` or `name: hint = default`, as in a signature.
+    pub fn python(&self) -> String {
+        match &self.default {
+            None => format!("{}: {}", self.name, self.hint),
+            Some(d) => format!("{}: {} = {}", self.name, self.hint, python_literal(d)),
+        }
+    }
+}
+
+fn admits_none(hint: &str) -> bool {
+    hint == "None" || hint.starts_with("Optional[")
+}
+
+/// The parameters of a tool from its argument schema (local `$ref`s
+/// resolved): required ones first, then optional ones, each group in schema
+/// order. An optional parameter without a declared default defaults to
+/// `None` (its hint `Optional[…]`).
 pub fn params(tool: &dyn DynTool) -> Vec<Param> {
-    let schema = tool.args_schema();
+    params_of(&tool.args_schema())
+}
+
+/// [`params`] of an argument schema.
+pub fn params_of(root: &Value) -> Vec<Param> {
+    let schema = resolve(root, root);
     let required: Vec<&str> = schema
         .get("required")
         .and_then(Value::as_array)
@@ -174,21 +279,34 @@ pub fn params(tool: &dyn DynTool) -> Vec<Param> {
         .unwrap_or(&empty);
     let mut req = Vec::new();
     let mut opt = Vec::new();
-    for (name, prop) in props {
-        let is_required = required.contains(&name.as_str());
+    for (key, prop) in props {
+        let is_required = required.contains(&key.as_str());
+        let resolved = resolve(root, prop);
+        let mut hint = python_type_in(root, prop);
+        let declared = prop
+            .get("default")
+            .or_else(|| resolved.get("default"))
+            .cloned();
+        let omit_if_none = !is_required && declared.is_none() && !admits_none(&hint);
+        if omit_if_none && hint != "Any" {
+            hint = format!("Optional[{hint}]");
+        }
         let param = Param {
-            name: name.clone(),
-            hint: python_type(prop),
+            name: crate::stubs::python_parameter_name(key),
+            key: key.clone(),
+            hint,
             default: if is_required {
                 None
             } else {
-                Some(prop.get("default").cloned().unwrap_or(Value::Null))
+                Some(declared.unwrap_or(Value::Null))
             },
             description: prop
                 .get("description")
+                .or_else(|| resolved.get("description"))
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string(),
+            omit_if_none,
         };
         if is_required {
             req.push(param);
@@ -200,19 +318,14 @@ pub fn params(tool: &dyn DynTool) -> Vec<Param> {
     req
 }
 
-/// `name(a: str, b: int = 1) -> {shape}`: the tool's Python signature with
-/// its result shape, as the `execute_code` description lists it.
+/// `name(a: str, b: int = 1) -> {shape}`: the tool's Python signature (the
+/// names a cell uses) with its result shape, as the `execute_code`
+/// description lists it.
 pub fn signature(tool: &dyn DynTool) -> String {
-    let ps: Vec<String> = params(tool)
-        .iter()
-        .map(|p| match &p.default {
-            None => format!("{}: {}", p.name, p.hint),
-            Some(d) => format!("{}: {} = {}", p.name, p.hint, python_literal(d)),
-        })
-        .collect();
+    let ps: Vec<String> = params(tool).iter().map(Param::python).collect();
     format!(
         "{}({}) -> {}",
-        tool.name(),
+        crate::stubs::python_function_name(tool.name()),
         ps.join(", "),
         shape(&tool.output_schema())
     )

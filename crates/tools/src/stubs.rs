@@ -24,22 +24,280 @@ const PY_KEYWORDS: [&str; 35] = [
     "with", "yield",
 ];
 
+/// Python's builtins. The runner copies every tool into the cell's
+/// namespace and the prelude calls builtins (`str`, `isinstance`, …), so a
+/// tool function must never shadow one.
+const PY_BUILTINS: &[&str] = &[
+    "ArithmeticError",
+    "AssertionError",
+    "AttributeError",
+    "BaseException",
+    "BaseExceptionGroup",
+    "BlockingIOError",
+    "BrokenPipeError",
+    "BufferError",
+    "BytesWarning",
+    "ChildProcessError",
+    "ConnectionAbortedError",
+    "ConnectionError",
+    "ConnectionRefusedError",
+    "ConnectionResetError",
+    "DeprecationWarning",
+    "EOFError",
+    "Ellipsis",
+    "EncodingWarning",
+    "EnvironmentError",
+    "Exception",
+    "ExceptionGroup",
+    "False",
+    "FileExistsError",
+    "FileNotFoundError",
+    "FloatingPointError",
+    "FutureWarning",
+    "GeneratorExit",
+    "IOError",
+    "ImportError",
+    "ImportWarning",
+    "IndentationError",
+    "IndexError",
+    "InterruptedError",
+    "IsADirectoryError",
+    "KeyError",
+    "KeyboardInterrupt",
+    "LookupError",
+    "MemoryError",
+    "ModuleNotFoundError",
+    "NameError",
+    "None",
+    "NotADirectoryError",
+    "NotImplemented",
+    "NotImplementedError",
+    "OSError",
+    "OverflowError",
+    "PendingDeprecationWarning",
+    "PermissionError",
+    "ProcessLookupError",
+    "PythonFinalizationError",
+    "RecursionError",
+    "ReferenceError",
+    "ResourceWarning",
+    "RuntimeError",
+    "RuntimeWarning",
+    "StopAsyncIteration",
+    "StopIteration",
+    "SyntaxError",
+    "SyntaxWarning",
+    "SystemError",
+    "SystemExit",
+    "TabError",
+    "TimeoutError",
+    "True",
+    "TypeError",
+    "UnboundLocalError",
+    "UnicodeDecodeError",
+    "UnicodeEncodeError",
+    "UnicodeError",
+    "UnicodeTranslateError",
+    "UnicodeWarning",
+    "UserWarning",
+    "ValueError",
+    "Warning",
+    "ZeroDivisionError",
+    "abs",
+    "aiter",
+    "all",
+    "anext",
+    "any",
+    "ascii",
+    "bin",
+    "bool",
+    "breakpoint",
+    "bytearray",
+    "bytes",
+    "callable",
+    "chr",
+    "classmethod",
+    "compile",
+    "complex",
+    "copyright",
+    "credits",
+    "delattr",
+    "dict",
+    "dir",
+    "divmod",
+    "enumerate",
+    "eval",
+    "exec",
+    "exit",
+    "filter",
+    "float",
+    "format",
+    "frozenset",
+    "getattr",
+    "globals",
+    "hasattr",
+    "hash",
+    "help",
+    "hex",
+    "id",
+    "input",
+    "int",
+    "isinstance",
+    "issubclass",
+    "iter",
+    "len",
+    "license",
+    "list",
+    "locals",
+    "map",
+    "max",
+    "memoryview",
+    "min",
+    "next",
+    "object",
+    "oct",
+    "open",
+    "ord",
+    "pow",
+    "print",
+    "property",
+    "quit",
+    "range",
+    "repr",
+    "reversed",
+    "round",
+    "set",
+    "setattr",
+    "slice",
+    "sorted",
+    "staticmethod",
+    "str",
+    "sum",
+    "super",
+    "tuple",
+    "type",
+    "vars",
+    "zip",
+];
+
+/// Names the prelude defines or imports at module level (besides
+/// [`HELPERS`]); a test checks this against the prelude itself.
+pub const PRELUDE_NAMES: &[&str] = &[
+    "_thread",
+    "_os",
+    "_FINAL_CODES",
+    "_local",
+    "_connect",
+    "_peer_closed",
+    "_connection",
+    "_drop",
+    "_call",
+    "Any",
+    "Callable",
+    "Dict",
+    "List",
+    "Literal",
+    "Optional",
+    "Union",
+];
+
+/// Names a generated function body uses; a parameter never takes one.
+const BODY_NAMES: [&str; 2] = ["_call", "_args"];
+
 /// Why a stub could not be generated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StubError {
-    /// A tool or parameter name cannot be a Python identifier.
+    /// A tool or parameter name cannot be a Python identifier (no longer
+    /// produced: such names are mapped).
     #[error("{0} `{1}` is a Python keyword or a name the stub module reserves; rename it")]
     ReservedName(&'static str, String),
+    /// Two tools, or two parameters of one tool, map to one Python name.
+    #[error("{what} `{first}` and `{second}` both map to the Python name `{ident}`; rename one")]
+    SameIdentifier {
+        /// `"tools"`, or `"parameters of tool `x`"`.
+        what: String,
+        /// The first name.
+        first: String,
+        /// The second name.
+        second: String,
+        /// The identifier both map to.
+        ident: String,
+    },
 }
 
-fn reserved(name: &str) -> bool {
-    PY_KEYWORDS.contains(&name) || HELPERS.contains(&name) || name.starts_with('_')
+/// `name` as a Python identifier: every character outside `[A-Za-z0-9_]`
+/// becomes `_`, a leading digit (or an empty name) gets a `_` prefix, and a
+/// keyword gets a `_` suffix. `get-user` → `get_user`, `from` → `from_`,
+/// `2fa` → `_2fa`.
+pub fn python_identifier(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    if PY_KEYWORDS.contains(&out.as_str()) {
+        out.push('_');
+    }
+    out
+}
+
+fn taken_by_module(ident: &str) -> bool {
+    PY_BUILTINS.contains(&ident) || HELPERS.contains(&ident) || PRELUDE_NAMES.contains(&ident)
+}
+
+/// The Python function name of a tool called `name`: its
+/// [`python_identifier`], with a `_` suffix while that is a builtin or a
+/// name the module itself defines (`print` → `print_`, `retry` →
+/// `retry_`), so that no tool shadows them; a dunder name (`__init__`,
+/// which no suffix can turn into an ordinary name) gets a `tool` prefix.
+/// The host always sees `name`.
+pub fn python_function_name(name: &str) -> String {
+    let mut ident = python_identifier(name);
+    if ident.starts_with("__") && ident.ends_with("__") {
+        ident.insert_str(0, "tool");
+    }
+    // Terminates: the reserved names are finite.
+    while taken_by_module(&ident) {
+        ident.push('_');
+    }
+    ident
+}
+
+/// The Python parameter name of a property called `key`: its
+/// [`python_identifier`], with a `_` suffix while that is a name the
+/// function body uses. The tool receives `key`.
+pub fn python_parameter_name(key: &str) -> String {
+    let mut ident = python_identifier(key);
+    while BODY_NAMES.contains(&ident.as_str()) {
+        ident.push('_');
+    }
+    ident
 }
 
 /// Escapes text for a `"""` docstring.
 fn docstring(text: &str) -> String {
-    text.replace('\\', "\\\\").replace("\"\"\"", "\\\"\\\"\\\"")
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push('\n'),
+            // NUL and other controls are not allowed (or not kept) in source.
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.replace("\"\"\"", "\\\"\\\"\\\"")
 }
 
 /// Wraps each paragraph of `text` at `width` columns: the first line of a
@@ -71,33 +329,52 @@ fn wrap(text: &str, first: &str, rest: &str, width: usize) -> String {
 
 fn function(tool: &dyn DynTool) -> Result<String, StubError> {
     let name = tool.name();
-    if reserved(name) {
-        return Err(StubError::ReservedName("tool name", name.to_string()));
-    }
+    let ident = python_function_name(name);
     let params: Vec<Param> = schema::params(tool);
-    for p in &params {
-        if PY_KEYWORDS.contains(&p.name.as_str()) {
-            return Err(StubError::ReservedName("parameter", p.name.clone()));
-        }
-    }
-    let sig: Vec<String> = params
-        .iter()
-        .map(|p| match &p.default {
-            None => format!("{}: {}", p.name, p.hint),
-            Some(d) => format!("{}: {} = {}", p.name, p.hint, schema::python_literal(d)),
-        })
-        .collect();
+    check_params(name, &params)?;
+    let sig: Vec<String> = params.iter().map(Param::python).collect();
+    let output = tool.output_schema();
     let mut f = String::new();
-    let _ = writeln!(f, "def {name}({}) -> Dict[str, Any]:", sig.join(", "));
-    let mut doc = wrap(tool.doc().trim(), "", "", 84);
+    let _ = writeln!(
+        f,
+        "def {ident}({}) -> {}:",
+        sig.join(", "),
+        schema::return_hint(&output)
+    );
+    let summary = tool.doc().trim();
+    let mut doc = if summary.is_empty() {
+        format!(
+            "Call the host tool {}.\n",
+            schema::python_literal(&name.into())
+        )
+    } else {
+        wrap(summary, "", "", 84)
+    };
+    if ident != name {
+        let _ = writeln!(
+            doc,
+            "\nThe host knows this tool as {}.",
+            schema::python_literal(&name.into())
+        );
+    }
     if !params.is_empty() {
         doc.push_str("\nArgs:\n");
         for p in &params {
-            let desc = p
+            let mut desc = p
                 .description
                 .split_whitespace()
                 .collect::<Vec<_>>()
                 .join(" ");
+            if p.key != p.name {
+                if !desc.is_empty() {
+                    desc.push(' ');
+                }
+                let _ = write!(
+                    desc,
+                    "(sent as {})",
+                    schema::python_literal(&p.key.clone().into())
+                );
+            }
             doc.push_str(&wrap(
                 &format!("{} ({}): {desc}", p.name, p.hint),
                 "    ",
@@ -107,12 +384,13 @@ fn function(tool: &dyn DynTool) -> Result<String, StubError> {
         }
     }
     doc.push_str("\nReturns:\n");
-    doc.push_str(&wrap(
-        &schema::shape(&tool.output_schema()),
-        "    ",
-        "        ",
-        84,
-    ));
+    let shape = schema::shape(&output);
+    let shape = if shape == "Any" {
+        "Any: the tool's JSON result (its shape is not declared).".to_string()
+    } else {
+        shape
+    };
+    doc.push_str(&wrap(&shape, "    ", "        ", 84));
     doc.push_str("\nRaises:\n    ToolError: the host refused the call or the tool failed.\n");
     let text = docstring(&doc);
     let mut lines = text.trim_end().lines();
@@ -125,30 +403,77 @@ fn function(tool: &dyn DynTool) -> Result<String, StubError> {
         }
     }
     let _ = writeln!(f, "    \"\"\"");
-    let args: Vec<String> = params
+    let key = |p: &Param| schema::python_literal(&p.key.clone().into());
+    let always: Vec<String> = params
         .iter()
-        .map(|p| {
-            format!(
-                "{}: {}",
-                schema::python_literal(&p.name.clone().into()),
-                p.name
-            )
-        })
+        .filter(|p| !p.omit_if_none)
+        .map(|p| format!("{}: {}", key(p), p.name))
         .collect();
-    let _ = writeln!(f, "    return _call({:?}, {{{}}})", name, args.join(", "));
+    let tool_name = schema::python_literal(&name.into());
+    if params.iter().any(|p| p.omit_if_none) {
+        // An optional property whose schema does not admit null is left
+        // out when not given (None), rather than sent as null.
+        let _ = writeln!(f, "    _args = {{{}}}", always.join(", "));
+        for p in params.iter().filter(|p| p.omit_if_none) {
+            let _ = writeln!(f, "    if {} is not None:", p.name);
+            let _ = writeln!(f, "        _args[{}] = {}", key(p), p.name);
+        }
+        let _ = writeln!(f, "    return _call({tool_name}, _args)");
+    } else {
+        let _ = writeln!(
+            f,
+            "    return _call({tool_name}, {{{}}})",
+            always.join(", ")
+        );
+    }
     Ok(f)
+}
+
+/// Checks that no two parameters of `tool` map to one Python name.
+///
+/// # Errors
+/// [`StubError::SameIdentifier`] naming both properties.
+pub(crate) fn check_params(tool: &str, params: &[Param]) -> Result<(), StubError> {
+    let mut seen: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    for p in params {
+        if let Some(first) = seen.insert(&p.name, &p.key) {
+            return Err(StubError::SameIdentifier {
+                what: format!("properties of tool `{tool}`"),
+                first: first.to_string(),
+                second: p.key.clone(),
+                ident: p.name.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Generates `toolcell_tools.py` for `tools` (the kernel's enabled tools).
 ///
+/// Tool and parameter names that are not Python identifiers are mapped
+/// ([`python_function_name`], [`python_parameter_name`]); the host and the
+/// tool always see the original names.
+///
 /// # Errors
-/// [`StubError`] when a tool's name or a parameter name cannot be used in
-/// Python.
+/// [`StubError`] when two tools, or two parameters of a tool, map to the
+/// same Python name.
 pub fn stub_module(tools: &[Arc<dyn DynTool>]) -> Result<String, StubError> {
     let mut out = String::with_capacity(PRELUDE.len() + tools.len() * 1024);
     out.push_str(PRELUDE);
-    let mut all: Vec<&str> = HELPERS.to_vec();
-    all.extend(tools.iter().map(|t| t.name()));
+    let mut all: Vec<String> = HELPERS.iter().map(|h| (*h).to_string()).collect();
+    let mut seen: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
+    for t in tools {
+        let ident = python_function_name(t.name());
+        if let Some(first) = seen.insert(ident.clone(), t.name()) {
+            return Err(StubError::SameIdentifier {
+                what: "tools".into(),
+                first: first.to_string(),
+                second: t.name().to_string(),
+                ident,
+            });
+        }
+        all.push(ident);
+    }
     out.push_str("\n\n__all__ = [");
     out.push_str(
         &all.iter()
@@ -162,4 +487,31 @@ pub fn stub_module(tools: &[Arc<dyn DynTool>]) -> Result<String, StubError> {
         out.push_str(&function(t.as_ref())?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_python_identifiers() {
+        for (name, ident) in [
+            ("get-user", "get_user"),
+            ("from", "from_"),
+            ("2fa", "_2fa"),
+            ("", "_"),
+            ("naïve", "na_ve"),
+            ("print", "print_"),
+            ("retry", "retry_"),
+            ("_call", "_call_"),
+            ("__init__", "tool__init__"),
+            ("__", "tool__"),
+            ("read_file", "read_file"),
+        ] {
+            assert_eq!(python_function_name(name), ident, "{name}");
+        }
+        assert_eq!(python_parameter_name("class"), "class_");
+        assert_eq!(python_parameter_name("_args"), "_args_");
+        assert_eq!(python_parameter_name("type"), "type");
+    }
 }

@@ -254,16 +254,18 @@ impl ToolContext {
 
 /// The object-safe form of a tool, as the registry holds it. Implement
 /// [`Tool`] and let [`register_tool!`](crate::register_tool) or
-/// [`erase`] produce this; implement it by hand only for tools whose shape is
-/// known at run time.
+/// [`erase`] produce this; for a tool whose shape is only known at run time
+/// use [`SchemaTool`](crate::SchemaTool).
 pub trait DynTool: Send + Sync + 'static {
     /// The function name.
     fn name(&self) -> &str;
     /// The doc: summary line, then details.
     fn doc(&self) -> &str;
-    /// JSON Schema of the arguments (an object schema, subschemas inlined).
+    /// JSON Schema of the arguments: an object schema (built-in tools inline
+    /// their subschemas; a [`SchemaTool`](crate::SchemaTool)'s may use local
+    /// `$ref`s into `$defs`/`definitions`).
     fn args_schema(&self) -> Value;
-    /// JSON Schema of the result.
+    /// JSON Schema of the result; `{}` (anything) when not declared.
     fn output_schema(&self) -> Value;
     /// Arguments cells may not set.
     fn blocked_params(&self) -> &[&'static str];

@@ -1,0 +1,251 @@
+//! Tools defined at run time from a JSON Schema and an async handler.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use toolcell_rpc::BoxFuture;
+
+use crate::registry::RegistryError;
+use crate::schema;
+use crate::stubs;
+use crate::tool::{DynTool, ToolContext, ToolError};
+
+type Handler =
+    Arc<dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> + Send + Sync>;
+
+/// The longest `bad_args` message, in bytes.
+const MAX_PROBLEM: usize = 1000;
+/// The longest rendering of an offending value inside a message, in chars.
+const MAX_VALUE: usize = 80;
+
+/// A tool whose shape is known at run time: a name, a description, an input
+/// JSON Schema (draft 2020-12 or draft-07; `$ref` into `$defs` or
+/// `definitions` resolved), an optional output schema and an async handler.
+///
+/// It goes through the same registry, dispatcher and checks as a built-in
+/// tool: arguments are validated against the input schema on the host before
+/// the handler runs (a violation is `bad_args` naming the JSON pointer of the
+/// offending value, and spends no budget), and its stub function's
+/// signature, type hints and docstring come from the schemas.
+///
+/// ```
+/// use serde_json::{Value, json};
+/// use std::sync::Arc;
+/// use toolcell_tools::{SchemaTool, ToolError, ToolRegistry, stubs};
+///
+/// let lookup = SchemaTool::new(
+///     "get-user",
+///     "Look a user up by id.",
+///     json!({
+///         "type": "object",
+///         "properties": {
+///             "id": {"type": "integer", "description": "The user's id."},
+///             "from": {"type": "string", "description": "Which directory."}
+///         },
+///         "required": ["id"]
+///     }),
+///     |args: Value, _cx| async move {
+///         let id = args["id"].as_i64().ok_or_else(|| ToolError::failed("no id"))?;
+///         Ok(json!({"id": id, "name": format!("user {id}")}))
+///     },
+/// )?
+/// .with_output_schema(json!({
+///     "type": "object",
+///     "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}
+/// }))?;
+///
+/// let mut registry = ToolRegistry::builtin()?;
+/// registry.add(Arc::new(lookup))?;
+/// let tool = registry.get("get-user").expect("registered");
+///
+/// // Arguments are checked against the schema; the message names the value.
+/// let err = tool.validate(&json!({"id": "x"})).unwrap_err();
+/// assert_eq!(err, r#"/id: "x" is not of type "integer""#);
+///
+/// // In Python: a mapped name, `from` → `from_`, the original keys sent.
+/// let module = stubs::stub_module(&registry.select(&["get-user"])?)?;
+/// assert!(module.contains(
+///     "def get_user(id: int, from_: Optional[str] = None) -> Dict[str, Any]:"
+/// ));
+/// assert!(module.contains(r#"_args["from"] = from_"#));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct SchemaTool {
+    name: String,
+    doc: String,
+    input: Value,
+    output: Option<Value>,
+    validator: jsonschema::Validator,
+    handler: Handler,
+}
+
+impl fmt::Debug for SchemaTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchemaTool")
+            .field("name", &self.name)
+            .field("input", &self.input)
+            .field("output", &self.output)
+            .finish_non_exhaustive()
+    }
+}
+
+fn bad_schema(tool: &str, problem: impl Into<String>) -> RegistryError {
+    RegistryError::BadSchema {
+        tool: tool.to_string(),
+        problem: truncate(problem.into(), MAX_PROBLEM),
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+/// Compiles `schema`, which must be a valid JSON Schema; `what` names it in
+/// errors.
+fn compile(tool: &str, what: &str, schema: &Value) -> Result<jsonschema::Validator, RegistryError> {
+    jsonschema::validator_for(schema)
+        .map_err(|e| bad_schema(tool, format!("{what} is not a valid JSON Schema: {e}")))
+}
+
+impl SchemaTool {
+    /// A tool called `name` (any name: one that is not a Python identifier
+    /// is mapped in the stub, `get-user` → `get_user`), described by
+    /// `description`, taking arguments that `input_schema` accepts, run by
+    /// `handler`.
+    ///
+    /// # Errors
+    /// [`RegistryError::BadSchema`] naming the tool and the problem when
+    /// `input_schema` is not an object schema (`"type": "object"`), not a
+    /// valid JSON Schema, refers to anything outside itself, or has two
+    /// properties that map to one Python parameter name (`from` and
+    /// `from_`).
+    pub fn new<F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+        handler: F,
+    ) -> Result<Self, RegistryError>
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        let name = name.into();
+        if !input_schema.is_object() {
+            return Err(bad_schema(
+                &name,
+                "the input schema must be a JSON object schema ({\"type\": \"object\", …})",
+            ));
+        }
+        let validator = compile(&name, "the input schema", &input_schema)?;
+        let root = schema::resolve(&input_schema, &input_schema);
+        if root.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(bad_schema(
+                &name,
+                format!(
+                    "the input schema must be an object schema (\"type\": \"object\"), not {}",
+                    truncate(
+                        root.get("type")
+                            .map_or_else(|| "a schema without a type".into(), Value::to_string),
+                        MAX_VALUE
+                    )
+                ),
+            ));
+        }
+        stubs::check_params(&name, &schema::params_of(&input_schema))
+            .map_err(|e| bad_schema(&name, e.to_string()))?;
+        let handler: Handler = Arc::new(move |args, cx| Box::pin(handler(args, cx)));
+        Ok(Self {
+            name,
+            doc: description.into(),
+            input: input_schema,
+            output: None,
+            validator,
+            handler,
+        })
+    }
+
+    /// Declares the shape of the result (shown in the stub's docstring and
+    /// the `execute_code` description; results are not checked against it).
+    ///
+    /// # Errors
+    /// [`RegistryError::BadSchema`] if `schema` is not a valid JSON Schema.
+    pub fn with_output_schema(mut self, schema: Value) -> Result<Self, RegistryError> {
+        compile(&self.name, "the output schema", &schema)?;
+        self.output = Some(schema);
+        Ok(self)
+    }
+
+    /// Checks `args` against the input schema: the first violation, as
+    /// `/json/pointer: what is wrong` (no pointer for the arguments object
+    /// itself).
+    fn check(&self, args: &Value) -> Result<(), String> {
+        match self.validator.validate(args) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let value = truncate_chars(&e.instance().to_string(), MAX_VALUE);
+                let message = e.masked_with(value).to_string();
+                let pointer = e.instance_path().to_string();
+                let text = if pointer.is_empty() {
+                    message
+                } else {
+                    format!("{pointer}: {message}")
+                };
+                Err(truncate(text, MAX_PROBLEM))
+            }
+        }
+    }
+}
+
+fn truncate_chars(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max).collect();
+    out.push('…');
+    out
+}
+
+impl DynTool for SchemaTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn doc(&self) -> &str {
+        &self.doc
+    }
+
+    fn args_schema(&self) -> Value {
+        self.input.clone()
+    }
+
+    fn output_schema(&self) -> Value {
+        self.output.clone().unwrap_or_else(|| json!({}))
+    }
+
+    fn blocked_params(&self) -> &[&'static str] {
+        &[]
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        self.check(args)
+    }
+
+    fn call(&self, args: Value, cx: ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> {
+        // The dispatcher validated already; a direct caller gets the same check.
+        if let Err(problem) = self.check(&args) {
+            let msg = format!("bad arguments for \"{}\": {problem}", self.name);
+            return Box::pin(async move { Err(ToolError::Failed(msg)) });
+        }
+        (self.handler)(args, cx)
+    }
+}

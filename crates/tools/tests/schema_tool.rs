@@ -1,0 +1,721 @@
+//! Tools defined at run time from a JSON Schema and a closure: validation on
+//! the host (`bad_args` naming the JSON pointer, the handler not called, no
+//! budget spent, against a real rpc server and the generated stub), schema
+//! and name errors at registration, and the stub functions generated from
+//! hard schemas (golden file, `py_compile`, `inspect.signature`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/golden.rs"]
+mod golden;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use golden::check_golden;
+use serde_json::{Value, json};
+use toolcell_rpc::{CellSpec, Server, ServerConfig};
+use toolcell_tools::{
+    DynTool, RegistryError, SchemaTool, ToolContext, ToolError, ToolRegistry, ToolSettings, schema,
+    stubs,
+};
+
+fn echo(name: &str, description: &str, input: Value) -> SchemaTool {
+    SchemaTool::new(
+        name,
+        description,
+        input,
+        |args: Value, _cx: ToolContext| async move { Ok(json!({ "args": args })) },
+    )
+    .unwrap()
+}
+
+/// Tools with schemas that are hard to render: nested objects, `$ref`
+/// chains, `anyOf` with null, enums, arrays of objects, no properties,
+/// required after optional properties, keyword property names, a tool name
+/// that is not an identifier, and a draft-07 schema with `definitions`.
+fn hard_tools() -> Vec<Arc<dyn DynTool>> {
+    let tools = vec![
+        echo(
+            "get-user",
+            "Look a user up.\nReturns the user's record.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "id": {"type": "integer", "description": "The user's id."},
+                    "from": {"type": "string", "description": "Directory to search."},
+                    "class": {"enum": ["staff", "guest"], "default": "guest", "description": "Kind of user."}
+                },
+                "required": ["id"]
+            }),
+        )
+        .with_output_schema(json!({
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}
+        }))
+        .unwrap(),
+        echo(
+            "nested",
+            "Nested objects and a $ref chain.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "filter": {
+                        "type": "object",
+                        "description": "What to match.",
+                        "properties": {
+                            "name": {"type": "string"},
+                            "tags": {"type": "object", "properties": {"any": {"type": "array", "items": {"type": "string"}}}}
+                        }
+                    },
+                    "address": {"$ref": "#/$defs/Home"}
+                },
+                "required": ["filter", "address"],
+                "$defs": {
+                    "Home": {"$ref": "#/$defs/Address"},
+                    "Address": {
+                        "type": "object",
+                        "description": "A postal address.",
+                        "properties": {"street": {"type": "string"}, "zip": {"$ref": "#/$defs/Zip"}},
+                        "required": ["street"]
+                    },
+                    "Zip": {"type": "string", "pattern": "^[0-9]{5}$"}
+                }
+            }),
+        )
+        .with_output_schema(json!({
+            "type": "object",
+            "properties": {"match": {"$ref": "#/$defs/M"}},
+            "$defs": {"M": {"type": "object", "properties": {"score": {"type": "number"}}}}
+        }))
+        .unwrap(),
+        echo(
+            "maybe",
+            "Unions with null.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "note": {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "A note, or null."},
+                    "count": {"type": ["integer", "null"], "default": null},
+                    "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]}
+                }
+            }),
+        ),
+        echo(
+            "enums",
+            "Enumerations.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "mode": {"type": "string", "enum": ["fast", "slow"]},
+                    "level": {"type": "integer", "enum": [1, 2, 3], "default": 2},
+                    "shape": {"enum": [{"x": 1}, "flat"]}
+                },
+                "required": ["mode"]
+            }),
+        ),
+        echo(
+            "batch",
+            "Arrays of objects.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "items": {
+                        "type": "array",
+                        "description": "The records.",
+                        "items": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}
+                    },
+                    "ratio": {"type": "number", "default": 0.5},
+                    "dry": {"type": "boolean", "default": false}
+                },
+                "required": ["items"]
+            }),
+        )
+        .with_output_schema(json!({
+            "type": "array",
+            "items": {"type": "object", "properties": {"id": {"type": "integer"}, "ok": {"type": "boolean"}}}
+        }))
+        .unwrap(),
+        echo("ping", "", json!({"type": "object"})),
+        echo(
+            "ordering",
+            "Required properties after optional ones.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "a": {"type": "string"},
+                    "b": {"type": "string"},
+                    "c": {"type": "integer", "default": 3},
+                    "d": {"type": "array"},
+                    "my-key": {"type": "string", "description": "Not an identifier."},
+                    "_call": {"type": "string"}
+                },
+                "required": ["d", "b"]
+            }),
+        ),
+        echo(
+            "legacy",
+            "A draft-07 schema with definitions.",
+            json!({
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "properties": {"thing": {"$ref": "#/definitions/Thing"}},
+                "required": ["thing"],
+                "definitions": {"Thing": {"type": "object", "properties": {"n": {"type": "integer"}}}}
+            }),
+        ),
+        echo("print", "Named like a builtin.", json!({"type": "object"})),
+    ];
+    let mut reg = ToolRegistry::empty();
+    for t in tools {
+        reg.add(Arc::new(t)).unwrap();
+    }
+    let names: Vec<&str> = reg.names().collect();
+    reg.select(&names).unwrap()
+}
+
+fn python(dir: &Path, code: &str, envs: &[(&str, &str)]) -> std::process::Output {
+    Command::new("python3")
+        .arg("-c")
+        .arg(code)
+        .current_dir(dir)
+        .env("PYTHONPATH", dir)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn stubs_for_hard_schemas_match_their_golden_file() {
+    let src = stubs::stub_module(&hard_tools()).unwrap();
+    let functions = &src[stubs::PRELUDE.len()..];
+    check_golden("schema_tools.py", functions);
+}
+
+#[test]
+fn the_generated_module_compiles_and_its_signatures_say_what_the_schemas_say() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("toolcell_tools.py");
+    std::fs::write(&path, stubs::stub_module(&hard_tools()).unwrap()).unwrap();
+    let out = Command::new("python3")
+        .args(["-m", "py_compile"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = python(
+        tmp.path(),
+        r#"
+import inspect, json, toolcell_tools as t
+sigs = {}
+for name in t.__all__:
+    f = getattr(t, name)
+    if name in ("ToolError", "json_parse", "shell_quote", "retry"):
+        continue
+    sig = inspect.signature(f)
+    sigs[name] = {
+        "params": [
+            [p.name, None if p.default is inspect.Parameter.empty else repr(p.default),
+             inspect.formatannotation(p.annotation)]
+            for p in sig.parameters.values()
+        ],
+        "returns": inspect.formatannotation(sig.return_annotation),
+        "doc": f.__doc__,
+    }
+print(json.dumps(sigs))
+"#,
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sigs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let params = |name: &str| sigs[name]["params"].clone();
+    assert_eq!(
+        params("get_user"),
+        json!([
+            ["id", null, "int"],
+            ["from_", "None", "Optional[str]"],
+            ["class_", "'guest'", "Literal['staff', 'guest']"]
+        ])
+    );
+    assert_eq!(sigs["get_user"]["returns"], "Dict[str, Any]");
+    let doc = sigs["get_user"]["doc"].as_str().unwrap();
+    for needle in [
+        "Look a user up.",
+        "The host knows this tool as \"get-user\".",
+        "id (int): The user's id.",
+        "from_ (Optional[str]): Directory to search. (sent as \"from\")",
+        "{id: int, name: str}",
+    ] {
+        assert!(doc.contains(needle), "{needle:?} not in {doc}");
+    }
+    assert_eq!(
+        params("nested"),
+        json!([
+            ["filter", null, "Dict[str, Any]"],
+            ["address", null, "Dict[str, Any]"]
+        ])
+    );
+    let doc = sigs["nested"]["doc"].as_str().unwrap();
+    assert!(
+        doc.contains("address (Dict[str, Any]): A postal address."),
+        "{doc}"
+    );
+    assert!(doc.contains("{match: {score: float}}"), "{doc}");
+    assert_eq!(
+        params("maybe"),
+        json!([
+            ["note", "None", "Optional[str]"],
+            ["count", "None", "Optional[int]"],
+            ["either", "None", "Union[str, int, NoneType]"]
+        ])
+    );
+    assert_eq!(
+        params("enums"),
+        json!([
+            ["mode", null, "Literal['fast', 'slow']"],
+            ["level", "2", "Literal[1, 2, 3]"],
+            ["shape", "None", "Any"]
+        ])
+    );
+    assert_eq!(
+        params("batch"),
+        json!([
+            ["items", null, "List[Dict[str, Any]]"],
+            ["ratio", "0.5", "float"],
+            ["dry", "False", "bool"]
+        ])
+    );
+    assert_eq!(sigs["batch"]["returns"], "List[Dict[str, Any]]");
+    assert_eq!(params("ping"), json!([]));
+    assert_eq!(sigs["ping"]["returns"], "Any");
+    assert_eq!(
+        params("ordering"),
+        json!([
+            ["b", null, "str"],
+            ["d", null, "List[Any]"],
+            ["a", "None", "Optional[str]"],
+            ["c", "3", "int"],
+            ["my_key", "None", "Optional[str]"],
+            ["_call_", "None", "Optional[str]"]
+        ])
+    );
+    assert_eq!(params("legacy"), json!([["thing", null, "Dict[str, Any]"]]));
+    // A builtin's name is never shadowed in the cell's namespace.
+    assert!(
+        sigs.get("print").is_none() && sigs.get("print_").is_some(),
+        "{sigs}"
+    );
+}
+
+/// The stub sends the original tool name and property keys, and leaves out
+/// optional properties that were not given (their schemas refuse null).
+#[test]
+fn the_stub_sends_original_names_and_omits_unset_optionals() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut reg = ToolRegistry::empty();
+    for t in hard_tools() {
+        reg.add(t).unwrap();
+    }
+    let dispatcher = reg.dispatcher(ToolSettings::new(tmp.path()));
+    let _guard = rt.enter();
+    let server =
+        Server::bind_unix(tmp.path().join("k"), dispatcher, ServerConfig::default()).unwrap();
+    let cell = server
+        .open_cell(
+            CellSpec::new("c1", tokio::time::Instant::now() + Duration::from_secs(60))
+                .budget(10)
+                .enable(["get-user", "ordering"]),
+        )
+        .unwrap();
+    let moddir = tmp.path().join("mod");
+    std::fs::create_dir(&moddir).unwrap();
+    std::fs::write(
+        moddir.join("toolcell_tools.py"),
+        stubs::stub_module(&reg.select(&["get-user", "ordering"]).unwrap()).unwrap(),
+    )
+    .unwrap();
+    let token = server.token().expose().to_string();
+    let out = python(
+        &moddir,
+        r#"
+import json
+from toolcell_tools import get_user, ordering
+print(json.dumps(get_user(7, from_="ldap")["args"], sort_keys=True))
+print(json.dumps(get_user(8)["args"], sort_keys=True))
+print(json.dumps(ordering("x", [1], my_key="k", _call_="c")["args"], sort_keys=True))
+"#,
+        &[
+            ("TOOLCELL_RPC", server.endpoint()),
+            ("TOOLCELL_RPC_TOKEN", &token),
+        ],
+    );
+    let report = cell.settle();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(
+        lines,
+        [
+            r#"{"class": "guest", "from": "ldap", "id": 7}"#,
+            r#"{"class": "guest", "id": 8}"#,
+            r#"{"_call": "c", "b": "x", "c": 3, "d": [1], "my-key": "k"}"#,
+        ]
+    );
+    assert_eq!(report.dispatched(), 3);
+}
+
+fn counting_tool(calls: Arc<AtomicUsize>) -> SchemaTool {
+    SchemaTool::new(
+        "store",
+        "Store records.",
+        json!({
+            "type": "object",
+            "properties": {
+                "items": {"type": "array", "items": {"$ref": "#/$defs/Item"}},
+                "owner": {"$ref": "#/$defs/Owner"}
+            },
+            "required": ["items"],
+            "additionalProperties": false,
+            "$defs": {
+                "Item": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+                "Owner": {"$ref": "#/$defs/Name"},
+                "Name": {"type": "string", "minLength": 2}
+            }
+        }),
+        move |args: Value, _cx| {
+            let calls = Arc::clone(&calls);
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok(json!({"stored": args["items"].as_array().map_or(0, Vec::len)}))
+            }
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_violation_names_the_json_pointer_of_the_offending_value() {
+    let tool = counting_tool(Arc::new(AtomicUsize::new(0)));
+    assert_eq!(tool.validate(&json!({"items": [{"id": 1}]})), Ok(()));
+    let cases = [
+        (
+            json!({"items": [{"id": 1}, {"id": 2}, {"id": "x"}]}),
+            r#"/items/2/id: "x" is not of type "integer""#,
+        ),
+        (
+            json!({"items": [], "owner": "a"}),
+            r#"/owner: "a" is shorter than 2 characters"#,
+        ),
+        (json!({}), r#""items" is a required property"#),
+        (
+            json!({"items": [], "extra": 1}),
+            "Additional properties are not allowed ('extra' was unexpected)",
+        ),
+        (
+            json!({"items": [{}]}),
+            r#"/items/0: "id" is a required property"#,
+        ),
+    ];
+    for (args, want) in cases {
+        assert_eq!(tool.validate(&args).unwrap_err(), want, "{args}");
+    }
+    // A huge offending value is cut in the message.
+    let big = "y".repeat(100_000);
+    let err = tool.validate(&json!({"items": big})).unwrap_err();
+    assert!(
+        err.starts_with("/items: \"yyyy") && err.len() < 300,
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_args_reach_no_handler_and_spend_no_budget() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut reg = ToolRegistry::empty();
+    reg.add(Arc::new(counting_tool(Arc::clone(&calls))))
+        .unwrap();
+    let dispatcher = reg.dispatcher(ToolSettings::new(tmp.path()));
+    let _guard = rt.enter();
+    let server =
+        Server::bind_unix(tmp.path().join("k"), dispatcher, ServerConfig::default()).unwrap();
+    let cell = server
+        .open_cell(
+            CellSpec::new("c1", tokio::time::Instant::now() + Duration::from_secs(60))
+                .budget(1)
+                .enable(["store"]),
+        )
+        .unwrap();
+    std::fs::write(
+        tmp.path().join("toolcell_tools.py"),
+        stubs::stub_module(&reg.select(&["store"]).unwrap()).unwrap(),
+    )
+    .unwrap();
+    let token = server.token().expose().to_string();
+    let out = python(
+        tmp.path(),
+        r#"
+from toolcell_tools import store, ToolError
+for bad in ([{"id": "x"}], "nope"):
+    try:
+        store(bad)
+    except ToolError as e:
+        print(e.code, "|", e)
+print(store([{"id": 1}, {"id": 2}]))
+"#,
+        &[
+            ("TOOLCELL_RPC", server.endpoint()),
+            ("TOOLCELL_RPC_TOKEN", &token),
+        ],
+    );
+    let report = cell.settle();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            r#"bad_args | store: bad arguments for "store": /items/0/id: "x" is not of type "integer""#,
+            r#"bad_args | store: bad arguments for "store": /items: "nope" is not of type "array""#,
+            "{'stored': 2}",
+        ],
+        "{text}"
+    );
+    // The budget of one call was enough: the refusals took none of it.
+    assert_eq!(report.dispatched(), 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+fn schema_error(name: &str, input: Value) -> String {
+    match SchemaTool::new(name, "", input, |_args: Value, _cx| async {
+        Ok::<Value, ToolError>(Value::Null)
+    }) {
+        Ok(_) => panic!("{name}: accepted"),
+        Err(e) => {
+            assert!(matches!(e, RegistryError::BadSchema { .. }), "{e:?}");
+            e.to_string()
+        }
+    }
+}
+
+#[test]
+fn an_unusable_input_schema_is_a_registration_error_naming_the_tool_and_the_problem() {
+    let cases = [
+        (json!(true), "must be a JSON object schema"),
+        (
+            json!({"type": "array"}),
+            "must be an object schema (\"type\": \"object\"), not \"array\"",
+        ),
+        (json!({"properties": {}}), "not a schema without a type"),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "nope"}}}),
+            "the input schema is not a valid JSON Schema",
+        ),
+        (
+            json!({"type": "object", "minProperties": -1}),
+            "not a valid JSON Schema",
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/Missing"}}}),
+            "not a valid JSON Schema",
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"$ref": "https://example.invalid/a.json"}}}),
+            "not a valid JSON Schema",
+        ),
+        (
+            json!({"type": "object", "properties": {"from": {}, "from_": {}}}),
+            "properties of tool `t1` `from` and `from_` both map to the Python name `from_`",
+        ),
+    ];
+    for (input, want) in cases {
+        let err = schema_error("t1", input.clone());
+        assert!(err.starts_with("tool `t1`: "), "{input}: {err}");
+        assert!(err.contains(want), "{input}: {err}");
+    }
+    let ok = echo("t2", "", json!({"type": "object"}));
+    let err = ok
+        .with_output_schema(json!({"type": 5}))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tool `t2`: the output schema is not a valid JSON Schema"),
+        "{err}"
+    );
+}
+
+#[test]
+fn names_that_map_to_one_python_name_are_errors_naming_both() {
+    let mut reg = ToolRegistry::builtin().unwrap();
+    reg.add(Arc::new(echo("get-user", "", json!({"type": "object"}))))
+        .unwrap();
+    let err = reg
+        .add(Arc::new(echo("get_user", "", json!({"type": "object"}))))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`get-user`") && err.contains("`get_user`") && err.contains("Python name"),
+        "{err}"
+    );
+    let err = reg
+        .add(Arc::new(echo("read.file", "", json!({"type": "object"}))))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`read_file`") && err.contains("`read.file`"),
+        "{err}"
+    );
+    let err = reg
+        .add(Arc::new(echo("get-user", "", json!({"type": "object"}))))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`get-user`"), "{err}");
+    let err = reg
+        .add(Arc::new(echo("a b", "", json!({"type": "object"}))))
+        .unwrap_err();
+    assert!(matches!(err, RegistryError::BadName(_)), "{err}");
+    // The description names the tool as a cell calls it.
+    let tools = reg.select(&["get-user"]).unwrap();
+    let d = schema::execute_code_description(&tools, &Default::default());
+    assert!(d.contains("- get_user() -> Any"), "{d}");
+}
+
+#[test]
+fn every_name_the_prelude_defines_is_reserved() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("prelude.py"), stubs::PRELUDE).unwrap();
+    let out = python(
+        tmp.path(),
+        "import ast; t = ast.parse(open('prelude.py').read())\n\
+         names = set()\n\
+         for n in t.body:\n\
+         \x20   if isinstance(n, (ast.FunctionDef, ast.ClassDef)): names.add(n.name)\n\
+         \x20   elif isinstance(n, ast.Assign): names.update(x.id for x in n.targets if isinstance(x, ast.Name))\n\
+         \x20   elif isinstance(n, (ast.Import, ast.ImportFrom)): names.update((a.asname or a.name) for a in n.names)\n\
+         print('\\n'.join(sorted(names)))",
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names = String::from_utf8(out.stdout).unwrap();
+    assert!(names.lines().count() > 10, "{names}");
+    for name in names.lines() {
+        assert_ne!(
+            stubs::python_function_name(name),
+            name,
+            "{name} is not reserved"
+        );
+    }
+}
+
+mod arbitrary_names {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Any text: quotes, backslashes, `"""`, NUL and other controls,
+    /// keywords, digits first, non-ASCII.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z_]{1,6}",
+            Just("from".to_string()),
+            Just("class".to_string()),
+            Just("_call".to_string()),
+            Just("\"\"\"".to_string()),
+            "\\PC{0,12}",
+            any::<String>().prop_map(|s| s.chars().take(12).collect()),
+        ]
+    }
+
+    fn property() -> impl Strategy<Value = (String, Value, bool)> {
+        let schema = prop_oneof![
+            Just(json!({"type": "string"})),
+            Just(json!({"type": ["integer", "null"]})),
+            text().prop_map(|d| json!({"type": "number", "description": d})),
+            (text(), text()).prop_map(|(a, b)| json!({"enum": [a, b, 1, null]})),
+            text().prop_map(|d| json!({"type": "string", "default": d})),
+            Just(json!({"type": "array", "items": {"type": "object"}})),
+        ];
+        (text(), schema, any::<bool>())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Whatever the names, descriptions, enum values and defaults, a
+        /// tool is either refused at registration or gets a module that
+        /// compiles, with one parameter per property.
+        #[test]
+        fn any_schema_gives_a_module_that_compiles_or_a_registration_error(
+            tools in proptest::collection::vec(
+                (text(), text(), proptest::collection::vec(property(), 0..5)),
+                1..5,
+            )
+        ) {
+            let mut reg = ToolRegistry::empty();
+            let mut expected = Vec::new();
+            for (name, doc, props) in tools {
+                let mut properties = serde_json::Map::new();
+                let mut required = Vec::new();
+                for (key, schema, req) in props {
+                    if req {
+                        required.push(Value::String(key.clone()));
+                    }
+                    properties.insert(key, schema);
+                }
+                let count = properties.len();
+                let input = json!({"type": "object", "properties": properties, "required": required});
+                let Ok(tool) = SchemaTool::new(name.clone(), doc, input, |_a: Value, _cx| async {
+                    Ok::<Value, ToolError>(Value::Null)
+                }) else {
+                    continue;
+                };
+                if reg.add(Arc::new(tool)).is_ok() {
+                    expected.push((stubs::python_function_name(&name), count));
+                }
+            }
+            let names: Vec<String> = reg.names().map(str::to_string).collect();
+            let module = stubs::stub_module(&reg.select(&names).unwrap()).unwrap();
+            let tmp = tempfile::tempdir().unwrap();
+            std::fs::write(tmp.path().join("toolcell_tools.py"), &module).unwrap();
+            let out = python(
+                tmp.path(),
+                "import inspect, json, toolcell_tools as t\n\
+                 print(json.dumps({n: len(inspect.signature(getattr(t, n)).parameters) \
+                 for n in t.__all__[4:]}))",
+                &[],
+            );
+            prop_assert!(
+                out.status.success(),
+                "{}\n{module}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+            for (ident, count) in expected {
+                prop_assert_eq!(&got[&ident], &json!(count), "{}", ident);
+            }
+        }
+    }
+}
