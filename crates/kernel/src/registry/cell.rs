@@ -434,7 +434,13 @@ impl Inner {
             .iter()
             .map(|s| (*s).to_string())
             .collect();
-        importable.extend(plan.shape.tools.iter().cloned());
+        // The names a cell imports: tool names mapped to Python identifiers.
+        importable.extend(
+            plan.shape
+                .tools
+                .iter()
+                .map(|t| stubs::python_function_name(t)),
+        );
         let interpreter = plan.shape.interpreter.display();
         let mut cx = HintContext::new(importable, format!("{interpreter} ({python})"));
         cx.limits = self
