@@ -291,7 +291,7 @@ pub struct Kernel {
     /// the cell starts stays in it, whatever it does to its session or
     /// environment, and dies with the kernel.
     cgroup: Option<toolcell_tools::cgroup::KernelCgroup>,
-    /// `/proc/<pid>/stat`, kept open: read before each cell to notice a
+    /// `/proc/<pid>/task/<pid>/stat`, kept open: read before each cell to notice a
     /// kernel that died between cells (one `pread`, no path lookup).
     proc_stat: Option<std::fs::File>,
     dir: PathBuf,
@@ -639,7 +639,9 @@ impl Kernel {
             pumps_busy: busy,
             spec,
             cgroup,
-            proc_stat: std::fs::File::open(format!("/proc/{pid}/stat")).ok(),
+            // The leader thread's own stat: the process-wide one sums every
+            // thread's times on each read (~10 µs for a Python kernel).
+            proc_stat: std::fs::File::open(format!("/proc/{pid}/task/{pid}/stat")).ok(),
         };
         let hello = Request::Hello(Hello {
             sentinel: sentinel.as_str().to_string(),
