@@ -788,7 +788,12 @@ impl Kernel {
     /// Whether the process still runs, asking the OS: a kernel that died
     /// while idle is noticed here, not only by its next cell.
     pub fn check_alive(&mut self) -> bool {
-        if !self.dead && !matches!(self.child.try_wait(), Ok(None)) {
+        // A killed kernel's leader can be a zombie while its other threads
+        // still exit, before `waitpid` reports it: count that as dead too.
+        if !self.dead
+            && (!matches!(self.child.try_wait(), Ok(None))
+                || exited_leader(self.proc_stat.as_ref()))
+        {
             self.dead = true;
         }
         !self.dead
