@@ -236,8 +236,9 @@ impl PrivateDir {
         Ok(Self { path, fd })
     }
 
-    fn walk(abs: &Path, depth: u32) -> Result<Self, PrivateDirError> {
-        let (fd, path) = Self::walk_ancestors(abs, depth, true)?;
+    /// `fd` as a private dir: it must be ours; a merely readable one is
+    /// tightened to 0700 (see [`tighten`]).
+    fn owned(fd: OwnedFd, path: PathBuf) -> Result<Self, PrivateDirError> {
         let st = fstat(fd.as_fd()).map_err(io("inspecting", &path))?;
         let ours = our_uid();
         if st.st_uid != ours {
@@ -249,6 +250,11 @@ impl PrivateDir {
         }
         tighten(&fd, &st, &path)?;
         Ok(Self { path, fd })
+    }
+
+    fn walk(abs: &Path, depth: u32) -> Result<Self, PrivateDirError> {
+        let (fd, path) = Self::walk_ancestors(abs, depth, true)?;
+        Self::owned(fd, path)
     }
 
     /// Walks `abs` from `/`, checking every ancestor, creating missing
@@ -409,17 +415,7 @@ impl PrivateDir {
         let path = self.path.join(name);
         let fd = openat(self.fd.as_fd(), name, DIR_FLAGS, Mode::empty())
             .map_err(|e| Self::open_error(e, &path))?;
-        let st = fstat(fd.as_fd()).map_err(io("inspecting", &path))?;
-        let ours = our_uid();
-        if st.st_uid != ours {
-            return Err(PrivateDirError::NotOwned {
-                path,
-                owner: st.st_uid,
-                ours,
-            });
-        }
-        tighten(&fd, &st, &path)?;
-        Ok(Self { path, fd })
+        Self::owned(fd, path)
     }
 
     /// Creates the new file `name` (`0600`, `O_EXCL | O_NOFOLLOW`), open for
