@@ -731,6 +731,67 @@ def _make_namespace():
             ns[name] = getattr(toolcell_tools, name)
 
 
+def _load_stubs(source):
+    """Replaces the stub module's tools with those of `source` (the host
+    sends it with a cell when the tools a cell may call changed: a serve
+    client registered some, an MCP server's list changed). The state of the
+    namespace is kept; names the old module exported and the cell did not
+    rebind are replaced or removed."""
+    module = sys.modules.get("toolcell_tools")
+    path = os.path.join(_KDIR, "toolcell_tools.py")
+    # The file too, so tracebacks and inspect.getsource see the new code.
+    tmp = path + ".new"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            data = source.encode("utf-8")
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        _raw_stderr("cannot rewrite toolcell_tools.py (%s); tools are loaded from memory" % (e,))
+    old_all = list(getattr(module, "__all__", ()) or ()) if module is not None else []
+    old = dict((n, getattr(module, n, None)) for n in old_all) if module is not None else {}
+    if module is None:
+        module = _ModuleType("toolcell_tools")
+        module.__file__ = path
+        sys.modules["toolcell_tools"] = module
+    for name in old_all:
+        if name in ("ToolError",):
+            continue
+        full = "toolcell_tools." + name
+        if sys.modules.get(full) is old.get(name):
+            sys.modules.pop(full, None)
+        module.__dict__.pop(name, None)
+    # Keep the module's ToolError class, so `except ToolError` in the
+    # session's own functions still catches what new tools raise.
+    keep_error = module.__dict__.get("ToolError")
+    exec(compile(source, path, "exec"), module.__dict__)
+    if keep_error is not None:
+        module.ToolError = keep_error
+        for sub in list(sys.modules):
+            if sub.startswith("toolcell_tools."):
+                setattr(sys.modules[sub], "ToolError", keep_error)
+    try:
+        import linecache
+        linecache.checkcache(path)
+    except Exception:
+        pass
+    ns = _ns
+    if ns is None:
+        return
+    new_all = list(getattr(module, "__all__", ()) or ())
+    for name in old_all:
+        if name not in new_all and name in ns and ns[name] is old.get(name):
+            del ns[name]
+    for name in new_all:
+        if isinstance(name, str) and hasattr(module, name):
+            if name not in ns or name not in old or ns[name] is old.get(name):
+                ns[name] = getattr(module, name)
+
+
 def _setup_interpreter():
     # The kernel dir holds the stub module; make it importable even when the
     # host starts us with -I (which drops PYTHONPATH and the script's dir).
@@ -1100,6 +1161,9 @@ def _handle_execute(req):
     try:
         if not isinstance(code, str):
             raise TypeError("execute request: code must be a string")
+        stubs = req.get("stubs")
+        if isinstance(stubs, str):
+            _load_stubs(stubs)
         filename = "<cell-%d>" % count
         _stdin.requested = False
         _register_source(filename, code)

@@ -151,6 +151,9 @@ pub struct KernelSpec {
     pub tools: Vec<Arc<dyn DynTool>>,
     /// Dispatches tool calls for this kernel.
     pub dispatch: Arc<dyn Dispatch>,
+    /// The settings tool calls of this kernel run with (also for tools
+    /// from outside the registry, see [`Kernel::use_extra_tools`]).
+    pub tool_settings: Arc<toolcell_tools::ToolSettings>,
     /// Bind the rpc server on 127.0.0.1 instead of a Unix socket.
     pub rpc_tcp: bool,
     /// Cleans everything the kernel prints.
@@ -291,6 +294,13 @@ pub struct Kernel {
     /// the cell starts stays in it, whatever it does to its session or
     /// environment, and dies with the kernel.
     cgroup: Option<toolcell_tools::cgroup::KernelCgroup>,
+    /// The fingerprint of the outside tools the stub module was last made
+    /// for (0: none, the module written at spawn).
+    stubs_for: u64,
+    /// A new stub module to send with the next cell.
+    pending_stubs: Option<String>,
+    /// The outside tools of the current cells: their dispatcher and names.
+    extra: Option<(Arc<dyn Dispatch>, Vec<String>)>,
     /// `/proc/<pid>/task/<pid>/stat`, kept open: read before each cell to notice a
     /// kernel that died between cells (one `pread`, no path lookup).
     proc_stat: Option<std::fs::File>,
@@ -639,6 +649,9 @@ impl Kernel {
             pumps_busy: busy,
             spec,
             cgroup,
+            stubs_for: 0,
+            pending_stubs: None,
+            extra: None,
             // The leader thread's own stat: the process-wide one sums every
             // thread's times on each read (~10 µs for a Python kernel).
             proc_stat: std::fs::File::open(format!("/proc/{pid}/task/{pid}/stat")).ok(),
@@ -881,6 +894,42 @@ impl Kernel {
         self.kill(grace).await;
     }
 
+    /// Sets the tools from outside the registry that the next cells may
+    /// call (a `serve` client's, an MCP server's; `None`: none). When they
+    /// differ from the last cell's, a new stub module goes to the runner
+    /// with the next cell, which loads it keeping the session's state.
+    ///
+    /// # Errors
+    /// The stub module cannot be generated (two tools map to one Python
+    /// name); nothing changes then.
+    pub fn use_extra_tools(
+        &mut self,
+        extra: Option<&Arc<crate::registry::ExtraTools>>,
+    ) -> Result<(), SpawnError> {
+        let fp = extra.map_or(0, |e| e.fingerprint());
+        if fp == self.stubs_for {
+            return Ok(());
+        }
+        let (source, dispatch) = match extra.filter(|e| !e.is_empty()) {
+            None => (stubs::stub_module(&self.spec.tools)?, None),
+            Some(e) => {
+                let mut all = self.spec.tools.clone();
+                all.extend(e.tools.iter().cloned());
+                let source = stubs::stub_module_with(&all, &e.unavailable)?;
+                let dispatch: Arc<dyn Dispatch> = toolcell_tools::ToolDispatcher::over(
+                    &e.tools,
+                    Arc::clone(&self.spec.tool_settings),
+                );
+                let names = e.tools.iter().map(|t| t.name().to_string()).collect();
+                (source, Some((dispatch, names)))
+            }
+        };
+        self.pending_stubs = Some(source);
+        self.extra = dispatch;
+        self.stubs_for = fp;
+        Ok(())
+    }
+
     /// Runs one cell. `id` is fresh and random ([`crate::ids::CellId`]): the result is
     /// accepted only with it.
     pub async fn execute(
@@ -911,11 +960,15 @@ impl Kernel {
                 StreamKind::Stderr,
             ),
         ];
-        let handle = match self.server.open_cell(
-            CellSpec::new(id.clone(), deadline)
-                .budget(opts.max_tool_calls)
-                .enable(self.tool_names.iter().cloned()),
-        ) {
+        let mut cell_spec = CellSpec::new(id.clone(), deadline)
+            .budget(opts.max_tool_calls)
+            .enable(self.tool_names.iter().cloned());
+        if let Some((dispatch, names)) = &self.extra {
+            cell_spec = cell_spec
+                .enable(names.iter().cloned())
+                .extra_dispatch(Arc::clone(dispatch));
+        }
+        let handle = match self.server.open_cell(cell_spec) {
             Ok(h) => Some(h),
             Err(e) => {
                 tracing::error!(kernel = %self.spec.id, "cannot open the cell's tool authority: {e}");
@@ -976,6 +1029,7 @@ impl Kernel {
         let line = Request::Execute(Execute {
             id: id.clone(),
             code: code.to_string(),
+            stubs: self.pending_stubs.take(),
         })
         .to_line();
         if let Some(secs) = self.spec.limits.cpu_seconds

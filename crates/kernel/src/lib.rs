@@ -106,7 +106,7 @@ pub use kernel::{
     TimeoutPolicy,
 };
 pub use registry::{
-    ExecuteRequest, Guard, KernelMode, KeyInfo, Registry, RegistryError, RegistryOptions,
+    ExecuteRequest, ExtraTools, Guard, ToolSource, KernelMode, KeyInfo, Registry, RegistryError, RegistryOptions,
     SessionInfo, SessionKey,
 };
 pub use result::{Display, ExecuteResult, KernelInfo, Status, Usage};

@@ -44,6 +44,12 @@ pub struct Execute {
     pub id: String,
     /// The cell's source code.
     pub code: String,
+    /// A new source for the stub module, sent when the tools the cell may
+    /// call changed since the kernel's last cell (tools a `serve` client
+    /// registered, an MCP server's list): the runner loads it before the
+    /// cell, keeping the session's state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stubs: Option<String>,
 }
 
 /// A frame body from runner to host.
@@ -189,6 +195,7 @@ mod tests {
             &Request::Execute(Execute {
                 id: "ab12".into(),
                 code: "print(1)\n".into(),
+                stubs: None,
             }),
             json!({"type":"execute","id":"ab12","code":"print(1)\n"}),
         );

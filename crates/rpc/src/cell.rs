@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::CellContext;
+use crate::dispatch::{CellContext, Dispatch};
 use crate::wire::ErrorCode;
 
 /// Default tool-call budget per cell (SPEC §11 `max_tool_calls`).
@@ -26,12 +26,24 @@ pub const DEFAULT_BUDGET: u32 = 50;
 ///     .enable(["read_file", "terminal"]);
 /// assert_eq!(spec.id(), "cell-7");
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CellSpec {
     id: String,
     deadline: Instant,
     budget: u32,
     enabled: Vec<String>,
+    extra: Option<Arc<dyn Dispatch>>,
+}
+
+impl std::fmt::Debug for CellSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CellSpec")
+            .field("id", &self.id)
+            .field("budget", &self.budget)
+            .field("enabled", &self.enabled)
+            .field("extra", &self.extra.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl CellSpec {
@@ -43,7 +55,18 @@ impl CellSpec {
             deadline,
             budget: DEFAULT_BUDGET,
             enabled: Vec::new(),
+            extra: None,
         }
+    }
+
+    /// Adds a dispatcher for this cell only, consulted before the server's
+    /// own: tools that come and go between cells (a `serve` client's tools,
+    /// an MCP server's) without restarting the server. Its tools still
+    /// need [`enable`](Self::enable) and go through every check.
+    #[must_use]
+    pub fn extra_dispatch(mut self, dispatch: Arc<dyn Dispatch>) -> Self {
+        self.extra = Some(dispatch);
+        self
     }
 
     /// Sets how many tool calls the cell may dispatch (refusals are free).
@@ -222,6 +245,7 @@ impl ActiveSlot {
 #[derive(Debug)]
 pub(crate) struct CellState {
     pub(crate) cx: CellContext,
+    extra: Option<Arc<dyn Dispatch>>,
     enabled: HashSet<Arc<str>>,
     remaining: AtomicU32,
     dispatched: AtomicU32,
@@ -256,9 +280,11 @@ impl CellState {
             deadline,
             budget,
             enabled,
+            extra,
         } = spec;
         Self {
             cx: CellContext::new(Arc::from(id), deadline, CancellationToken::new()),
+            extra,
             enabled: enabled.into_iter().map(Arc::from).collect(),
             remaining: AtomicU32::new(budget),
             dispatched: AtomicU32::new(0),
@@ -274,6 +300,11 @@ impl CellState {
         self.log
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The cell's own dispatcher if it knows `tool`.
+    pub(crate) fn extra_for(&self, tool: &str) -> Option<&Arc<dyn Dispatch>> {
+        self.extra.as_ref().filter(|d| d.knows(tool))
     }
 
     /// The interned name if `tool` is enabled for this cell.

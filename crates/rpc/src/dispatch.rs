@@ -109,3 +109,9 @@ pub trait Dispatch: Send + Sync + 'static {
         cx: CellContext,
     ) -> BoxFuture<'static, Result<Value, ToolFailure>>;
 }
+
+impl std::fmt::Debug for dyn Dispatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("dyn Dispatch")
+    }
+}

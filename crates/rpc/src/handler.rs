@@ -44,6 +44,7 @@ pub(crate) enum Step<'a> {
 #[derive(Debug)]
 pub(crate) struct Ticket<'a> {
     cell: Arc<CellState>,
+    dispatch: Arc<dyn Dispatch>,
     tool: Arc<str>,
     args: Value,
     id: Option<&'a RawValue>,
@@ -135,7 +136,13 @@ impl Core {
             return Step::Replied;
         };
         let tool_name: &str = &req.tool;
-        if !self.dispatch.knows(tool_name) {
+        // The cell's own tools first (a serve client's, an MCP server's),
+        // then the server's.
+        let dispatch: Arc<dyn Dispatch> = match cell.extra_for(tool_name) {
+            Some(d) => Arc::clone(d),
+            None => Arc::clone(&self.dispatch),
+        };
+        if !dispatch.knows(tool_name) {
             let mut msg = String::from("unknown tool \"");
             wire::push_quoted_short(&mut msg, tool_name);
             let _ = write!(
@@ -158,7 +165,7 @@ impl Core {
             return Step::Replied;
         };
         if let Value::Object(map) = &args {
-            for name in self.dispatch.blocked_params(&tool) {
+            for name in dispatch.blocked_params(&tool) {
                 if map
                     .get(*name)
                     .is_some_and(|v| !matches!(v, Value::Null | Value::Bool(false)))
@@ -181,7 +188,7 @@ impl Core {
             );
             return Step::Replied;
         }
-        if let Err(problem) = self.dispatch.validate(&tool, &args) {
+        if let Err(problem) = dispatch.validate(&tool, &args) {
             let msg = format!("bad arguments for \"{tool}\": {problem}");
             refuse(out, Some(&cell), ErrorCode::BadArgs, &msg, id);
             return Step::Replied;
@@ -194,6 +201,7 @@ impl Core {
         match cell.take_unit(Arc::clone(&tool)) {
             Ok(slot) => Step::Dispatch(Ticket {
                 cell,
+                dispatch,
                 tool,
                 args,
                 id,
@@ -222,13 +230,14 @@ impl Core {
     pub(crate) async fn run(&self, ticket: Ticket<'_>, out: &mut Vec<u8>) {
         let Ticket {
             cell,
+            dispatch,
             tool,
             args,
             id,
             slot,
         } = ticket;
         let cx = cell.cx.clone();
-        let call = self.dispatch.call(&tool, args, cx.clone());
+        let call = dispatch.call(&tool, args, cx.clone());
         let result = tokio::select! {
             biased;
             () = cx.cancelled().cancelled() => None,

@@ -181,9 +181,14 @@ impl ToolRegistry {
 
     /// A dispatcher over this registry for one kernel's rpc server.
     pub fn dispatcher(&self, settings: ToolSettings) -> Arc<ToolDispatcher> {
+        self.dispatcher_shared(Arc::new(settings))
+    }
+
+    /// [`dispatcher`](Self::dispatcher) with settings shared with others.
+    pub fn dispatcher_shared(&self, settings: Arc<ToolSettings>) -> Arc<ToolDispatcher> {
         Arc::new(ToolDispatcher {
             tools: self.tools.clone(),
-            settings: Arc::new(settings),
+            settings,
         })
     }
 }
@@ -215,6 +220,18 @@ pub struct ToolDispatcher {
 }
 
 impl ToolDispatcher {
+    /// A dispatcher over just `tools` (e.g. tools from outside the
+    /// registry, for one cell), sharing `settings`.
+    pub fn over(tools: &[Arc<dyn DynTool>], settings: Arc<ToolSettings>) -> Arc<ToolDispatcher> {
+        Arc::new(ToolDispatcher {
+            tools: tools
+                .iter()
+                .map(|t| (t.name().to_string(), Arc::clone(t)))
+                .collect(),
+            settings,
+        })
+    }
+
     /// The settings calls run with.
     pub fn settings(&self) -> &ToolSettings {
         &self.settings

@@ -79,6 +79,7 @@ pub struct SchemaTool {
     output: Option<Value>,
     validator: jsonschema::Validator,
     handler: Handler,
+    namespace: Option<String>,
 }
 
 impl fmt::Debug for SchemaTool {
@@ -171,7 +172,28 @@ impl SchemaTool {
             output: None,
             validator,
             handler,
+            namespace: None,
         })
+    }
+
+    /// Puts the tool in the submodule `toolcell_tools.NAMESPACE` (the way an
+    /// MCP server's tools are): its name must be `NAMESPACE.tool`, and the
+    /// Python function is `tool`.
+    ///
+    /// # Errors
+    /// [`RegistryError::BadName`] if the name does not start with
+    /// `NAMESPACE.` or the namespace is empty.
+    pub fn in_namespace(mut self, namespace: impl Into<String>) -> Result<Self, RegistryError> {
+        let ns = namespace.into();
+        let local = self
+            .name
+            .strip_prefix(ns.as_str())
+            .and_then(|r| r.strip_prefix('.'));
+        if ns.is_empty() || local.is_none_or(str::is_empty) {
+            return Err(RegistryError::BadName(self.name));
+        }
+        self.namespace = Some(ns);
+        Ok(self)
     }
 
     /// Declares the shape of the result (shown in the stub's docstring and
@@ -218,6 +240,10 @@ fn truncate_chars(s: &str, max: usize) -> String {
 impl DynTool for SchemaTool {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
     }
 
     fn doc(&self) -> &str {

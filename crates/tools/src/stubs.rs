@@ -192,6 +192,9 @@ pub const PRELUDE_NAMES: &[&str] = &[
     "_connection",
     "_drop",
     "_call",
+    "_namespace",
+    "_unavailable",
+    "__path__",
     "Any",
     "Callable",
     "Dict",
@@ -327,9 +330,8 @@ fn wrap(text: &str, first: &str, rest: &str, width: usize) -> String {
     out
 }
 
-fn function(tool: &dyn DynTool) -> Result<String, StubError> {
+fn function(tool: &dyn DynTool, ident: &str) -> Result<String, StubError> {
     let name = tool.name();
-    let ident = python_function_name(name);
     let params: Vec<Param> = schema::params(tool);
     check_params(name, &params)?;
     let sig: Vec<String> = params.iter().map(Param::python).collect();
@@ -448,6 +450,25 @@ pub(crate) fn check_params(tool: &str, params: &[Param]) -> Result<(), StubError
     Ok(())
 }
 
+/// A source of tools whose tools are not known now (an MCP server that
+/// failed to start): its submodule raises `ToolError` with `message` for any
+/// name taken from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    /// The source's name (the submodule's).
+    pub namespace: String,
+    /// Why, for the cell (name the source and what to do).
+    pub message: String,
+}
+
+/// The local part of a namespaced tool's name (`fs.read` → `read`).
+fn local_name<'a>(tool: &'a dyn DynTool, namespace: &str) -> &'a str {
+    tool.name()
+        .strip_prefix(namespace)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .unwrap_or(tool.name())
+}
+
 /// Generates `toolcell_tools.py` for `tools` (the kernel's enabled tools).
 ///
 /// Tool and parameter names that are not Python identifiers are mapped
@@ -458,21 +479,70 @@ pub(crate) fn check_params(tool: &str, params: &[Param]) -> Result<(), StubError
 /// [`StubError`] when two tools, or two parameters of a tool, map to the
 /// same Python name.
 pub fn stub_module(tools: &[Arc<dyn DynTool>]) -> Result<String, StubError> {
+    stub_module_with(tools, &[])
+}
+
+/// [`stub_module`] with outside sources: a tool with a
+/// [`namespace`](DynTool::namespace) `NAME` is a function of the submodule
+/// `toolcell_tools.NAME` (also bound as `NAME` in the module, so a cell can
+/// call `NAME.tool(...)`), and each [`Unavailable`] source is a submodule
+/// that raises `ToolError` with its message.
+///
+/// # Errors
+/// [`StubError::SameIdentifier`] when two tools of one module, two
+/// parameters of a tool, or a source and a tool map to the same Python name.
+pub fn stub_module_with(
+    tools: &[Arc<dyn DynTool>],
+    unavailable: &[Unavailable],
+) -> Result<String, StubError> {
+    use std::collections::{BTreeMap, HashMap};
     let mut out = String::with_capacity(PRELUDE.len() + tools.len() * 1024);
     out.push_str(PRELUDE);
     let mut all: Vec<String> = HELPERS.iter().map(|h| (*h).to_string()).collect();
-    let mut seen: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
-    for t in tools {
-        let ident = python_function_name(t.name());
-        if let Some(first) = seen.insert(ident.clone(), t.name()) {
+    // Python name → what took it, per module ("" = the top level).
+    let mut seen: HashMap<(String, String), String> = HashMap::new();
+    let mut claim = |module: &str, ident: String, what: &str| -> Result<String, StubError> {
+        if let Some(first) = seen.insert((module.to_string(), ident.clone()), what.to_string()) {
             return Err(StubError::SameIdentifier {
-                what: "tools".into(),
-                first: first.to_string(),
-                second: t.name().to_string(),
+                what: if module.is_empty() {
+                    "tools".into()
+                } else {
+                    format!("tools of `{module}`")
+                },
+                first,
+                second: what.to_string(),
                 ident,
             });
         }
-        all.push(ident);
+        Ok(ident)
+    };
+    let mut top: Vec<(&Arc<dyn DynTool>, String)> = Vec::new();
+    let mut spaces: BTreeMap<&str, Vec<(&Arc<dyn DynTool>, String)>> = BTreeMap::new();
+    for t in tools {
+        match t.namespace() {
+            None => {
+                let ident = claim("", python_function_name(t.name()), t.name())?;
+                all.push(ident.clone());
+                top.push((t, ident));
+            }
+            Some(ns) => {
+                let ident = claim(ns, python_function_name(local_name(t.as_ref(), ns)), t.name())?;
+                spaces.entry(ns).or_default().push((t, ident));
+            }
+        }
+    }
+    let mut modules: Vec<(String, &str)> = Vec::new();
+    for ns in spaces.keys().copied().chain(unavailable.iter().map(|u| u.namespace.as_str())) {
+        if modules.iter().any(|(_, n)| *n == ns) {
+            continue;
+        }
+        let ident = claim("", python_function_name(ns), &format!("source {ns}"))?;
+        all.push(ident.clone());
+        modules.push((ident, ns));
+    }
+    if !modules.is_empty() {
+        // A package, so importers treat `toolcell_tools.NAME` as a submodule.
+        out.push_str("\n\n__path__ = []\n");
     }
     out.push_str("\n\n__all__ = [");
     out.push_str(
@@ -482,9 +552,38 @@ pub fn stub_module(tools: &[Arc<dyn DynTool>]) -> Result<String, StubError> {
             .join(", "),
     );
     out.push_str("]\n");
-    for t in tools {
+    for (ident, ns) in &modules {
+        let doc = schema::python_literal(&format!("Tools of the source {ns:?}.").into());
+        let lit = schema::python_literal(&(*ns).into());
         out.push_str("\n\n");
-        out.push_str(&function(t.as_ref())?);
+        if let Some(members) = spaces.get(ns) {
+            let _ = writeln!(out, "def _source_{ident}():");
+            for (t, fident) in members {
+                for line in function(t.as_ref(), fident)?.lines() {
+                    if line.is_empty() {
+                        out.push('\n');
+                    } else {
+                        let _ = writeln!(out, "    {line}");
+                    }
+                }
+                out.push('\n');
+            }
+            let names: Vec<&str> = members.iter().map(|(_, f)| f.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "    return _namespace({lit}, {doc}, [{}])\n\n\n{ident} = _source_{ident}()\ndel _source_{ident}",
+                names.join(", ")
+            );
+        } else if let Some(u) = unavailable.iter().find(|u| u.namespace == *ns) {
+            let msg = schema::python_literal(&u.message.clone().into());
+            let _ = writeln!(out, "{ident} = _unavailable({lit}, {doc}, {msg})");
+        }
+    }
+    // After the sources, so that their temporary builders are gone
+    // before any tool function is defined.
+    for (t, ident) in &top {
+        out.push_str("\n\n");
+        out.push_str(&function(t.as_ref(), ident)?);
     }
     Ok(out)
 }

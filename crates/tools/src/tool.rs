@@ -259,6 +259,13 @@ impl ToolContext {
 pub trait DynTool: Send + Sync + 'static {
     /// The function name.
     fn name(&self) -> &str;
+    /// The submodule of `toolcell_tools` this tool's function lives in, for
+    /// tools of an outside source (an MCP server `NAME`: its tools are the
+    /// functions of `toolcell_tools.NAME`, and their names are
+    /// `NAME.tool`). `None` (the default): the top-level module.
+    fn namespace(&self) -> Option<&str> {
+        None
+    }
     /// The doc: summary line, then details.
     fn doc(&self) -> &str;
     /// JSON Schema of the arguments: an object schema (built-in tools inline

@@ -69,7 +69,8 @@ impl Registry {
     ) -> ExecuteResult {
         let inner = &self.inner;
         let t0 = Instant::now();
-        let plan = match inner.plan(req) {
+        let extra = inner.cell_extra_tools(req).await;
+        let plan = match inner.plan(req, extra.as_deref()) {
             Ok(p) => p,
             Err(r) => return *r,
         };
@@ -93,6 +94,13 @@ impl Registry {
         // slot lock, after any spawn, right before the cell is sent.
         if req.is_cancelled() {
             return *cancelled_before_start(&plan.blank);
+        }
+        if let Err(e) = kernel.use_extra_tools(extra.as_ref()) {
+            return not_run(
+                Status::Error,
+                format!("{e}; none of the code ran"),
+                &plan.blank,
+            );
         }
         // From here a cancel interrupts this cell (not the session's others).
         let (interrupt, _unlink) = cell_interrupt(req, &token);
@@ -123,7 +131,26 @@ impl Registry {
             ended: None,
         };
         inner.settle(guard, &slot, &plan, &mut outcome).await;
-        let hint_cx = || inner.hint_context(&plan, &info.python, &info.id);
+        let hint_cx = || {
+            let mut cx = inner.hint_context(&plan, &info.python, &info.id);
+            if let Some(e) = &extra {
+                // Outside tools: top-level functions and source submodules.
+                let mut names: Vec<String> = Vec::new();
+                for t in &e.tools {
+                    let name = t.namespace().unwrap_or(t.name());
+                    names.push(stubs::python_function_name(name));
+                }
+                names.extend(
+                    e.unavailable
+                        .iter()
+                        .map(|u| stubs::python_function_name(&u.namespace)),
+                );
+                names.sort();
+                names.dedup();
+                cx.importable.extend(names);
+            }
+            cx
+        };
         let mut result = build_result(
             outcome,
             info.clone(),
@@ -147,7 +174,11 @@ impl Inner {
     /// Admission, then everything the session key needs: the tools, the
     /// interpreter (probed once per host), the owner (unique per cell in
     /// per-call mode).
-    fn plan(&self, req: &ExecuteRequest) -> Result<Plan, Box<ExecuteResult>> {
+    fn plan(
+        &self,
+        req: &ExecuteRequest,
+        extra: Option<&super::ExtraTools>,
+    ) -> Result<Plan, Box<ExecuteResult>> {
         let mode = req.mode.unwrap_or(self.opts.mode);
         let blank = KernelInfo {
             mode: mode_str(mode).into(),
@@ -157,7 +188,7 @@ impl Inner {
             return Err(cancelled_before_start(&blank));
         }
         let fail = |r: Refusal| Box::new(not_run(r.status, r.error, &blank));
-        let admitted = admission(req, &self.opts, self.guard.as_deref()).map_err(fail)?;
+        let admitted = admission(req, &self.opts, self.guard.as_deref(), extra).map_err(fail)?;
         let error = |e: String| {
             Box::new(not_run(
                 Status::Error,

@@ -17,6 +17,7 @@
 //! - `cell`: one cell from admission to result.
 
 mod cell;
+mod extra;
 mod options;
 mod pool;
 mod reaper;
@@ -41,6 +42,7 @@ use crate::result::{ExecuteResult, round2};
 pub use options::{KernelMode, RegistryOptions, default_kernels_root, default_spill_dir};
 use pool::{Pool, fill_pool};
 use reaper::{prune_loop, reap_loop};
+pub use extra::{ExtraTools, ToolSource};
 pub use request::{ExecuteRequest, Guard};
 pub use session::{KeyInfo, SessionInfo, SessionKey};
 use session::{Slot, State, mark_differences};
@@ -96,9 +98,50 @@ struct Inner {
     freed: Notify,
     interpreters: Mutex<HashMap<InterpreterKey, (PathBuf, String)>>,
     pool: Mutex<Pool>,
+    /// Host-wide sources of tools (MCP servers), asked before every cell.
+    sources: Mutex<Vec<Arc<dyn ToolSource>>>,
 }
 
 impl Inner {
+    async fn source_tools(&self) -> ExtraTools {
+        let sources = self
+            .sources
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut all = ExtraTools::default();
+        for s in sources {
+            all.extend(s.tools().await);
+        }
+        all
+    }
+
+    /// The outside tools of one cell: the request's own, then every
+    /// source's, narrowed by the request's `tools`. `None`: none at all.
+    async fn cell_extra_tools(&self, req: &ExecuteRequest) -> Option<Arc<ExtraTools>> {
+        let has_sources = !self
+            .sources
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty();
+        if !has_sources {
+            let extra = req.extra_tools.as_ref()?;
+            return Some(match &req.tools {
+                Some(wanted) => Arc::new(extra.narrowed(wanted)),
+                None => Arc::clone(extra),
+            });
+        }
+        let mut all = match &req.extra_tools {
+            Some(e) => (**e).clone(),
+            None => ExtraTools::default(),
+        };
+        all.extend(self.source_tools().await);
+        if let Some(wanted) = &req.tools {
+            all = all.narrowed(wanted);
+        }
+        Some(Arc::new(all))
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state
             .lock()
@@ -236,6 +279,7 @@ impl Registry {
             freed: Notify::new(),
             interpreters: Mutex::new(HashMap::new()),
             pool: Mutex::new(Pool::default()),
+            sources: Mutex::new(Vec::new()),
         });
         let reaper = handle.spawn(reap_loop(Arc::downgrade(&inner)));
         let pruner = (inner.opts.spill_retention.is_some() || inner.opts.spill_total_cap.is_some())
@@ -262,6 +306,24 @@ impl Registry {
     /// The tools this registry knows.
     pub fn tools(&self) -> &ToolRegistry {
         &self.inner.tools
+    }
+
+    /// Adds a host-wide source of tools (e.g. the MCP servers of the
+    /// configuration): asked before every cell, its tools are callable from
+    /// every kernel of this registry, as functions of `toolcell_tools` (or of
+    /// its submodule `toolcell_tools.NAME` for a namespaced source).
+    pub fn add_tool_source(&self, source: Arc<dyn ToolSource>) {
+        self.inner
+            .sources
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(source);
+    }
+
+    /// The tools of every added [`ToolSource`] now (starting them if they
+    /// start lazily), for listings such as `toolcell tools`.
+    pub async fn source_tools(&self) -> ExtraTools {
+        self.inner.source_tools().await
     }
 
     /// The redactor applied to everything kernels print.
@@ -354,6 +416,15 @@ impl Registry {
 
     /// Kills every kernel.
     pub async fn shutdown_all(&self) -> usize {
+        let sources = self
+            .inner
+            .sources
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for s in sources {
+            s.shutdown().await;
+        }
         // The warm pool closes for good: its kernels die with the rest.
         let pooled = {
             let mut p = self.inner.pool();

@@ -50,6 +50,7 @@ pub(super) async fn spawn_kernel(
         .web(inner.opts.web.clone())
         .redactor(inner.redactor.clone());
     settings = settings.env(inner.base_env.clone());
+    let settings = Arc::new(settings);
     let spec = KernelSpec {
         id,
         interpreter: shape.interpreter.clone(),
@@ -59,7 +60,8 @@ pub(super) async fn spawn_kernel(
         env: inner.base_env.clone(),
         root: inner.root.clone(),
         tools: tools.to_vec(),
-        dispatch: inner.tools.dispatcher(settings),
+        dispatch: inner.tools.dispatcher_shared(Arc::clone(&settings)),
+        tool_settings: settings,
         rpc_tcp: inner.opts.rpc_tcp,
         redactor: inner.redactor.clone(),
         startup_timeout: inner.opts.startup_timeout,

@@ -2,6 +2,7 @@
 //! [`Guard`], `[guard] deny`, tool narrowing, confinement's mode rule and
 //! the working directory, all decided before any kernel is touched.
 
+use std::sync::Arc;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use toolcell_tools::schema::Mode;
 
 use super::RegistryOptions;
+use super::extra::ExtraTools;
 use crate::kernel::LiveSink;
 use crate::result::Status;
 
@@ -68,6 +70,9 @@ pub struct ExecuteRequest {
     pub live: Option<LiveSink>,
     /// Cancels this request alone (see [`ExecuteRequest::cancel`]).
     pub cancel: Option<CancellationToken>,
+    /// Tools for this cell besides the registry's (see
+    /// [`ExecuteRequest::extra_tools`]).
+    pub extra_tools: Option<Arc<ExtraTools>>,
 }
 
 impl std::fmt::Debug for ExecuteRequest {
@@ -79,6 +84,7 @@ impl std::fmt::Debug for ExecuteRequest {
             .field("mode", &self.mode)
             .field("tools", &self.tools)
             .field("cwd", &self.cwd)
+            .field("extra_tools", &self.extra_tools)
             .field("code_len", &self.code.len())
             .finish_non_exhaustive()
     }
@@ -97,7 +103,19 @@ impl ExecuteRequest {
             cwd: None,
             live: None,
             cancel: None,
+            extra_tools: None,
         }
+    }
+
+    /// Tools this cell may call besides the registry's (a `serve`
+    /// client's): not part of the session key — a live kernel gets them
+    /// with this cell, its state kept, and loses them with a later cell
+    /// that does not carry them. The request's [`tools`](Self::tools),
+    /// when given, narrows them too (by name, or `SOURCE.*`).
+    #[must_use]
+    pub fn extra_tools(mut self, tools: Arc<ExtraTools>) -> Self {
+        self.extra_tools = Some(tools);
+        self
     }
 
     /// Sets the owner (session).
@@ -214,6 +232,7 @@ pub(super) fn admission(
     req: &ExecuteRequest,
     opts: &RegistryOptions,
     guard: Option<&dyn Guard>,
+    outside: Option<&ExtraTools>,
 ) -> Result<Admitted, Refusal> {
     if let Some(rule) = refused_by(req, opts, guard) {
         return Err(Refusal {
@@ -223,6 +242,11 @@ pub(super) fn admission(
     }
     let mode = req.mode.unwrap_or(opts.mode);
     let mut tools = req.tools.clone().unwrap_or_else(|| opts.tools.clone());
+    // Names of tools from outside the registry (a client's, an MCP
+    // server's) are not part of the session key.
+    if let Some(outside) = outside {
+        tools.retain(|t| opts.tools.contains(t) || !outside.names(t));
+    }
     tools.sort();
     tools.dedup();
     // A request may only narrow the configured set, never widen it: a
@@ -296,19 +320,19 @@ mod tests {
     #[test]
     fn a_plain_request_gets_the_default_mode_sorted_tools_and_cwd() {
         let tmp = tempfile::tempdir().unwrap();
-        let a = admission(&ExecuteRequest::new("1"), &opts(tmp.path()), None).unwrap();
+        let a = admission(&ExecuteRequest::new("1"), &opts(tmp.path()), None, None).unwrap();
         assert_eq!(a.mode, Mode::Project);
         assert_eq!(a.tools, ["read_file", "terminal"]);
         assert_eq!(a.cwd, tmp.path());
         let strict = ExecuteRequest::new("1").mode(Mode::Strict);
-        let a = admission(&strict, &opts(tmp.path()), None).unwrap();
+        let a = admission(&strict, &opts(tmp.path()), None, None).unwrap();
         assert_eq!(
             a.cwd,
             PathBuf::new(),
             "strict mode: a private cwd per kernel"
         );
         let narrow = ExecuteRequest::new("1").tools(["read_file", "read_file"]);
-        let a = admission(&narrow, &opts(tmp.path()), None).unwrap();
+        let a = admission(&narrow, &opts(tmp.path()), None, None).unwrap();
         assert_eq!(a.tools, ["read_file"]);
     }
 
@@ -317,7 +341,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let o = opts(tmp.path());
         let guard: &dyn Guard = &NoImports;
-        let r = admission(&ExecuteRequest::new("import os"), &o, Some(guard)).unwrap_err();
+        let r = admission(&ExecuteRequest::new("import os"), &o, Some(guard), None).unwrap_err();
         assert_eq!(r.status, Status::Refused);
         assert!(
             r.error.contains("the host's guard (no imports)"),
@@ -326,7 +350,7 @@ mod tests {
         );
         // Refused even though its cwd does not exist: nothing else is looked at.
         let req = ExecuteRequest::new("rm  -rf /").cwd(tmp.path().join("missing"));
-        let r = admission(&req, &o, Some(guard)).unwrap_err();
+        let r = admission(&req, &o, Some(guard), None).unwrap_err();
         assert_eq!(r.status, Status::Refused);
         assert!(
             r.error.contains(r"[guard] deny rule `rm\s+-rf`"),
@@ -340,14 +364,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let o = opts(tmp.path());
         let wide = ExecuteRequest::new("1").tools(["read_file", "write_file"]);
-        let r = admission(&wide, &o, None).unwrap_err();
+        let r = admission(&wide, &o, None, None).unwrap_err();
         assert_eq!(r.status, Status::Error);
         assert!(r.error.contains("`write_file`"), "{}", r.error);
         let confined = RegistryOptions {
             confine: true,
             ..opts(tmp.path())
         };
-        let r = admission(&ExecuteRequest::new("1"), &confined, None).unwrap_err();
+        let r = admission(&ExecuteRequest::new("1"), &confined, None, None).unwrap_err();
         assert!(
             r.error.contains("confine = true allows only strict-mode"),
             "{}",
@@ -357,12 +381,13 @@ mod tests {
             admission(
                 &ExecuteRequest::new("1").mode(Mode::Strict),
                 &confined,
+                None,
                 None
             )
             .is_ok()
         );
         let gone = ExecuteRequest::new("1").cwd(tmp.path().join("missing"));
-        let r = admission(&gone, &o, None).unwrap_err();
+        let r = admission(&gone, &o, None, None).unwrap_err();
         assert!(r.error.contains("does not exist"), "{}", r.error);
     }
 }
