@@ -531,6 +531,9 @@ pub fn stub_module_with(
             }
         }
     }
+    for members in spaces.values_mut() {
+        members.sort_by(|a, b| a.1.cmp(&b.1));
+    }
     let mut modules: Vec<(String, &str)> = Vec::new();
     for ns in spaces.keys().copied().chain(unavailable.iter().map(|u| u.namespace.as_str())) {
         if modules.iter().any(|(_, n)| *n == ns) {
@@ -554,7 +557,8 @@ pub fn stub_module_with(
     out.push_str("]\n");
     for (ident, ns) in &modules {
         let doc = schema::python_literal(&format!("Tools of the source {ns:?}.").into());
-        let lit = schema::python_literal(&(*ns).into());
+        let lit = schema::python_literal(&ident.clone().into());
+        let original = schema::python_literal(&(*ns).into());
         out.push_str("\n\n");
         if let Some(members) = spaces.get(ns) {
             let _ = writeln!(out, "def _source_{ident}():");
@@ -576,7 +580,7 @@ pub fn stub_module_with(
             );
         } else if let Some(u) = unavailable.iter().find(|u| u.namespace == *ns) {
             let msg = schema::python_literal(&u.message.clone().into());
-            let _ = writeln!(out, "{ident} = _unavailable({lit}, {doc}, {msg})");
+            let _ = writeln!(out, "{ident} = _unavailable({lit}, {original}, {doc}, {msg})");
         }
     }
     // After the sources, so that their temporary builders are gone

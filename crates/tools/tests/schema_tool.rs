@@ -719,3 +719,83 @@ mod arbitrary_names {
         }
     }
 }
+
+/// Tools of two outside sources (as MCP servers' are) with the same local
+/// name, a source that is down, and a top-level tool.
+fn sourced_tools() -> (Vec<Arc<dyn toolcell_tools::DynTool>>, Vec<stubs::Unavailable>) {
+    let search = |ns: &str| -> Arc<dyn toolcell_tools::DynTool> {
+        Arc::new(
+            echo(
+                &format!("{ns}.search"),
+                &format!("Search {ns}."),
+                json!({"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "default": 5}}, "required": ["query"]}),
+            )
+            .in_namespace(ns)
+            .unwrap(),
+        )
+    };
+    let odd: Arc<dyn toolcell_tools::DynTool> = Arc::new(
+        echo("docs.get-page", "Named with a dash.", json!({"type": "object"}))
+            .in_namespace("docs")
+            .unwrap(),
+    );
+    let top: Arc<dyn toolcell_tools::DynTool> =
+        Arc::new(echo("create_ticket", "Top level.", json!({"type": "object"})));
+    (
+        vec![search("docs"), search("web-archive"), odd, top],
+        vec![stubs::Unavailable {
+            namespace: "billing".into(),
+            message: "MCP server \"billing\" failed to start: exit status 1".into(),
+        }],
+    )
+}
+
+#[test]
+fn outside_sources_are_submodules_with_the_same_local_names() {
+    let (tools, down) = sourced_tools();
+    let src = stubs::stub_module_with(&tools, &down).unwrap();
+    check_golden("sources.py", &src[stubs::PRELUDE.len()..]);
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("toolcell_tools.py"), &src).unwrap();
+    let out = python(
+        tmp.path(),
+        r#"
+import inspect, toolcell_tools as t
+import toolcell_tools.docs
+from toolcell_tools.web_archive import search as s2
+from toolcell_tools import docs, billing
+print(sorted(n for n in t.__all__ if n not in ("ToolError", "json_parse", "shell_quote", "retry")))
+print(inspect.signature(docs.search), s2.__module__, s2.__qualname__, docs.__all__)
+print("The host knows this tool as \"docs.get-page\"." in docs.get_page.__doc__)
+try:
+    billing.anything
+except t.ToolError as e:
+    print(e.code, e.tool, e)
+"#,
+        &[],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "['billing', 'create_ticket', 'docs', 'web_archive']");
+    assert_eq!(
+        lines[1],
+        "(query: str, limit: int = 5) -> Any toolcell_tools.web_archive search ['get_page', 'search']"
+    );
+    assert_eq!(lines[2], "True");
+    assert_eq!(
+        lines[3],
+        "tool_failed billing.anything MCP server \"billing\" failed to start: exit status 1"
+    );
+
+    // A source named like a top-level tool is an error naming both.
+    let clash: Arc<dyn toolcell_tools::DynTool> = Arc::new(
+        echo("create_ticket.x", "Clash.", json!({"type": "object"}))
+            .in_namespace("create_ticket")
+            .unwrap(),
+    );
+    let mut with_clash = tools.clone();
+    with_clash.push(clash);
+    let err = stubs::stub_module_with(&with_clash, &[]).unwrap_err().to_string();
+    assert!(err.contains("create_ticket"), "{err}");
+}

@@ -214,7 +214,7 @@ def _namespace(name, doc, functions):
     return module
 
 
-def _unavailable(name, doc, message):
+def _unavailable(name, source, doc, message):
     # A source whose tools are not known (its server failed to start): any
     # name taken from it raises ToolError with the reason; the host tries to
     # start it again before a later cell.
@@ -223,7 +223,7 @@ def _unavailable(name, doc, message):
     def __getattr__(attr):
         if attr.startswith("__"):
             raise AttributeError(attr)
-        raise ToolError(message, "tool_failed", name + "." + attr)
+        raise ToolError(message, "tool_failed", source + "." + attr)
 
     module.__getattr__ = __getattr__
     return module

@@ -196,6 +196,39 @@ def retry(fn, *args, attempts=3, delay=0.5, backoff=2.0, max_delay=30.0,
             wait *= backoff
 
 
+def _namespace(name, doc, functions):
+    # The tools of one outside source (an MCP server) as the submodule
+    # toolcell_tools.<name>: `import toolcell_tools.<name>` and
+    # `from toolcell_tools.<name> import f` find it in sys.modules.
+    import sys as _sys
+    import types as _types
+    full = __name__ + "." + name
+    module = _types.ModuleType(full, doc)
+    for f in functions:
+        f.__module__ = full
+        f.__qualname__ = f.__name__
+        setattr(module, f.__name__, f)
+    module.__all__ = [f.__name__ for f in functions]
+    module.ToolError = ToolError
+    _sys.modules[full] = module
+    return module
+
+
+def _unavailable(name, source, doc, message):
+    # A source whose tools are not known (its server failed to start): any
+    # name taken from it raises ToolError with the reason; the host tries to
+    # start it again before a later cell.
+    module = _namespace(name, doc, [])
+
+    def __getattr__(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise ToolError(message, "tool_failed", source + "." + attr)
+
+    module.__getattr__ = __getattr__
+    return module
+
+
 __all__ = ["ToolError", "json_parse", "shell_quote", "retry", "patch", "read_file", "search_files", "terminal", "web_extract", "web_search", "write_file"]
 
 
