@@ -27,6 +27,8 @@ use tokio_util::sync::CancellationToken;
 use toolcell_kernel::config::Config;
 use toolcell_kernel::{ExecuteRequest, Registry, StreamKind};
 use toolcell_tools::ToolRegistry;
+
+use crate::client_tools::Link;
 use toolcell_tools::schema::{self, Mode, SchemaFormat};
 
 /// Longest accepted request line.
@@ -182,8 +184,18 @@ const EXECUTE_PARAMS: [&str; 8] = [
     "code", "session", "reset", "timeout", "mode", "tools", "cwd", "stream",
 ];
 
-fn execute_params(params: &Value, known_tools: &ToolRegistry) -> Result<ExecParams, BadParams> {
-    execute_params_for(params, known_tools, "execute", &EXECUTE_PARAMS)
+fn execute_params(
+    params: &Value,
+    known_tools: &ToolRegistry,
+    link: &Link,
+) -> Result<ExecParams, BadParams> {
+    execute_params_for(
+        params,
+        known_tools,
+        &|n| n.contains('.') || link.is_registered(n),
+        "execute",
+        &EXECUTE_PARAMS,
+    )
 }
 
 /// Parses the parameters of a cell request named `method` (serve's
@@ -195,12 +207,14 @@ pub(crate) fn cell_params(
     method: &str,
     accepted: &[&str],
 ) -> Result<ExecParams, String> {
-    execute_params_for(params, known_tools, method, accepted).map_err(|BadParams(m)| m)
+    execute_params_for(params, known_tools, &|n| n.contains('.'), method, accepted)
+        .map_err(|BadParams(m)| m)
 }
 
 fn execute_params_for(
     params: &Value,
     known_tools: &ToolRegistry,
+    outside: &dyn Fn(&str) -> bool,
     method: &str,
     accepted: &[&str],
 ) -> Result<ExecParams, BadParams> {
@@ -278,7 +292,9 @@ fn execute_params_for(
                         type_name(t)
                     )));
                 };
-                if known_tools.get(name).is_none() {
+                // Outside tools (a client's, `SERVER.tool`, `SERVER.*`) are
+                // checked when the cell is admitted, against what is there.
+                if known_tools.get(name).is_none() && !outside(name) {
                     return Err(bad(format!(
                         "{method}: unknown tool `{name}` in `tools`; known tools: {}",
                         known_tools.names().collect::<Vec<_>>().join(", ")
@@ -330,16 +346,25 @@ impl Service {
         params: Value,
         out: &Out,
         cancel: &Cancel,
+        link: &Arc<Link>,
     ) -> Option<String> {
         let result: Result<Value, BadParams> = match method {
+            "tools/register" => {
+                params_object(&params, "tools/register").and_then(|p| link.register(p).map_err(bad))
+            }
+            "tools/unregister" => params_object(&params, "tools/unregister")
+                .and_then(|p| link.unregister(p).map_err(bad)),
             "execute" => {
-                match execute_params(&params, self.registry.tools()) {
+                match execute_params(&params, self.registry.tools(), link) {
                     Err(e) => Err(e),
                     Ok(ExecParams {
                         mut req,
                         session,
                         stream,
                     }) => {
+                        if let Some(extra) = link.tools_for(&session) {
+                            req = req.extra_tools(extra);
+                        }
                         if stream {
                             let tx = out.clone();
                             req = req.live(Arc::new(move |s: StreamKind, chunk: &str| {
@@ -392,22 +417,32 @@ impl Service {
                 }
                 Err(e) => Err(e),
             },
-            "schema" => params_object(&params, "schema").and_then(|p| {
-                check_known(p, "schema", &["format"])?;
+            "schema" => match params_object(&params, "schema").and_then(|p| {
+                check_known(p, "schema", &["format", "session"])?;
                 let format: SchemaFormat = opt_str(p, "format", "schema")?
                     .unwrap_or("openai")
                     .parse()
                     .map_err(|e: String| bad(format!("schema: {e}")))?;
-                let tools = ToolRegistry::builtin()
-                    .ok()
-                    .and_then(|r| r.select(&self.config.tools.enabled).ok())
-                    .unwrap_or_default();
-                Ok(schema::execute_code_tool(
-                    &tools,
-                    &self.config.execute_code_options(),
-                    format,
-                ))
-            }),
+                Ok((format, session_of(p, "schema")?))
+            }) {
+                Err(e) => Err(e),
+                Ok((format, session)) => {
+                    // Every source a session's cells have: the enabled
+                    // built-ins, the client's tools, the MCP servers'.
+                    let mut tools = self
+                        .registry
+                        .tools()
+                        .select(&self.config.tools.enabled)
+                        .unwrap_or_default();
+                    tools.extend(link.definitions(&session));
+                    tools.extend(self.registry.source_tools().await.tools);
+                    Ok(schema::execute_code_tool(
+                        &tools,
+                        &self.config.execute_code_options(),
+                        format,
+                    ))
+                }
+            },
             "ping" if self.daemon.is_some() => Ok(json!({
                 "pid": std::process::id(),
                 "version": env!("CARGO_PKG_VERSION"),
@@ -592,6 +627,8 @@ enum Entry {
 struct Conn {
     service: Arc<Service>,
     out: Out,
+    /// The client's tools and its unanswered `tool/call`s.
+    link: Arc<Link>,
     shared: Shared,
     /// Cancelled at EOF in [`AtEof::Abort`]; every request's token is its child.
     eof: CancellationToken,
@@ -740,7 +777,14 @@ impl Job {
         }
         let reply = conn
             .service
-            .call(env.id, &env.method, env.params, &conn.out, &cancel)
+            .call(
+                env.id,
+                &env.method,
+                env.params,
+                &conn.out,
+                &cancel,
+                &conn.link,
+            )
             .await;
         (
             reply,
@@ -775,8 +819,22 @@ where
             }
         }
     });
+    let reserved = {
+        let mut r = ToolRegistry::empty();
+        for t in service
+            .registry
+            .tools()
+            .select(&service.config.tools.enabled)
+            .unwrap_or_default()
+        {
+            let _ = r.add(t);
+        }
+        r
+    };
+    let link = Link::new(tx.clone(), reserved, service.config.mcp_server_names());
     let conn = Arc::new(Conn {
         service,
+        link: Arc::clone(&link),
         out: tx.clone(),
         shared: Shared::default(),
         eof: CancellationToken::new(),
@@ -837,11 +895,16 @@ where
                         .await;
                     continue;
                 }
-                // Admitted in order, so entries keep their session's order.
+                // Answers to our `tool/call`s are taken out; the rest are
+                // admitted in order, so entries keep their session's order.
                 let entries: Vec<Entry> = items
                     .into_iter()
+                    .filter(|item| !matches!(item, Value::Object(o) if link.take_response(o, text.len())))
                     .map(|item| conn.admit(item, &mut tails))
                     .collect();
+                if entries.is_empty() {
+                    continue;
+                }
                 let conn = Arc::clone(&conn);
                 let tx = tx.clone();
                 tasks.spawn(async move {
@@ -874,6 +937,7 @@ where
                     }
                 });
             }
+            Value::Object(ref o) if link.take_response(o, text.len()) => {}
             other => match conn.admit(other, &mut tails) {
                 Entry::Done(Some(reply)) => {
                     let _ = tx.send(reply).await;
@@ -896,6 +960,8 @@ where
         // Reap finished tasks so the set stays small.
         while tasks.try_join_next().is_some() {}
     }
+    // Nobody will answer a `tool/call` any more.
+    link.close();
     match at_eof {
         AtEof::Finish => while tasks.join_next().await.is_some() {},
         AtEof::Abort { grace } => {

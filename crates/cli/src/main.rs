@@ -4,6 +4,7 @@
 //! subcommand lives in its own module under `cmd/`; `host.rs` builds the
 //! kernel registry from the configuration and handles signals.
 
+mod client_tools;
 mod cmd;
 mod host;
 mod jsonrpc;

@@ -106,7 +106,7 @@ pub use kernel::{
     TimeoutPolicy,
 };
 pub use registry::{
-    ExecuteRequest, ExtraTools, Guard, ToolSource, KernelMode, KeyInfo, Registry, RegistryError, RegistryOptions,
-    SessionInfo, SessionKey,
+    ExecuteRequest, ExtraTools, Guard, KernelMode, KeyInfo, Registry, RegistryError,
+    RegistryOptions, SessionInfo, SessionKey, ToolSource,
 };
 pub use result::{Display, ExecuteResult, KernelInfo, Status, Usage};

@@ -42,7 +42,12 @@ fn crm_find() -> Arc<dyn DynTool> {
             "crm.find",
             "Find customers.",
             json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}),
-            |args: Value, _cx| async move { Ok(json!([format!("found {}", args["q"].as_str().unwrap_or(""))])) },
+            |args: Value, _cx| async move {
+                Ok(json!([format!(
+                    "found {}",
+                    args["q"].as_str().unwrap_or("")
+                )]))
+            },
         )
         .unwrap()
         .in_namespace("crm")
@@ -89,7 +94,12 @@ except ToolError as e:
     assert!(!r.kernel.state_reset);
     let lines: Vec<&str> = r.output.lines().collect();
     assert_eq!(lines[0], "42 7 high", "{}", show(&r));
-    assert_eq!(lines[1], "['found acme'] ['found bob'] True", "{}", show(&r));
+    assert_eq!(
+        lines[1],
+        "['found acme'] ['found bob'] True",
+        "{}",
+        show(&r)
+    );
     assert_eq!(
         lines[2],
         "(title: str, priority: Literal['low', 'high'] = 'low') -> Any",

@@ -167,3 +167,6 @@ pub use schema_tool::SchemaTool;
 pub use tool::{
     DynTool, Tool, ToolContext, ToolEntry, ToolError, ToolSettings, WebSettings, erase,
 };
+/// The boxed future [`DynTool::call`] returns (from the rpc crate), for
+/// embedders implementing [`DynTool`] themselves.
+pub use toolcell_rpc::BoxFuture;

@@ -323,9 +323,25 @@ pub fn params_of(root: &Value) -> Vec<Param> {
 /// description lists it.
 pub fn signature(tool: &dyn DynTool) -> String {
     let ps: Vec<String> = params(tool).iter().map(Param::python).collect();
+    let name = match tool.namespace() {
+        // A source's tool is called through its submodule: `fs.read(...)`.
+        Some(ns) => {
+            let local = tool
+                .name()
+                .strip_prefix(ns)
+                .and_then(|r| r.strip_prefix('.'))
+                .unwrap_or(tool.name());
+            format!(
+                "{}.{}",
+                crate::stubs::python_function_name(ns),
+                crate::stubs::python_function_name(local)
+            )
+        }
+        None => crate::stubs::python_function_name(tool.name()),
+    };
     format!(
         "{}({}) -> {}",
-        crate::stubs::python_function_name(tool.name()),
+        name,
         ps.join(", "),
         shape(&tool.output_schema())
     )

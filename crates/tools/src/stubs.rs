@@ -526,7 +526,11 @@ pub fn stub_module_with(
                 top.push((t, ident));
             }
             Some(ns) => {
-                let ident = claim(ns, python_function_name(local_name(t.as_ref(), ns)), t.name())?;
+                let ident = claim(
+                    ns,
+                    python_function_name(local_name(t.as_ref(), ns)),
+                    t.name(),
+                )?;
                 spaces.entry(ns).or_default().push((t, ident));
             }
         }
@@ -535,7 +539,11 @@ pub fn stub_module_with(
         members.sort_by(|a, b| a.1.cmp(&b.1));
     }
     let mut modules: Vec<(String, &str)> = Vec::new();
-    for ns in spaces.keys().copied().chain(unavailable.iter().map(|u| u.namespace.as_str())) {
+    for ns in spaces
+        .keys()
+        .copied()
+        .chain(unavailable.iter().map(|u| u.namespace.as_str()))
+    {
         if modules.iter().any(|(_, n)| *n == ns) {
             continue;
         }
@@ -580,7 +588,10 @@ pub fn stub_module_with(
             );
         } else if let Some(u) = unavailable.iter().find(|u| u.namespace == *ns) {
             let msg = schema::python_literal(&u.message.clone().into());
-            let _ = writeln!(out, "{ident} = _unavailable({lit}, {original}, {doc}, {msg})");
+            let _ = writeln!(
+                out,
+                "{ident} = _unavailable({lit}, {original}, {doc}, {msg})"
+            );
         }
     }
     // After the sources, so that their temporary builders are gone

@@ -722,7 +722,10 @@ mod arbitrary_names {
 
 /// Tools of two outside sources (as MCP servers' are) with the same local
 /// name, a source that is down, and a top-level tool.
-fn sourced_tools() -> (Vec<Arc<dyn toolcell_tools::DynTool>>, Vec<stubs::Unavailable>) {
+fn sourced_tools() -> (
+    Vec<Arc<dyn toolcell_tools::DynTool>>,
+    Vec<stubs::Unavailable>,
+) {
     let search = |ns: &str| -> Arc<dyn toolcell_tools::DynTool> {
         Arc::new(
             echo(
@@ -735,12 +738,19 @@ fn sourced_tools() -> (Vec<Arc<dyn toolcell_tools::DynTool>>, Vec<stubs::Unavail
         )
     };
     let odd: Arc<dyn toolcell_tools::DynTool> = Arc::new(
-        echo("docs.get-page", "Named with a dash.", json!({"type": "object"}))
-            .in_namespace("docs")
-            .unwrap(),
+        echo(
+            "docs.get-page",
+            "Named with a dash.",
+            json!({"type": "object"}),
+        )
+        .in_namespace("docs")
+        .unwrap(),
     );
-    let top: Arc<dyn toolcell_tools::DynTool> =
-        Arc::new(echo("create_ticket", "Top level.", json!({"type": "object"})));
+    let top: Arc<dyn toolcell_tools::DynTool> = Arc::new(echo(
+        "create_ticket",
+        "Top level.",
+        json!({"type": "object"}),
+    ));
     (
         vec![search("docs"), search("web-archive"), odd, top],
         vec![stubs::Unavailable {
@@ -774,10 +784,17 @@ except t.ToolError as e:
 "#,
         &[],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines[0], "['billing', 'create_ticket', 'docs', 'web_archive']");
+    assert_eq!(
+        lines[0],
+        "['billing', 'create_ticket', 'docs', 'web_archive']"
+    );
     assert_eq!(
         lines[1],
         "(query: str, limit: int = 5) -> Any toolcell_tools.web_archive search ['get_page', 'search']"
@@ -796,6 +813,8 @@ except t.ToolError as e:
     );
     let mut with_clash = tools.clone();
     with_clash.push(clash);
-    let err = stubs::stub_module_with(&with_clash, &[]).unwrap_err().to_string();
+    let err = stubs::stub_module_with(&with_clash, &[])
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("create_ticket"), "{err}");
 }

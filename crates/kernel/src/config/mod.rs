@@ -63,11 +63,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Value;
 
+mod mcp;
 mod reference;
 mod rules;
 mod section;
 mod sections;
 
+pub use mcp::McpServer;
 pub use reference::reference_markdown;
 pub use sections::{
     Daemon, Env, Execution, Guard, JournalConfig, Kernels, Limits, Output, Rpc, Tools, Web,
@@ -513,6 +515,9 @@ macro_rules! config {
         #[non_exhaustive]
         pub struct Config {
             $( $(#[doc = $doc])* pub $field: $ty, )+
+            /// `[mcp_servers.NAME]`: MCP servers whose tools cells can call
+            /// (as the functions of `toolcell_tools.NAME`).
+            pub mcp_servers: std::collections::BTreeMap<String, McpServer>,
             /// Provenance of every key not at its default.
             #[serde(skip)]
             sources: HashMap<&'static str, Source>,
@@ -547,6 +552,9 @@ macro_rules! config {
 
             fn anchor_paths(&mut self, base: &Path) {
                 $( self.$field.anchor(base); )+
+                for s in self.mcp_servers.values_mut() {
+                    mcp::anchor(s, base);
+                }
             }
         }
     };
@@ -644,6 +652,10 @@ impl Config {
         // Unknown names first, with suggestions serde's error cannot give.
         let mut given: Vec<&'static str> = Vec::new();
         for (section, value) in &table {
+            if section == "mcp_servers" {
+                // Checked below, by serde and `check_cross`.
+                continue;
+            }
             let Some(info) = SECTIONS.iter().find(|s| s.name == section) else {
                 return Err(unknown_section(origin, section));
             };
@@ -995,6 +1007,15 @@ impl Config {
                 out.push('\n');
             }
         }
+        let source = self.file.as_ref().map(|f| format!("from {}", f.display()));
+        out.push_str(&mcp::to_toml(
+            &self.mcp_servers,
+            if with_sources {
+                source.as_deref()
+            } else {
+                None
+            },
+        ));
         out
     }
 
@@ -1017,7 +1038,29 @@ impl Config {
     }
 
     /// Rules involving two keys.
+    /// The names of the `[mcp_servers]`, sorted.
+    pub fn mcp_server_names(&self) -> Vec<String> {
+        self.mcp_servers.keys().cloned().collect()
+    }
+
     fn check_cross(&self) -> Result<(), ConfigError> {
+        for (name, server) in &self.mcp_servers {
+            if let Err((key, message)) = mcp::check(name, server) {
+                let key = if key.is_empty() {
+                    format!("mcp_servers.{name}")
+                } else {
+                    format!("mcp_servers.{name}.{key}")
+                };
+                return Err(ConfigError::Invalid {
+                    origin: self
+                        .file
+                        .as_ref()
+                        .map_or(Source::Default, |f| Source::File(f.clone())),
+                    key,
+                    message,
+                });
+            }
+        }
         if self.execution.confine && self.execution.mode != Mode::Strict {
             return Err(ConfigError::Invalid {
                 origin: self.source_or_default("execution.confine").clone(),

@@ -85,17 +85,14 @@ impl ExtraTools {
     /// `SOURCE.tool` or `SOURCE.*`) names something in this set.
     pub fn names(&self, name: &str) -> bool {
         if let Some(ns) = name.strip_suffix(".*") {
-            return self
-                .tools
-                .iter()
-                .any(|t| t.namespace() == Some(ns))
+            return self.tools.iter().any(|t| t.namespace() == Some(ns))
                 || self.unavailable.iter().any(|u| u.namespace == ns);
         }
         self.tools.iter().any(|t| t.name() == name)
-            || self
-                .unavailable
-                .iter()
-                .any(|u| name.strip_prefix(u.namespace.as_str()).is_some_and(|r| r.starts_with('.')))
+            || self.unavailable.iter().any(|u| {
+                name.strip_prefix(u.namespace.as_str())
+                    .is_some_and(|r| r.starts_with('.'))
+            })
     }
 
     /// Only what `wanted` (a request's `tools`) names.

@@ -39,10 +39,10 @@ use toolcell_tools::{ToolRegistry, ToolSettings};
 
 use crate::result::{ExecuteResult, round2};
 
+pub use extra::{ExtraTools, ToolSource};
 pub use options::{KernelMode, RegistryOptions, default_kernels_root, default_spill_dir};
 use pool::{Pool, fill_pool};
 use reaper::{prune_loop, reap_loop};
-pub use extra::{ExtraTools, ToolSource};
 pub use request::{ExecuteRequest, Guard};
 pub use session::{KeyInfo, SessionInfo, SessionKey};
 use session::{Slot, State, mark_differences};

@@ -2,8 +2,8 @@
 //! [`Guard`], `[guard] deny`, tool narrowing, confinement's mode rule and
 //! the working directory, all decided before any kernel is touched.
 
-use std::sync::Arc;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
