@@ -14,7 +14,13 @@ use crate::jsonrpc::{AtEof, Service, serve_connection};
                   response per line on stdout (logs go to stderr only).\n\nMethods:\n  \
                   execute {code, session?, reset?, timeout?, mode?, tools?, cwd?, stream?}  → the \
                   result object\n  interrupt {session?}\n  sessions\n  shutdown_session \
-                  {session}\n  schema {format?}\n\n`session` defaults to \"default\". Requests \
+                  {session}\n  schema {format?, session?}\n  tools/register {tools: [{name, description?, \
+                  input_schema, output_schema?}], session?}  → {registered}\n  tools/unregister \
+                  {names, session?}  → {unregistered}\n\nClient tools: a cell's call to a registered tool \
+                  comes to the client as a request `tool/call` {session, name, arguments, \
+                  deadline_ms} (string id); answer with `result` (the return value) or `error` \
+                  {code, message} (raised as ToolError in the cell). A call still unanswered when \
+                  its cell ends gets the notification `$/cancelRequest` {id}.\n\n`session` defaults to \"default\". Requests \
                   for different sessions run concurrently and responses may come out of order \
                   (match them by id); the execute and shutdown_session requests of one session \
                   take effect in the order they arrive (interrupt acts at once). With `stream: \
