@@ -117,15 +117,15 @@ print(get_user([{'id': 3}])['names'], get_user([])['names'])
     assert_eq!(lines.len(), 4, "{}", show(&r));
     assert_eq!(
         lines[0],
-        r#"bad_args | get-user: bad arguments for "get-user": /ids/1/id: "x" is not of type "integer""#
+        r#"bad_args | get-user: bad arguments: /ids/1/id: "x" is not of type "integer""#
     );
     assert_eq!(
         lines[1],
-        r#"bad_args | get-user: bad arguments for "get-user": /ids/0: "id" is a required property"#
+        r#"bad_args | get-user: bad arguments: /ids/0: "id" is a required property"#
     );
     assert!(
         lines[2].starts_with(
-            r#"bad_args | get-user: bad arguments for "get-user": /from: "nis" is not one of"#
+            r#"bad_args | get-user: bad arguments: /from: "nis" is not one of"#
         ),
         "{}",
         lines[2]

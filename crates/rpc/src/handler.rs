@@ -189,7 +189,7 @@ impl Core {
             return Step::Replied;
         }
         if let Err(problem) = dispatch.validate(&tool, &args) {
-            let msg = format!("bad arguments for \"{tool}\": {problem}");
+            let msg = format!("bad arguments: {problem}");
             refuse(out, Some(&cell), ErrorCode::BadArgs, &msg, id);
             return Step::Replied;
         }

@@ -495,8 +495,8 @@ print(store([{"id": 1}, {"id": 2}]))
     assert_eq!(
         lines,
         [
-            r#"bad_args | store: bad arguments for "store": /items/0/id: "x" is not of type "integer""#,
-            r#"bad_args | store: bad arguments for "store": /items: "nope" is not of type "array""#,
+            r#"bad_args | store: bad arguments: /items/0/id: "x" is not of type "integer""#,
+            r#"bad_args | store: bad arguments: /items: "nope" is not of type "array""#,
             "{'stored': 2}",
         ],
         "{text}"

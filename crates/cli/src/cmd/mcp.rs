@@ -136,7 +136,12 @@ impl McpServer {
                 let mut tool = Tool::new(t.name().to_string(), t.doc().to_string(), {
                     object(t.args_schema())
                 });
-                tool.output_schema = Some(Arc::new(as_object(t.output_schema())));
+                // MCP wants an object schema here; a tool that declares no
+                // result shape (`{}`) or a non-object one gets none.
+                let out = t.output_schema();
+                if out.get("type").and_then(Value::as_str) == Some("object") {
+                    tool.output_schema = Some(Arc::new(as_object(out)));
+                }
                 listed.push(tool);
                 exposed.insert(t.name().to_string(), t);
             }
