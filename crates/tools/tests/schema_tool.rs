@@ -818,3 +818,72 @@ except t.ToolError as e:
         .to_string();
     assert!(err.contains("create_ticket"), "{err}");
 }
+
+/// Every Python from 3.8 to 3.13 on PATH compiles and imports the module
+/// with sources (this machine has them all through pyenv; `python3` at
+/// least must be there).
+#[test]
+fn the_module_with_sources_works_on_every_python_from_3_8() {
+    let (mut tools, down) = sourced_tools();
+    tools.extend(hard_tools());
+    let src = stubs::stub_module_with(&tools, &down).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("toolcell_tools.py"), &src).unwrap();
+    // pyenv's installs (the shims only run the selected version), the
+    // system's, and whatever `python3` is.
+    let mut candidates: Vec<String> = Vec::new();
+    let pyenv = std::env::var("PYENV_ROOT").unwrap_or_else(|_| {
+        format!("{}/.pyenv", std::env::var("HOME").unwrap_or_default())
+    });
+    if let Ok(dir) = std::fs::read_dir(format!("{pyenv}/versions")) {
+        let mut found: Vec<String> = dir
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|v| {
+                v.strip_prefix("3.")
+                    .and_then(|r| r.split('.').next())
+                    .and_then(|m| m.parse::<u32>().ok())
+                    .is_some_and(|m| (8..=13).contains(&m))
+            })
+            .collect();
+        found.sort();
+        candidates.extend(found.iter().map(|v| format!("{pyenv}/versions/{v}/bin/python3")));
+    }
+    for m in 8..=13 {
+        candidates.push(format!("/usr/bin/python3.{m}"));
+    }
+    candidates.push("python3".into());
+    let mut ran = Vec::new();
+    for exe in &candidates {
+        let exe = exe.as_str();
+        let Ok(out) = Command::new(exe)
+            .arg("-c")
+            .arg(
+                "import inspect, sys, toolcell_tools as t\n\
+                 from toolcell_tools.docs import search\n\
+                 print(sys.version_info[:2] >= (3, 8), inspect.signature(search), inspect.signature(t.get_user))",
+            )
+            .current_dir(tmp.path())
+            .env("PYTHONPATH", tmp.path())
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .output()
+        else {
+            continue;
+        };
+        assert!(
+            out.status.success(),
+            "{exe}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            // 3.8 spells Optional[str] out.
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .replace("Union[str, NoneType]", "Optional[str]"),
+            "True (query: str, limit: int = 5) -> Any (id: int, from_: Optional[str] = None, class_: Literal['staff', 'guest'] = 'guest') -> Dict[str, Any]",
+            "{exe}"
+        );
+        ran.push(exe);
+    }
+    assert!(ran.contains(&"python3"), "no python3 on PATH");
+}
