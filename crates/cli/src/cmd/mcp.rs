@@ -100,6 +100,11 @@ struct McpServer {
     registry: Arc<Registry>,
     /// `tools/list`, in order: execute_code first, then exposed tools.
     listed: Vec<Tool>,
+    /// The enabled built-in tools (the `execute_code` description lists
+    /// them, and the MCP servers' tools when servers are configured).
+    enabled_tools: Vec<Arc<dyn DynTool>>,
+    /// The limits the description states.
+    options: schema::ExecuteCodeOptions,
     /// Tools callable directly (`--expose-tools`), by name.
     exposed: HashMap<String, Arc<dyn DynTool>>,
     /// Settings for direct tool calls.
@@ -117,17 +122,10 @@ impl McpServer {
             .tools()
             .select(&config.tools.enabled)
             .context("selecting the enabled tools")?;
-        let def =
-            schema::execute_code_tool(&enabled, &config.execute_code_options(), SchemaFormat::Mcp);
-        let description = def["description"].as_str().unwrap_or_default().to_string();
-        let mut input = def["inputSchema"].clone();
-        input["properties"]["session"] = json!({
-            "type": "string",
-            "description": "Name of the kernel to run in (default \"default\"). Each name keeps \
-                            its own kernel and state for this connection."
-        });
-        let mut listed = vec![Tool::new(EXECUTE_CODE, description, object(input))];
+        let options = config.execute_code_options();
+        let mut listed = vec![execute_code_def(&enabled, &options)];
         let mut exposed = HashMap::new();
+        let enabled_all = enabled.clone();
         if expose {
             for t in enabled {
                 if t.name() == EXECUTE_CODE {
@@ -149,6 +147,8 @@ impl McpServer {
         let cwd = host::cwd()?;
         let settings = Arc::new(registry.tool_settings(&cwd));
         Ok(Self {
+            enabled_tools: enabled_all,
+            options,
             tool_timeout: registry.options().timeout,
             registry,
             listed,
@@ -357,6 +357,19 @@ fn object(v: Value) -> Arc<JsonObject> {
     Arc::new(as_object(v))
 }
 
+/// The `execute_code` tool, its description listing `tools`.
+fn execute_code_def(tools: &[Arc<dyn DynTool>], options: &schema::ExecuteCodeOptions) -> Tool {
+    let def = schema::execute_code_tool(tools, options, SchemaFormat::Mcp);
+    let description = def["description"].as_str().unwrap_or_default().to_string();
+    let mut input = def["inputSchema"].clone();
+    input["properties"]["session"] = json!({
+        "type": "string",
+        "description": "Name of the kernel to run in (default \"default\"). Each name keeps \
+                        its own kernel and state for this connection."
+    });
+    Tool::new(EXECUTE_CODE, description, object(input))
+}
+
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
@@ -369,7 +382,15 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.listed.clone()))
+        let mut listed = self.listed.clone();
+        if self.registry.has_tool_sources() {
+            // "Code mode": the MCP servers' tools (started now, on first
+            // use) are functions the code calls; the description lists them.
+            let mut tools = self.enabled_tools.clone();
+            tools.extend(self.registry.source_tools().await.tools);
+            listed[0] = execute_code_def(&tools, &self.options);
+        }
+        Ok(ListToolsResult::with_all_items(listed))
     }
 
     async fn call_tool(

@@ -320,6 +320,16 @@ impl Registry {
             .push(source);
     }
 
+    /// Whether any [`ToolSource`] was added.
+    pub fn has_tool_sources(&self) -> bool {
+        !self
+            .inner
+            .sources
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty()
+    }
+
     /// The tools of every added [`ToolSource`] now (starting them if they
     /// start lazily), for listings such as `toolcell tools`.
     pub async fn source_tools(&self) -> ExtraTools {
