@@ -93,8 +93,24 @@ except Exception:  # another implementation: the json module
 # The file the runner's own code objects carry; frames from it are cut from
 # every traceback a user sees.
 _RUNNER_FILE = (lambda: None).__code__.co_filename
-_KDIR = os.path.dirname(os.path.abspath(__file__))
-_ARTIFACTS = os.path.join(_KDIR, "artifacts")
+# Set by the remote bootstrap (SPEC section 14): the stub module's source.
+# Then requests come on stdin, there is no kernel directory on this machine
+# (the runner makes a private temporary one), and figures travel in frames.
+_REMOTE_STUBS = globals().get("_TOOLCELL_INBAND")
+_REMOTE = _REMOTE_STUBS is not None
+if _REMOTE:
+    _KDIR = ""  # made in _make_remote_dir()
+    _ARTIFACTS = ""
+else:
+    _KDIR = os.path.dirname(os.path.abspath(__file__))
+    _ARTIFACTS = os.path.join(_KDIR, "artifacts")
+# Tool calls travel in-band (hello's "inband_tools"): a tool_call frame on
+# stdout, the host's tool_reply line on the request channel.
+_INBAND_TOOLS = False
+_calls = {}  # call id -> [lock held until the reply, reply]
+_calls_lock = _thread.allocate_lock()
+_call_seq = [0]
+_in_cell = False
 
 # Cell sources kept in linecache (for tracebacks of functions defined in old
 # cells) are bounded: the oldest are dropped past this many characters.
@@ -239,8 +255,19 @@ def _descendants(pid):
     return found
 
 
+def _remove_remote_dir():
+    if _REMOTE and _KDIR:
+        try:
+            import shutil
+
+            shutil.rmtree(_KDIR, ignore_errors=True)
+        except BaseException:
+            pass
+
+
 def _die():
     """The host is gone: kill every descendant (setsid'd ones too) and our group."""
+    _remove_remote_dir()
     try:
         for pid in _descendants(os.getpid()):
             try:
@@ -270,10 +297,124 @@ def _private_dup(fd):
 
 def _init_fds():
     global _REQ_FD, _OUT_FD, _ERR_FD
-    _REQ_FD = _private_dup(3)
-    os.close(3)
+    if _REMOTE:
+        # Requests arrive on stdin: move them to a private fd; the cells'
+        # fd 0 becomes /dev/null, as for a local kernel.
+        _REQ_FD = _private_dup(0)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+    else:
+        _REQ_FD = _private_dup(3)
+        os.close(3)
     _OUT_FD = _private_dup(1)
     _ERR_FD = _private_dup(2)
+
+
+def _make_remote_dir():
+    """A private temporary directory for the stub module and figures."""
+    global _KDIR, _ARTIFACTS
+    base = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(16):
+        path = os.path.join(base, "toolcell-remote-%s" % os.urandom(8).hex())
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        break
+    else:
+        raise OSError("cannot create a private directory under %s" % base)
+    _KDIR = path
+    _ARTIFACTS = os.path.join(path, "artifacts")
+    fd = os.open(os.path.join(path, "toolcell_tools.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        data = _REMOTE_STUBS
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+    env = os.environ
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONIOENCODING"] = "utf-8"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.setdefault("MPLBACKEND", "Agg")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(encoding="utf-8")
+        except BaseException:
+            pass
+
+
+# --------------------------------------------------------------------------
+# In-band tool calls and interrupts (SPEC section 14)
+# --------------------------------------------------------------------------
+
+
+def _inband_call(tool, args):
+    """The stub module's ``_call`` when tool calls travel in-band.
+
+    Sends a tool_call frame and waits for the reader thread to hand over the
+    host's reply; threads call in parallel, each waiting on its own lock.
+    """
+    module = sys.modules.get("toolcell_tools")
+    error = getattr(module, "ToolError", RuntimeError)
+    lock = _thread.allocate_lock()
+    lock.acquire()
+    with _calls_lock:
+        _call_seq[0] += 1
+        cid = _call_seq[0]
+        entry = [lock, None]
+        _calls[cid] = entry
+    try:
+        try:
+            _send(_OUT_FD, {"type": "tool_call", "id": cid, "tool": tool, "args": args}, False)
+        except (TypeError, ValueError):
+            raise
+        except OSError as e:
+            raise error(
+                "lost the connection to the toolcell host during %s (%s); the outcome is unknown "
+                "and the call was not repeated: check its effect before calling again" % (tool, e),
+                "connection_lost", tool) from None
+        lock.acquire()
+    finally:
+        with _calls_lock:
+            _calls.pop(cid, None)
+    msg = entry[1]
+    if not isinstance(msg, dict):
+        raise error("the toolcell host sent an unreadable reply to %s" % (tool,), "bad_reply", tool)
+    if msg.get("ok"):
+        return msg.get("result")
+    code = msg.get("code")
+    raise error("%s: %s" % (tool, msg.get("error", code)), code, tool)
+
+
+def _tool_reply(req):
+    with _calls_lock:
+        entry = _calls.get(req.get("id"))
+    if entry is not None:
+        entry[1] = req.get("reply")
+        try:
+            entry[0].release()
+        except RuntimeError:
+            pass
+
+
+def _interrupt():
+    """In-band interrupt: SIGINT to our process group during a cell."""
+    if not _in_cell:
+        return
+    try:
+        if os.getpgrp() == _PID:
+            os.killpg(_PID, _SIGINT)
+        else:
+            os.kill(_PID, _SIGINT)
+    except OSError:
+        pass
+
+
+def _use_inband(module):
+    if _INBAND_TOOLS and module is not None:
+        module._call = _inband_call
 
 
 _SPARE_FD = -1
@@ -367,7 +508,14 @@ def _read_requests():
             if not isinstance(req, dict):
                 _requests.put(("bad", "request is not a JSON object"))
                 continue
-            if req.get("type") == "shutdown":
+            rtype = req.get("type")
+            if rtype == "tool_reply":
+                _tool_reply(req)
+                continue
+            if rtype == "interrupt":
+                _interrupt()
+                continue
+            if rtype == "shutdown":
                 _shutdown_requested = True
             _requests.put(("req", req))
 
@@ -722,6 +870,7 @@ def _make_namespace():
     except BaseException as e:
         _raw_stderr("toolcell_tools failed to import: %s: %s" % (type(e).__name__, e))
         return
+    _use_inband(toolcell_tools)
     # Every tool and helper the stub exports is defined in the namespace
     # (the execute_code description promises it); `from toolcell_tools
     # import …` works too.
@@ -769,6 +918,7 @@ def _load_stubs(source):
     # session's own functions still catches what new tools raise.
     keep_error = module.__dict__.get("ToolError")
     exec(compile(source, path, "exec"), module.__dict__)
+    _use_inband(module)
     if keep_error is not None:
         module.ToolError = keep_error
         for sub in list(sys.modules):
@@ -911,12 +1061,16 @@ def _ignore_sigint():
 
 def _run_user(src, filename):
     """Run the cell with SIGINT live; return the exception it ended with."""
+    global _in_cell
     _signal_fn(_SIGINT, _default_int_handler)
+    _in_cell = True
     try:
         _execute(src, filename)
     except BaseException as e:
+        _in_cell = False
         _ignore_sigint()
         return e
+    _in_cell = False
     _ignore_sigint()
     return None
 
@@ -1037,6 +1191,10 @@ def _save_figures(count):
             fig = plt.figure(num)
             path = os.path.join(_ensure_artifacts(), "cell-%d-fig-%d.png" % (count, k))
             fig.savefig(path, format="png")
+            if _REMOTE:
+                if not _send_file(path, "image/png"):
+                    continue
+                path = os.path.basename(path)
             display.append({"mime": "image/png", "path": path})
         except Exception as e:
             _raw_stderr("could not save figure %s: %s: %s" % (num, type(e).__name__, e))
@@ -1046,6 +1204,29 @@ def _save_figures(count):
             except Exception:
                 pass
     return display
+
+
+# Figures larger than this stay behind (the host refuses images over 16 MiB).
+_MAX_FILE = 16 << 20
+
+
+def _send_file(path, mime):
+    """A remote kernel's figure goes to the host in a frame (base64)."""
+    import binascii
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_MAX_FILE + 1)
+        os.unlink(path)
+    except OSError as e:
+        _raw_stderr("could not read figure %s: %s" % (path, e))
+        return False
+    if len(data) > _MAX_FILE:
+        _raw_stderr("figure %s is larger than %d bytes; not sent" % (os.path.basename(path), _MAX_FILE))
+        return False
+    b64 = binascii.b2a_base64(data, newline=False).decode("ascii")
+    _send(_OUT_FD, {"type": "file", "name": os.path.basename(path), "mime": mime, "data": b64}, False)
+    return True
 
 
 def _usage(ru0, rc0, t0):
@@ -1228,6 +1409,7 @@ def _exit(code):
     except BaseException:
         pass
     _flush_std()
+    _remove_remote_dir()
     os._exit(code & 0xFF)
 
 
@@ -1241,13 +1423,25 @@ def _valid_sentinel(s):
 
 
 def main():
-    global _MARK
+    global _MARK, _INBAND_TOOLS
     _ignore_sigint()
+    if _REMOTE:
+        # Lead our own process group, to signal (interrupt) and kill it.
+        try:
+            os.setsid()
+        except OSError:
+            pass  # already a session leader (sshd started us so)
     try:
         _init_fds()
     except OSError as e:
         sys.stderr.write("toolcell runner: fd 3 must be the request pipe (%s)\n" % e)
         sys.exit(2)
+    if _REMOTE:
+        try:
+            _make_remote_dir()
+        except OSError as e:
+            sys.stderr.write("toolcell runner: %s\n" % e)
+            sys.exit(2)
     _reserve_spare()
     _thread.start_new_thread(_reader, ())
 
@@ -1263,7 +1457,16 @@ def main():
         _raw_stderr("the sentinel must be non-empty printable ASCII without whitespace")
         os._exit(2)
     _MARK = b"\n" + sentinel.encode("ascii") + b" "
-    del sentinel, hello
+    _INBAND_TOOLS = bool(hello.get("inband_tools"))
+    cwd = hello.get("cwd")
+    del sentinel
+    if isinstance(cwd, str) and cwd:
+        try:
+            os.chdir(os.path.expanduser(cwd))
+        except OSError as e:
+            _raw_stderr("cannot change to the working directory %r: %s" % (cwd, e))
+            os._exit(2)
+    del hello
 
     _setup_interpreter()
     _make_namespace()

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolcell_protocol::{CellResult, Decoder, Event, Execute, Hello, Reply, Request, Sentinel};
 use toolcell_redact::{Cleaner, Redactor};
-use toolcell_rpc::{CellReport, CellSpec, Dispatch, Server, ServerConfig};
+use toolcell_rpc::{CellReport, CellSpec, Dispatch, InbandCaller, Server, ServerConfig};
 use toolcell_tools::process::Tree;
 use toolcell_tools::{DynTool, stubs};
 
@@ -41,6 +41,100 @@ const SETTLE_LIMIT: Duration = Duration::from_millis(50);
 const IDLE_RELEASE: Duration = Duration::from_millis(5);
 /// How long the `end` frame may lag behind the `result` frame.
 const END_LAG: Duration = Duration::from_secs(2);
+/// In-band tool calls running at once per kernel; past it the stdout
+/// reader waits (the runner's threads block), nothing queues without bound.
+const INBAND_CALLS: usize = 64;
+/// Files (figures) a remote cell may send back.
+const MAX_CELL_FILES: usize = 64;
+/// Largest file a remote cell may send back (as `figures.rs` accepts).
+const MAX_FILE_BYTES: usize = 16 << 20;
+
+/// The request channel to the runner (fd 3 locally, stdin for a remote
+/// kernel). Writers take turns: `execute`, `interrupt`, `shutdown` and
+/// in-band tool replies never interleave within a line.
+pub(crate) struct RequestPipe {
+    w: tokio::sync::Mutex<Option<Box<dyn tokio::io::AsyncWrite + Send + Unpin>>>,
+}
+
+impl RequestPipe {
+    fn new(w: impl tokio::io::AsyncWrite + Send + Unpin + 'static) -> Arc<Self> {
+        Arc::new(Self {
+            w: tokio::sync::Mutex::new(Some(Box::new(w))),
+        })
+    }
+
+    /// Writes one whole request (or the bootstrap payload).
+    pub(crate) async fn send(&self, bytes: &[u8]) -> std::io::Result<()> {
+        let mut g = self.w.lock().await;
+        match g.as_mut() {
+            Some(w) => {
+                w.write_all(bytes).await?;
+                w.flush().await
+            }
+            None => Err(std::io::ErrorKind::BrokenPipe.into()),
+        }
+    }
+
+    /// Closes the channel (the runner sees EOF and kills its group). A
+    /// write in progress (a stalled remote) keeps it; killing the command
+    /// ends that write.
+    fn close(&self) {
+        if let Ok(mut g) = self.w.try_lock() {
+            *g = None;
+        }
+    }
+}
+
+/// Runs the `tool_call` frames a runner sends in-band (SPEC §14).
+#[derive(Clone)]
+struct Inband {
+    caller: InbandCaller,
+    pipe: Arc<RequestPipe>,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+#[derive(serde::Deserialize)]
+struct ToolCallFrame {
+    id: u64,
+    tool: String,
+    #[serde(default)]
+    args: serde_json::Value,
+}
+
+impl Inband {
+    /// Takes a `tool_call` frame: checks and dispatches it through the rpc
+    /// server's in-band caller, then writes the `tool_reply` line.
+    async fn take(&self, body: &[u8]) {
+        let call: ToolCallFrame = match serde_json::from_slice(body) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("dropped an unreadable tool_call frame: {e}");
+                return;
+            }
+        };
+        let Ok(permit) = Arc::clone(&self.slots).acquire_owned().await else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            let reply = this.caller.call(&call.tool, call.args).await;
+            let mut line = Vec::with_capacity(reply.len() + 48);
+            line.extend_from_slice(b"{\"type\":\"tool_reply\",\"id\":");
+            line.extend_from_slice(call.id.to_string().as_bytes());
+            line.extend_from_slice(b",\"reply\":");
+            line.extend_from_slice(&reply);
+            line.extend_from_slice(b"}\n");
+            let _ = this.pipe.send(&line).await;
+            drop(permit);
+        });
+    }
+}
+
+fn is_frame_of(body: &[u8], kind: &str) -> bool {
+    body.strip_prefix(b"{\"type\":\"")
+        .and_then(|rest| rest.strip_prefix(kind.as_bytes()))
+        .is_some_and(|rest| rest.first() == Some(&b'"'))
+}
 
 /// Which output stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -115,6 +209,24 @@ pub enum SpawnError {
     /// No random bytes from the OS.
     #[error("cannot generate a sentinel: {0}")]
     Random(String),
+    /// A remote kernel's command failed to connect or start the runner.
+    #[error("cannot start a kernel on remote \"{remote}\": {reason}{}", remote_stderr_suffix(.stderr))]
+    Remote {
+        /// The remote's name.
+        remote: String,
+        /// What happened.
+        reason: String,
+        /// The last lines the command wrote to stderr.
+        stderr: String,
+    },
+}
+
+fn remote_stderr_suffix(s: &str) -> String {
+    if s.trim().is_empty() {
+        String::new()
+    } else {
+        format!("; the command's stderr ended with:\n{}", s.trim_end())
+    }
 }
 
 fn stderr_suffix(s: &str) -> String {
@@ -165,6 +277,12 @@ pub struct KernelSpec {
     /// Confine the kernel with Landlock (`[execution] confine`): writes only
     /// beneath its private directory, `cwd` and the temp dir.
     pub confine: bool,
+    /// Run the kernel on a remote (SPEC §14): its name and how to reach it.
+    /// `[limits]` and `confine` apply to local kernels only.
+    pub remote: Option<(String, Arc<crate::remote::Remote>)>,
+    /// Tool calls travel in-band on the request pipe instead of the socket
+    /// (always so for a remote kernel).
+    pub inband_tools: bool,
 }
 
 impl std::fmt::Debug for KernelSpec {
@@ -307,7 +425,7 @@ pub struct Kernel {
     dir: PathBuf,
     child: tokio::process::Child,
     pid: u32,
-    requests: tokio::net::unix::pipe::Sender,
+    requests: Arc<RequestPipe>,
     events: mpsc::Receiver<Ev>,
     server: Server,
     sentinel_marker_env: String,
@@ -347,6 +465,7 @@ async fn pump(
     sentinel: Sentinel,
     tx: mpsc::Sender<Ev>,
     busy: Arc<AtomicUsize>,
+    inband: Option<Inband>,
 ) {
     let mut dec = Decoder::new(&sentinel);
     let mut buf = vec![0u8; READ_CHUNK];
@@ -389,6 +508,12 @@ async fn pump(
                             .is_err()
                     {
                         return;
+                    }
+                    if let Some(ib) = &inband
+                        && is_frame_of(&body, "tool_call")
+                    {
+                        ib.take(&body).await;
+                        continue;
                     }
                     if tx.send(Ev::Frame(which, body)).await.is_err() {
                         return;
@@ -487,15 +612,178 @@ impl Kernel {
         let cleanup = DirGuard(Some(dir.clone()));
         write_in(&dir_handle, "owner.pid", &std::process::id().to_string())
             .map_err(io_err("writing owner.pid"))?;
+        let stub = stubs::stub_module(&spec.tools)?;
+        let launched = match spec.remote.clone() {
+            Some((name, remote)) => Self::launch_remote(&spec, &dir, &name, &remote, &stub)?,
+            None => Self::launch_local(&spec, &dir, &dir_handle, &stub).await?,
+        };
+        let Launched {
+            mut child,
+            pid,
+            requests,
+            server,
+            cgroup,
+            marker,
+            payload,
+        } = launched;
+
+        let sentinel = Sentinel::generate().map_err(|e| SpawnError::Random(e.to_string()))?;
+        let (tx, events) = mpsc::channel(EVENT_QUEUE);
+        // Our own duplicates of the read ends, only to ask how many bytes
+        // wait in each pipe (FIONREAD) before a cell starts.
+        let mut watch: Vec<OwnedFd> = Vec::new();
+        let inband = (spec.inband_tools || spec.remote.is_some()).then(|| Inband {
+            caller: server.inband(),
+            pipe: Arc::clone(&requests),
+            slots: Arc::new(tokio::sync::Semaphore::new(INBAND_CALLS)),
+        });
+        let busy = Arc::new(AtomicUsize::new(0));
+        if let Some(out) = child.stdout.take() {
+            if let Ok(fd) = nix::unistd::dup(&out) {
+                watch.push(fd);
+            }
+            tokio::spawn(pump(
+                out,
+                StreamKind::Stdout,
+                sentinel.clone(),
+                tx.clone(),
+                Arc::clone(&busy),
+                inband,
+            ));
+        }
+        if let Some(err) = child.stderr.take() {
+            if let Ok(fd) = nix::unistd::dup(&err) {
+                watch.push(fd);
+            }
+            tokio::spawn(pump(
+                err,
+                StreamKind::Stderr,
+                sentinel.clone(),
+                tx,
+                Arc::clone(&busy),
+                None,
+            ));
+        }
+        let tool_names = spec.tools.iter().map(|t| t.name().to_string()).collect();
+        let mut kernel = Kernel {
+            dir: dir.clone(),
+            child,
+            pid,
+            requests,
+            events,
+            sentinel_marker_env: marker,
+            server,
+            early: Vec::new(),
+            eof: [false; 2],
+            execution_count: 0,
+            dead: false,
+            tool_names,
+            python: spec.python_version.clone(),
+            owned_cwd: None,
+            watch,
+            pumps_busy: busy,
+            spec,
+            cgroup,
+            stubs_for: 0,
+            pending_stubs: None,
+            extra: None,
+            // The leader thread's own stat: the process-wide one sums every
+            // thread's times on each read (~10 µs for a Python kernel).
+            proc_stat: std::fs::File::open(format!("/proc/{pid}/task/{pid}/stat")).ok(),
+        };
+        let hello = Request::Hello(Hello {
+            sentinel: sentinel.as_str().to_string(),
+            protocol: toolcell_protocol::PROTOCOL_VERSION,
+            inband_tools: kernel.spec.inband_tools || kernel.spec.remote.is_some(),
+            cwd: kernel
+                .spec
+                .remote
+                .as_ref()
+                .map(|(_, r)| r.cwd.clone())
+                .filter(|c| !c.is_empty()),
+        });
+        kernel.handshake(&payload, &hello).await?;
+        std::mem::forget(cleanup);
+        Ok(kernel)
+    }
+
+    /// Starts a remote kernel's command (SPEC §14): `command + [python,
+    /// "-u", "-c", BOOTSTRAP]`, stdin the request channel, in its own
+    /// session so its whole tree can be killed. The bootstrap payload (runner
+    /// and stub module) goes first on stdin. `[limits]` and `confine` are
+    /// not applied: they would bind the local command, not the remote.
+    fn launch_remote(
+        spec: &KernelSpec,
+        dir: &Path,
+        name: &str,
+        remote: &crate::remote::Remote,
+        stub: &str,
+    ) -> Result<Launched, SpawnError> {
+        let _ = dir;
+        // No socket: tool calls come in-band, checked by the same server.
+        let server = Server::unbound(Arc::clone(&spec.dispatch), ServerConfig::default())?;
+        let argv = remote.argv();
+        let marker = format!("remote:{}", spec.id);
+        let mut cmd = std::process::Command::new(&argv[0]);
+        // The command is the user's own (ssh, docker, kubectl): it gets the
+        // host's environment (SSH_AUTH_SOCK, KUBECONFIG, DOCKER_HOST…);
+        // the remote's environment is its own.
+        cmd.args(&argv[1..])
+            .current_dir(&spec.cwd)
+            .env("TOOLCELL_REMOTE_KERNEL", &marker)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                Ok(())
+            });
+        }
+        let mut child = tokio::process::Command::from(cmd)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| SpawnError::Remote {
+                remote: name.to_string(),
+                reason: format!("cannot run {:?}: {e}", argv[0]),
+                stderr: String::new(),
+            })?;
+        let pid = child.id().unwrap_or(0);
+        let Some(stdin) = child.stdin.take() else {
+            return Err(SpawnError::Remote {
+                remote: name.to_string(),
+                reason: "its stdin could not be opened".into(),
+                stderr: String::new(),
+            });
+        };
+        Ok(Launched {
+            child,
+            pid,
+            requests: RequestPipe::new(stdin),
+            server,
+            cgroup: None,
+            marker,
+            payload: crate::remote::payload(RUNNER, stub),
+        })
+    }
+
+    /// Starts the runner here: `python -u -c BOOTSTRAP <dir>/runner.py`, fd 3
+    /// the request pipe, fd 4 the runner, in its own session and cgroup.
+    async fn launch_local(
+        spec: &KernelSpec,
+        dir: &Path,
+        dir_handle: &PrivateDir,
+        stub: &str,
+    ) -> Result<Launched, SpawnError> {
         // The runner is launched from this open file (fd 4 of the child),
         // never from its path: a file swapped in after the check is never
         // what runs.
         let runner =
-            write_in(&dir_handle, "runner.py", RUNNER).map_err(io_err("writing runner.py"))?;
-        let stub = stubs::stub_module(&spec.tools)?;
-        write_in(&dir_handle, "toolcell_tools.py", &stub)
+            write_in(dir_handle, "runner.py", RUNNER).map_err(io_err("writing runner.py"))?;
+        write_in(dir_handle, "toolcell_tools.py", stub)
             .map_err(io_err("writing toolcell_tools.py"))?;
-
+        let dir = dir.to_path_buf();
         let mut cgroup = match toolcell_tools::cgroup::HostCgroup::get() {
             Some(host) => Some(host.kernel(&spec.id).map_err(io_err(
                 "creating the kernel's cgroup (set TOOLCELL_CGROUP=off to do without)",
@@ -599,91 +887,49 @@ impl Kernel {
         let requests = tokio::net::unix::pipe::Sender::from_owned_fd(req_w)
             .map_err(io_err("opening the request pipe"))?;
 
-        let sentinel = Sentinel::generate().map_err(|e| SpawnError::Random(e.to_string()))?;
-        let (tx, events) = mpsc::channel(EVENT_QUEUE);
-        // Our own duplicates of the read ends, only to ask how many bytes
-        // wait in each pipe (FIONREAD) before a cell starts.
-        let mut watch: Vec<OwnedFd> = Vec::new();
-        let busy = Arc::new(AtomicUsize::new(0));
-        if let Some(out) = child.stdout.take() {
-            if let Ok(fd) = nix::unistd::dup(&out) {
-                watch.push(fd);
-            }
-            tokio::spawn(pump(
-                out,
-                StreamKind::Stdout,
-                sentinel.clone(),
-                tx.clone(),
-                Arc::clone(&busy),
-            ));
-        }
-        if let Some(err) = child.stderr.take() {
-            if let Ok(fd) = nix::unistd::dup(&err) {
-                watch.push(fd);
-            }
-            tokio::spawn(pump(
-                err,
-                StreamKind::Stderr,
-                sentinel.clone(),
-                tx,
-                Arc::clone(&busy),
-            ));
-        }
-        let tool_names = spec.tools.iter().map(|t| t.name().to_string()).collect();
-        let mut kernel = Kernel {
-            dir: dir.clone(),
-            child,
-            pid,
-            requests,
-            events,
-            sentinel_marker_env: server.endpoint().to_string(),
-            server,
-            early: Vec::new(),
-            eof: [false; 2],
-            execution_count: 0,
-            dead: false,
-            tool_names,
-            python: spec.python_version.clone(),
-            owned_cwd: None,
-            watch,
-            pumps_busy: busy,
-            spec,
-            cgroup,
-            stubs_for: 0,
-            pending_stubs: None,
-            extra: None,
-            // The leader thread's own stat: the process-wide one sums every
-            // thread's times on each read (~10 µs for a Python kernel).
-            proc_stat: std::fs::File::open(format!("/proc/{pid}/task/{pid}/stat")).ok(),
-        };
-        let hello = Request::Hello(Hello {
-            sentinel: sentinel.as_str().to_string(),
-            protocol: toolcell_protocol::PROTOCOL_VERSION,
-        });
+        let marker = server.endpoint().to_string();
         if let Some(j) = joining {
             let joined = j
                 .await
                 .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
-            joined.map_err(io_err(
-                "moving the kernel into its cgroup (set TOOLCELL_CGROUP=off to do without)",
-            ))?;
+            if let Err(e) = joined {
+                let _ = child.start_kill();
+                return Err(io_err(
+                    "moving the kernel into its cgroup (set TOOLCELL_CGROUP=off to do without)",
+                )(e));
+            }
         }
-        kernel.handshake(&hello).await?;
-        std::mem::forget(cleanup);
-        Ok(kernel)
+        Ok(Launched {
+            child,
+            pid,
+            requests: RequestPipe::new(requests),
+            server,
+            cgroup,
+            marker,
+            payload: Vec::new(),
+        })
     }
 
-    async fn handshake(&mut self, hello: &Request) -> Result<(), SpawnError> {
+    async fn handshake(&mut self, payload: &[u8], hello: &Request) -> Result<(), SpawnError> {
         let line = hello.to_line().map_err(|e| SpawnError::Io {
             what: "encoding hello".into(),
             source: std::io::Error::other(e),
         })?;
-        let not_ready = |k: &Self, reason: String| SpawnError::NotReady {
-            interpreter: k.spec.interpreter.display().to_string(),
-            reason,
-            stderr: k.early_text(StreamKind::Stderr),
+        let not_ready = |k: &Self, reason: String| match &k.spec.remote {
+            Some((name, _)) => SpawnError::Remote {
+                remote: name.clone(),
+                reason: reason.replace("it exited", "its command exited"),
+                stderr: k.early_text(StreamKind::Stderr),
+            },
+            None => SpawnError::NotReady {
+                interpreter: k.spec.interpreter.display().to_string(),
+                reason,
+                stderr: k.early_text(StreamKind::Stderr),
+            },
         };
-        if self.requests.write_all(&line).await.is_err() {
+        let mut first = payload.to_vec();
+        first.extend_from_slice(&line);
+        if self.requests.send(&first).await.is_err() {
             // The child died at once; collect what it said.
             let _ = tokio::time::timeout(Duration::from_secs(2), self.drain_early()).await;
             return Err(not_ready(
@@ -697,6 +943,7 @@ impl Kernel {
                 ev = self.events.recv() => ev,
                 () = tokio::time::sleep_until(deadline) => {
                     self.kill_now();
+                    let _ = tokio::time::timeout(Duration::from_millis(500), self.drain_early()).await;
                     return Err(not_ready(self, format!("no ready frame within {:?}", self.spec.startup_timeout)));
                 }
             };
@@ -853,7 +1100,15 @@ impl Kernel {
         Tree {
             root: self.pid,
             pgid: Some(self.pid),
-            marker: Some(("TOOLCELL_RPC".to_string(), self.sentinel_marker_env.clone())),
+            marker: Some((
+                if self.spec.remote.is_some() {
+                    "TOOLCELL_REMOTE_KERNEL"
+                } else {
+                    "TOOLCELL_RPC"
+                }
+                .to_string(),
+                self.sentinel_marker_env.clone(),
+            )),
             cgroup: self.cgroup.as_ref().map(|c| c.dir().to_path_buf()),
         }
     }
@@ -861,13 +1116,30 @@ impl Kernel {
     /// SIGINT to the kernel's process group (the runner turns it into
     /// `KeyboardInterrupt` during a cell and ignores it between cells).
     pub fn interrupt(&self) {
+        if self.spec.remote.is_some() {
+            // In-band: the runner sends SIGINT to its own (remote) group.
+            // Never a signal to the local command: it would end the connection.
+            let pipe = Arc::clone(&self.requests);
+            if let Ok(line) = Request::Interrupt.to_line() {
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), pipe.send(&line)).await;
+                });
+            }
+            return;
+        }
         if let Ok(p) = i32::try_from(self.pid) {
             let _ = killpg(Pid::from_raw(p), Signal::SIGINT);
         }
     }
 
+    /// The remote this kernel runs on (`None`: local).
+    pub fn remote(&self) -> Option<&str> {
+        self.spec.remote.as_ref().map(|(n, _)| n.as_str())
+    }
+
     /// SIGKILL to the whole tree now, without waiting.
     fn kill_now(&mut self) {
+        self.requests.close();
         if self.pid != 0 {
             self.tree().signal(Signal::SIGKILL);
         }
@@ -876,6 +1148,12 @@ impl Kernel {
 
     /// Kills the whole tree (SIGTERM, then SIGKILL after `grace`) and reaps it.
     pub async fn kill(&mut self, grace: Duration) {
+        if self.spec.remote.is_some() && !self.dead {
+            // Closing stdin makes the remote runner kill its group; give
+            // the command a moment to carry that EOF over, then kill it.
+            self.requests.close();
+            let _ = tokio::time::timeout(grace.min(Duration::from_secs(1)), self.child.wait()).await;
+        }
         if self.pid != 0 {
             self.tree().kill(grace).await;
         }
@@ -888,7 +1166,7 @@ impl Kernel {
         if !self.dead
             && let Ok(line) = Request::Shutdown.to_line()
         {
-            let _ = self.requests.write_all(&line).await;
+            let _ = tokio::time::timeout(grace, self.requests.send(&line)).await;
             let _ = tokio::time::timeout(grace, self.child.wait()).await;
         }
         self.kill(grace).await;
@@ -1025,6 +1303,8 @@ impl Kernel {
         let mut timer = deadline;
         let mut end_wait: Option<Instant> = None;
         let mut died: Option<String> = None;
+        // Files a remote cell sent back (figures), by name.
+        let mut files: Vec<String> = Vec::new();
 
         let line = Request::Execute(Execute {
             id: id.clone(),
@@ -1033,6 +1313,7 @@ impl Kernel {
         })
         .to_line();
         if let Some(secs) = self.spec.limits.cpu_seconds
+            && self.spec.remote.is_none()
             && !self.dead
             && let Err(e) = crate::limits::set_cpu_budget(self.pid, secs)
         {
@@ -1042,7 +1323,7 @@ impl Kernel {
             Ok(l) => {
                 !self.dead
                     && self.eof == [false, false]
-                    && self.requests.write_all(&l).await.is_ok()
+                    && self.requests.send(&l).await.is_ok()
             }
             Err(_) => false,
         };
@@ -1065,6 +1346,12 @@ impl Kernel {
                         died = Some(self.exit_description().await);
                     }
                     Some(Ev::Raw(s, b)) => streams[idx(s)].push(&b, opts),
+                    Some(Ev::Frame(StreamKind::Stdout, body)) if is_frame_of(&body, "file") => {
+                        if let Err(e) = self.take_file(&body, &mut files) {
+                            protocol_errors += 1;
+                            tracing::warn!(kernel = %self.spec.id, "dropped a file frame: {e}");
+                        }
+                    }
                     Some(Ev::Frame(s, body)) => match (s, Reply::from_body(&body)) {
                         (StreamKind::Stderr, Ok(Reply::End(e))) if e.id == id => got_end = true,
                         (StreamKind::Stdout, Ok(Reply::Result(r))) if r.id == id && result.is_none() => {
@@ -1155,6 +1442,19 @@ impl Kernel {
             .as_ref()
             .map(|r| self.spec.redactor.clean(r.traceback.as_bytes()))
             .unwrap_or_default();
+        if let Some(r) = result.as_mut()
+            && self.spec.remote.is_some()
+        {
+            // The runner names the files it sent; they are in our artifacts
+            // directory now, where `figures.rs` checks them as for a local
+            // kernel. Other paths are left as they are (and dropped there).
+            let artifacts = self.dir.join("artifacts");
+            for d in &mut r.display {
+                if files.contains(&d.path) {
+                    d.path = artifacts.join(&d.path).display().to_string();
+                }
+            }
+        }
         if let Some(r) = &result {
             self.execution_count = r.execution_count;
             if r.status == toolcell_protocol::RunnerStatus::Exit {
@@ -1207,8 +1507,60 @@ impl Kernel {
             .sum()
     }
 
+    /// Stores a `file` frame from a remote cell in the artifacts directory.
+    fn take_file(&self, body: &[u8], files: &mut Vec<String>) -> Result<(), String> {
+        use base64::Engine as _;
+        use std::io::Write as _;
+        #[derive(serde::Deserialize)]
+        struct FileFrame {
+            name: String,
+            data: String,
+        }
+        let f: FileFrame = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+        if files.len() >= MAX_CELL_FILES {
+            return Err(format!("more than {MAX_CELL_FILES} files in one cell"));
+        }
+        let ok_name = !f.name.is_empty()
+            && f.name.len() <= 128
+            && !f.name.starts_with('.')
+            && f
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if !ok_name {
+            return Err("bad file name".into());
+        }
+        if f.data.len() > MAX_FILE_BYTES / 3 * 4 + 4 {
+            return Err("file too large".into());
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(f.data.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let dir = PrivateDir::ensure(&self.dir)
+            .and_then(|d| match d.open_dir("artifacts") {
+                Ok(a) => Ok(a),
+                Err(_) => d.create_dir("artifacts"),
+            })
+            .map_err(|e| e.to_string())?;
+        let mut file = dir.create_file(&f.name).map_err(|e| e.to_string())?;
+        file.write_all(&bytes).map_err(|e| e.to_string())?;
+        files.push(f.name);
+        Ok(())
+    }
+
     async fn exit_description(&mut self) -> String {
         use std::os::unix::process::ExitStatusExt;
+        if let Some((name, remote)) = &self.spec.remote {
+            let program = remote.command.first().cloned().unwrap_or_default();
+            let how = match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await
+            {
+                Ok(Ok(status)) => describe_exit(&status).replacen("it ", "", 1),
+                _ => "closed its output".to_string(),
+            };
+            return format!(
+                "the connection to remote \"{name}\" was lost: {program} {how}; the remote kernel's state is lost"
+            );
+        }
         match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
             Ok(Ok(status)) => {
                 let how = describe_exit(&status);
@@ -1329,6 +1681,20 @@ impl StreamOut {
         self.emit(opts);
         self.capture.finish()
     }
+}
+
+/// A started child, before the handshake.
+struct Launched {
+    child: tokio::process::Child,
+    pid: u32,
+    requests: Arc<RequestPipe>,
+    server: Server,
+    cgroup: Option<toolcell_tools::cgroup::KernelCgroup>,
+    /// `TOOLCELL_RPC` (local) or `TOOLCELL_REMOTE_KERNEL` (remote): every
+    /// descendant's environment carries it (see [`Kernel::tree`]).
+    marker: String,
+    /// Written before `hello` (a remote kernel's bootstrap payload).
+    payload: Vec<u8>,
 }
 
 /// Removes a directory on drop unless disarmed with `mem::forget`.

@@ -98,6 +98,7 @@ pub mod journal;
 pub mod kernel;
 pub mod limits;
 pub mod registry;
+pub mod remote;
 pub mod result;
 mod spill;
 

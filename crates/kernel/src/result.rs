@@ -55,6 +55,9 @@ pub struct KernelInfo {
     /// True when the kernel ended with this cell (`SystemExit`, death, kill).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<bool>,
+    /// The remote the kernel runs on (`[remotes.NAME]`); absent: local.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
 }
 
 /// CPU and memory of a cell.

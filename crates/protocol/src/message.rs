@@ -17,6 +17,9 @@ pub enum Request {
     Execute(Execute),
     /// Exit cleanly.
     Shutdown,
+    /// Interrupt the running cell (in-band, SPEC §14): the runner sends
+    /// SIGINT to its own process group. Ignored between cells.
+    Interrupt,
 }
 
 /// `{"type":"hello","sentinel":…,"protocol":1}`.
@@ -26,6 +29,15 @@ pub struct Hello {
     pub sentinel: String,
     /// Protocol version, [`PROTOCOL_VERSION`].
     pub protocol: u32,
+    /// Tool calls travel in-band (SPEC §14): the stub sends a `tool_call`
+    /// frame on stdout and the host answers with a `tool_reply` line on the
+    /// request channel, instead of the socket.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inband_tools: bool,
+    /// The directory the runner changes to before its first cell (a remote
+    /// kernel's `cwd`); absent: where it was started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
 }
 
 impl std::fmt::Debug for Hello {
@@ -33,6 +45,8 @@ impl std::fmt::Debug for Hello {
         f.debug_struct("Hello")
             .field("sentinel", &"«hidden»")
             .field("protocol", &self.protocol)
+            .field("inband_tools", &self.inband_tools)
+            .field("cwd", &self.cwd)
             .finish()
     }
 }
@@ -188,6 +202,8 @@ mod tests {
             &Request::Hello(Hello {
                 sentinel: "@@S@@".into(),
                 protocol: 1,
+                inband_tools: false,
+                cwd: None,
             }),
             json!({"type":"hello","sentinel":"@@S@@","protocol":1}),
         );
@@ -267,6 +283,8 @@ mod tests {
         let h = Hello {
             sentinel: "topsecret".into(),
             protocol: 1,
+            inband_tools: false,
+            cwd: None,
         };
         assert!(!format!("{h:?}").contains("topsecret"));
     }

@@ -129,13 +129,26 @@ impl Core {
             }
             Some(_) => {}
         }
+        self.check_call(&req.tool, args, id, out)
+    }
+
+    /// Checks 4–8 of SPEC §7 on a parsed call whose channel is already
+    /// trusted (the socket's token matched, or the private in-band pipe):
+    /// an active cell, tool known and enabled, blocked parameters, budget,
+    /// argument validation, deadline; then takes one budget unit.
+    pub(crate) fn check_call<'a>(
+        &self,
+        tool_name: &str,
+        args: Value,
+        id: Option<&'a RawValue>,
+        out: &mut Vec<u8>,
+    ) -> Step<'a> {
         let Some(cell) = self.active.current() else {
             let msg = "no cell is running: tool calls are only accepted while a cell runs \
                        (this call came from code a finished cell left running, such as a thread)";
             refuse(out, None, ErrorCode::NoActiveCell, msg, id);
             return Step::Replied;
         };
-        let tool_name: &str = &req.tool;
         // The cell's own tools first (a serve client's, an MCP server's),
         // then the server's.
         let dispatch: Arc<dyn Dispatch> = match cell.extra_for(tool_name) {

@@ -414,6 +414,17 @@ impl Server {
         Ok(CellHandle::new(Arc::clone(&self.core.active), cell))
     }
 
+    /// A handle that runs tool calls arriving over a private channel of
+    /// the kernel's own (the in-band pipe of SPEC §14) through the same
+    /// checks as the socket, without the token: the channel is private.
+    /// It stays usable after the server is dropped (calls are then refused
+    /// `no_active_cell`, as every cell has settled).
+    pub fn inband(&self) -> InbandCaller {
+        InbandCaller {
+            core: Arc::clone(&self.core),
+        }
+    }
+
     /// Serves one already-connected stream (any transport) until it closes
     /// or the server is dropped. No peer check is made.
     pub fn serve_stream<S>(&self, stream: S)
@@ -442,6 +453,49 @@ impl Drop for Server {
                 tracing::warn!(path = %sock.path.display(), error = %e, "could not remove RPC socket");
             }
         }
+    }
+}
+
+/// Runs in-band tool calls (see [`Server::inband`]).
+#[derive(Debug, Clone)]
+pub struct InbandCaller {
+    core: Arc<Core>,
+}
+
+impl InbandCaller {
+    /// Runs one call — active cell, tool known and enabled, blocked
+    /// parameters, budget, argument validation, dispatch bounded by the
+    /// cell's deadline, in SPEC §7 order — and returns the reply object
+    /// exactly as the socket would send it (`{"ok":true,"result":…}` or
+    /// `{"ok":false,"code","error"}`), without the trailing newline.
+    pub async fn call(&self, tool: &str, args: serde_json::Value) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256);
+        let args = match args {
+            serde_json::Value::Null => serde_json::Value::Object(serde_json::Map::new()),
+            a @ serde_json::Value::Object(_) => a,
+            _ => {
+                wire::write_error(
+                    &mut out,
+                    ErrorCode::BadRequest,
+                    "\"args\" must be a JSON object of named arguments",
+                    None,
+                );
+                trim_newline(&mut out);
+                return out;
+            }
+        };
+        match self.core.check_call(tool, args, None, &mut out) {
+            crate::handler::Step::Replied => {}
+            crate::handler::Step::Dispatch(ticket) => self.core.run(ticket, &mut out).await,
+        }
+        trim_newline(&mut out);
+        out
+    }
+}
+
+fn trim_newline(out: &mut Vec<u8>) {
+    while out.last() == Some(&b'\n') {
+        out.pop();
     }
 }
 

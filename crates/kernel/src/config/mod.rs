@@ -518,6 +518,10 @@ macro_rules! config {
             /// `[mcp_servers.NAME]`: MCP servers whose tools cells can call
             /// (as the functions of `toolcell_tools.NAME`).
             pub mcp_servers: std::collections::BTreeMap<String, McpServer>,
+            /// `[remotes.NAME]`: machines or containers where kernels can
+            /// run, each reached by a command (`ssh`, `docker exec -i`,
+            /// `kubectl exec -i POD --`).
+            pub remotes: std::collections::BTreeMap<String, crate::remote::Remote>,
             /// Provenance of every key not at its default.
             #[serde(skip)]
             sources: HashMap<&'static str, Source>,
@@ -652,7 +656,7 @@ impl Config {
         // Unknown names first, with suggestions serde's error cannot give.
         let mut given: Vec<&'static str> = Vec::new();
         for (section, value) in &table {
-            if section == "mcp_servers" {
+            if section == "mcp_servers" || section == "remotes" {
                 // Checked below, by serde and `check_cross`.
                 continue;
             }
@@ -1016,6 +1020,14 @@ impl Config {
                 None
             },
         ));
+        out.push_str(&crate::remote::to_toml(
+            &self.remotes,
+            if with_sources {
+                source.as_deref()
+            } else {
+                None
+            },
+        ));
         out
     }
 
@@ -1044,6 +1056,37 @@ impl Config {
     }
 
     fn check_cross(&self) -> Result<(), ConfigError> {
+        let file_origin = || {
+            self.file
+                .as_ref()
+                .map_or(Source::Default, |f| Source::File(f.clone()))
+        };
+        for (name, remote) in &self.remotes {
+            if let Err((key, message)) = crate::remote::check(name, remote) {
+                let key = if key.is_empty() {
+                    format!("remotes.{name}")
+                } else {
+                    format!("remotes.{name}.{key}")
+                };
+                return Err(ConfigError::Invalid {
+                    origin: file_origin(),
+                    key,
+                    message,
+                });
+            }
+        }
+        let remote = &self.kernels.remote;
+        if !remote.is_empty() && !self.remotes.contains_key(remote) {
+            let known: Vec<&str> = self.remotes.keys().map(String::as_str).collect();
+            return Err(ConfigError::Invalid {
+                origin: self.source_or_default("kernels.remote").clone(),
+                key: "kernels.remote".into(),
+                message: format!(
+                    "expected \"\" or one of the [remotes.NAME] tables ({}), got {remote:?}",
+                    if known.is_empty() { "none is configured".to_string() } else { known.join(", ") }
+                ),
+            });
+        }
         for (name, server) in &self.mcp_servers {
             if let Err((key, message)) = mcp::check(name, server) {
                 let key = if key.is_empty() {

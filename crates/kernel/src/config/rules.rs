@@ -337,6 +337,8 @@ pub(crate) enum Text {
     Url,
     /// `""` or an environment variable name.
     EnvName,
+    /// `""` or a remote's name (letters, digits, `_`, `-`).
+    RemoteName,
 }
 
 impl Rule<String> for Text {
@@ -348,6 +350,7 @@ impl Rule<String> for Text {
             Self::Program | Self::Path => "a path (a string without NUL bytes)",
             Self::Url => "\"\" or an http:// or https:// URL",
             Self::EnvName => "\"\" or an environment variable name (letters, digits, _)",
+            Self::RemoteName => "\"\" (local) or the name of a [remotes.NAME] table",
         }
         .to_string()
     }
@@ -361,6 +364,7 @@ impl Rule<String> for Text {
                         && !s.chars().any(|c| c.is_whitespace() || c.is_control()))
             }
             Self::EnvName => s.is_empty() || is_env_name(s),
+            Self::RemoteName => s.is_empty() || crate::remote::valid_name(s),
         };
         if ok {
             Ok(s.to_string())
@@ -378,7 +382,7 @@ impl Rule<String> for Text {
             // A bare name (`python3.12`) is looked up on PATH.
             Self::Program => relative && path.contains('/'),
             Self::Path => relative,
-            Self::Url | Self::EnvName => false,
+            Self::Url | Self::EnvName | Self::RemoteName => false,
         };
         if anchor {
             *path = base.join(&*path).to_string_lossy().into_owned();

@@ -46,6 +46,8 @@ section! {
         idle_timeout: f64 = 1800.0, Seconds { zero: false };
         /// Started kernels kept ready for new sessions; `"auto"`: one for `serve`, `mcp` and the session daemon, none for a one-shot `exec`.
         warm_pool: Option<usize> = None, WarmPool;
+        /// Where kernels run when a request names no remote: `""` here, or the name of a `[remotes.NAME]` table (a machine or container reached by its `command`).
+        remote: String = String::new(), Text::RemoteName;
     }
 }
 

@@ -129,6 +129,7 @@ impl Registry {
             state_reset: ready.state_reset,
             state_kept: None,
             ended: None,
+            remote: kernel.remote().map(str::to_string),
         };
         inner.settle(guard, &slot, &plan, &mut outcome).await;
         let hint_cx = || {
@@ -200,7 +201,14 @@ impl Inner {
             .tools
             .select(&admitted.tools)
             .map_err(|e| error(e.to_string()))?;
-        let (interpreter, version) = self.interpreter(mode, &admitted.cwd).map_err(error)?;
+        let remote_name = req.remote.as_deref().unwrap_or(&self.opts.remote);
+        let remote = self.opts.remote_named(remote_name).map_err(error)?;
+        let (interpreter, version) = match &remote {
+            // The remote's interpreter is whatever `python` names there;
+            // its version comes with the runner's `ready`.
+            Some((_, r)) => (std::path::PathBuf::from(&r.python), String::new()),
+            None => self.interpreter(mode, &admitted.cwd).map_err(error)?,
+        };
         let per_call = self.opts.kernel_mode == KernelMode::PerCall;
         // Random ids come first: a failing random source fails the cell
         // before anything starts, never a predictable id (crate::ids).
@@ -216,6 +224,7 @@ impl Inner {
             interpreter: interpreter.clone(),
             cwd: admitted.cwd.clone(),
             tools: admitted.tools.clone(),
+            remote: remote.as_ref().map(|(n, _)| n.clone()).unwrap_or_default(),
         };
         let shape = Shape {
             mode,
@@ -223,6 +232,7 @@ impl Inner {
             version,
             cwd: admitted.cwd,
             tools: admitted.tools,
+            remote,
         };
         Ok(Plan {
             cell_id,

@@ -102,9 +102,38 @@ pub struct RegistryOptions {
     /// Only with the `journal` feature (on by default).
     #[cfg(feature = "journal")]
     pub journal: Option<crate::journal::Journal>,
+    /// `[remotes.NAME]`: where kernels can run besides here (SPEC §14).
+    pub remotes: std::collections::BTreeMap<String, crate::remote::Remote>,
+    /// `[kernels] remote`: the remote of a request that names none; empty: local.
+    pub remote: String,
+    /// Local kernels take tool calls in-band (on the request pipe) instead
+    /// of the socket. Off: the socket is faster locally (BENCHMARKS.md,
+    /// issue 17); remote kernels always use the in-band channel.
+    pub inband_tools: bool,
 }
 
 impl RegistryOptions {
+    /// The remote called `name` (`""`: none, a local kernel), or a sentence
+    /// saying it is not configured.
+    pub(crate) fn remote_named(
+        &self,
+        name: &str,
+    ) -> Result<Option<(String, std::sync::Arc<crate::remote::Remote>)>, String> {
+        if name.is_empty() {
+            return Ok(None);
+        }
+        match self.remotes.get(name) {
+            Some(r) => Ok(Some((name.to_string(), std::sync::Arc::new(r.clone())))),
+            None if self.remotes.is_empty() => Err(format!(
+                "unknown remote \"{name}\": no remotes are configured (add a [remotes.{name}] table with `command` to toolcell.toml)"
+            )),
+            None => Err(format!(
+                "unknown remote \"{name}\"; configured remotes: {}",
+                self.remotes.keys().cloned().collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+
     /// Whether results are journaled (always false without the `journal`
     /// feature).
     pub(crate) fn journaling(&self) -> bool {
@@ -148,6 +177,9 @@ impl Default for RegistryOptions {
             warm_pool: 0,
             #[cfg(feature = "journal")]
             journal: None,
+            remotes: std::collections::BTreeMap::new(),
+            remote: String::new(),
+            inband_tools: false,
         }
     }
 }
@@ -200,6 +232,9 @@ impl RegistryOptions {
             warm_pool: 0,
             #[cfg(feature = "journal")]
             journal: None,
+            remotes: config.remotes.clone(),
+            remote: config.kernels.remote.clone(),
+            inband_tools: false,
         })
     }
 }

@@ -25,6 +25,8 @@ pub(super) struct Shape {
     pub(super) version: String,
     pub(super) cwd: PathBuf,
     pub(super) tools: Vec<String>,
+    /// The remote (`[remotes.NAME]`) kernels of this shape run on.
+    pub(super) remote: Option<(String, Arc<crate::remote::Remote>)>,
 }
 
 /// Starts a kernel of `shape` (strict mode: in a fresh private working
@@ -66,7 +68,9 @@ pub(super) async fn spawn_kernel(
         redactor: inner.redactor.clone(),
         startup_timeout: inner.opts.startup_timeout,
         limits: inner.opts.limits,
-        confine: inner.opts.confine,
+        confine: inner.opts.confine && shape.remote.is_none(),
+        remote: shape.remote.clone(),
+        inband_tools: inner.opts.inband_tools,
     };
     match Kernel::spawn(spec).await {
         Ok(mut k) => {
@@ -113,7 +117,11 @@ impl Inner {
             Mode::Strict => PathBuf::new(),
             _ => self.opts.default_cwd.clone(),
         };
-        let (interpreter, version) = self.interpreter(mode, &cwd)?;
+        let remote = self.opts.remote_named(&self.opts.remote)?;
+        let (interpreter, version) = match &remote {
+            Some((_, r)) => (PathBuf::from(&r.python), String::new()),
+            None => self.interpreter(mode, &cwd)?,
+        };
         let mut tools = self.opts.tools.clone();
         tools.sort();
         tools.dedup();
@@ -123,6 +131,7 @@ impl Inner {
             version,
             cwd,
             tools,
+            remote,
         })
     }
 
@@ -342,6 +351,7 @@ mod tests {
             version: "3.11.7".into(),
             cwd: PathBuf::from("/w"),
             tools: vec!["read_file".into()],
+            remote: None,
         };
         assert_eq!(fit(Some(&shape), &shape), Fit::Same);
         assert_eq!(fit(None, &shape), Fit::Unknown);

@@ -73,6 +73,9 @@ pub struct ExecuteRequest {
     /// Tools for this cell besides the registry's (see
     /// [`ExecuteRequest::extra_tools`]).
     pub extra_tools: Option<Arc<ExtraTools>>,
+    /// Run on this remote (`[remotes.NAME]`; `Some("")`: locally); `None`:
+    /// the `[kernels] remote` default. Part of the session key.
+    pub remote: Option<String>,
 }
 
 impl std::fmt::Debug for ExecuteRequest {
@@ -85,6 +88,7 @@ impl std::fmt::Debug for ExecuteRequest {
             .field("tools", &self.tools)
             .field("cwd", &self.cwd)
             .field("extra_tools", &self.extra_tools)
+            .field("remote", &self.remote)
             .field("code_len", &self.code.len())
             .finish_non_exhaustive()
     }
@@ -104,6 +108,7 @@ impl ExecuteRequest {
             live: None,
             cancel: None,
             extra_tools: None,
+            remote: None,
         }
     }
 

@@ -31,6 +31,8 @@ pub struct SessionKey {
     pub cwd: PathBuf,
     /// Enabled tools, sorted.
     pub tools: Vec<String>,
+    /// The remote the kernel runs on (`[remotes.NAME]`); empty: local.
+    pub remote: String,
 }
 
 /// A part of a session key besides the owner: two kernels of one session
@@ -41,10 +43,12 @@ enum KeyPart {
     Interpreter,
     Cwd,
     Tools,
+    Remote,
 }
 
 impl KeyPart {
-    const ALL: [KeyPart; 4] = [
+    const ALL: [KeyPart; 5] = [
+        KeyPart::Remote,
         KeyPart::Cwd,
         KeyPart::Mode,
         KeyPart::Interpreter,
@@ -58,6 +62,7 @@ impl KeyPart {
             KeyPart::Interpreter => "interpreter",
             KeyPart::Cwd => "cwd",
             KeyPart::Tools => "tools",
+            KeyPart::Remote => "remote",
         }
     }
 
@@ -68,6 +73,7 @@ impl KeyPart {
             KeyPart::Interpreter => "interpreter",
             KeyPart::Cwd => "working directory",
             KeyPart::Tools => "tool set",
+            KeyPart::Remote => "remote",
         }
     }
 
@@ -79,6 +85,8 @@ impl KeyPart {
             KeyPart::Cwd => key.cwd.clone(),
             KeyPart::Tools if key.tools.is_empty() => "none".into(),
             KeyPart::Tools => key.tools.join(", "),
+            KeyPart::Remote if key.remote.is_empty() => "local".into(),
+            KeyPart::Remote => key.remote.clone(),
         }
     }
 
@@ -88,6 +96,7 @@ impl KeyPart {
             KeyPart::Interpreter => a.interpreter != b.interpreter,
             KeyPart::Cwd => a.cwd != b.cwd,
             KeyPart::Tools => a.tools != b.tools,
+            KeyPart::Remote => a.remote != b.remote,
         }
     }
 }
@@ -185,6 +194,9 @@ pub struct KeyInfo {
     pub cwd: String,
     /// Enabled tools, sorted.
     pub tools: Vec<String>,
+    /// The remote the kernel runs on; absent: local.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub remote: String,
 }
 
 /// A live kernel, as `sessions` lists it.
@@ -232,6 +244,7 @@ impl From<&SessionKey> for KeyInfo {
             interpreter: k.interpreter.display().to_string(),
             cwd: k.cwd.display().to_string(),
             tools: k.tools.clone(),
+            remote: k.remote.clone(),
         }
     }
 }
@@ -348,6 +361,7 @@ mod tests {
             interpreter: PathBuf::from("/usr/bin/python3"),
             cwd: PathBuf::from(cwd),
             tools: tools.iter().map(|t| (*t).to_string()).collect(),
+            remote: String::new(),
         }
     }
 

@@ -203,9 +203,14 @@ fn verdict(
 /// lines.
 fn died(how: &str, stderr: &str) -> String {
     let tail = last_lines(stderr, 5);
-    let mut e = format!(
-        "the kernel died during the cell ({how}); its state is lost and the next cell starts a fresh kernel"
-    );
+    let mut e = if how.starts_with("the connection to remote") {
+        // A remote kernel (SPEC §14): `how` already says the state is lost.
+        format!("{how}; the next cell starts a new remote kernel")
+    } else {
+        format!(
+            "the kernel died during the cell ({how}); its state is lost and the next cell starts a fresh kernel"
+        )
+    };
     if !tail.trim().is_empty() {
         e.push_str(&format!(". Last stderr lines:\n{tail}"));
     }

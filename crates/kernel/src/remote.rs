@@ -1,0 +1,255 @@
+//! Remote kernels (SPEC §14): the runner's protocol carried over the stdio
+//! of any command that reaches a process elsewhere (`ssh`, `docker exec -i`,
+//! `kubectl exec -i POD --`), with tool calls multiplexed on the same pipe.
+//!
+//! The host starts `command + [python, "-u", "-c", BOOTSTRAP]` (the last
+//! three words joined into one shell-quoted word when the far side parses
+//! them with a shell, as `ssh` does). The bootstrap reads two
+//! length-prefixed blobs from stdin — the runner and the stub module — and
+//! runs the runner in "remote" mode: requests on stdin (moved to a private
+//! fd; fd 0 becomes `/dev/null` for cells), frames on stdout and stderr
+//! exactly as for a local kernel, tool calls in-band, figures as `file`
+//! frames. Nothing is installed or copied beforehand; the remote needs
+//! Python 3.8+ and its standard library.
+//!
+//! [`crate::kernel::Kernel`] does the rest: the same decoder, capture,
+//! redaction and result; `kernel.rs` branches only where the transport
+//! differs (launch, requests, interrupt, kill).
+
+use std::collections::BTreeMap;
+
+/// The bootstrap `python -u -c` runs on the remote (Python 3.8+ stdlib):
+/// reads `<len>\n<runner><len>\n<stub module>` from fd 0, without reading a
+/// byte past them (requests follow on the same pipe), and runs the runner
+/// with the stub module's source in `_TOOLCELL_INBAND`.
+pub const REMOTE_BOOTSTRAP: &str = "import os,sys\n\
+if sys.version_info<(3,8):sys.stderr.write('toolcell: the remote Python is %s; toolcell needs 3.8 or newer\\n'%sys.version.split()[0]);sys.exit(3)\n\
+def r(n):\n b=b''\n while len(b)<n:\n  c=os.read(0,n-len(b))\n  if not c:sys.exit(3)\n  b+=c\n return b\n\
+def g():\n h=b''\n while h[-1:]!=b'\\n':\n  h+=r(1)\n  if len(h)>12:sys.exit(3)\n return r(int(h))\n\
+s=g();t=g()\n\
+exec(compile(s,'<toolcell-runner>','exec'),{'__name__':'__main__','__builtins__':__builtins__,'_TOOLCELL_INBAND':t})\n";
+
+/// Longest remote name.
+pub const MAX_NAME: usize = 64;
+
+/// One `[remotes.NAME]`: how to reach a machine (or container) where
+/// kernels run.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct Remote {
+    /// The command that connects stdin/stdout/stderr to a process
+    /// elsewhere; the interpreter words are appended to it.
+    pub command: Vec<String>,
+    /// The interpreter to run there.
+    pub python: String,
+    /// The working directory there; empty: wherever the command lands.
+    pub cwd: String,
+    /// Append the interpreter words as one shell-quoted word; absent: true
+    /// when the command's program is `ssh`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shell: Option<bool>,
+}
+
+impl Default for Remote {
+    fn default() -> Self {
+        Self {
+            command: Vec::new(),
+            python: "python3".into(),
+            cwd: String::new(),
+            shell: None,
+        }
+    }
+}
+
+impl Remote {
+    /// A remote reached by `command`.
+    pub fn command<S: Into<String>>(command: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            command: command.into_iter().map(Into::into).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Whether the interpreter words go as one shell-quoted word.
+    pub fn uses_shell(&self) -> bool {
+        self.shell.unwrap_or_else(|| {
+            self.command.first().is_some_and(|p| {
+                std::path::Path::new(p)
+                    .file_name()
+                    .is_some_and(|n| n == "ssh")
+            })
+        })
+    }
+
+    /// The full argv the host runs: `command + [python, "-u", "-c", BOOTSTRAP]`.
+    pub fn argv(&self) -> Vec<String> {
+        let mut argv = self.command.clone();
+        let words = [
+            self.python.clone(),
+            "-u".to_string(),
+            "-c".to_string(),
+            REMOTE_BOOTSTRAP.to_string(),
+        ];
+        if self.uses_shell() {
+            argv.push(
+                words
+                    .iter()
+                    .map(|w| shell_quote(w))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
+        } else {
+            argv.extend(words);
+        }
+        argv
+    }
+}
+
+/// `s` as one POSIX shell word.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\"'\"'"))
+}
+
+/// What the bootstrap reads before the `hello` line.
+pub(crate) fn payload(runner: &str, stubs: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(runner.len() + stubs.len() + 24);
+    for blob in [runner, stubs] {
+        out.extend_from_slice(blob.len().to_string().as_bytes());
+        out.push(b'\n');
+        out.extend_from_slice(blob.as_bytes());
+    }
+    out
+}
+
+/// What is wrong with remote `name`: `(key under it, message)`.
+pub(crate) fn check(name: &str, r: &Remote) -> Result<(), (String, String)> {
+    if !valid_name(name) {
+        return Err((
+            String::new(),
+            format!(
+                "expected a remote name of 1 to {MAX_NAME} letters, digits, `_` or `-`, got {name:?}"
+            ),
+        ));
+    }
+    match r.command.first() {
+        None => {
+            return Err((
+                "command".into(),
+                "expected `command = [\"program\", \"arg\", …]`, e.g. [\"ssh\", \"-T\", \"-o\", \"BatchMode=yes\", \"user@host\", \"--\"]".into(),
+            ));
+        }
+        Some(p) if p.trim().is_empty() => {
+            return Err((
+                "command".into(),
+                "expected a program name first, got \"\"".into(),
+            ));
+        }
+        _ => {}
+    }
+    if r.command.iter().any(|w| w.contains('\0')) {
+        return Err(("command".into(), "expected no NUL bytes".into()));
+    }
+    if r.python.trim().is_empty() || r.python.contains('\0') {
+        return Err((
+            "python".into(),
+            format!(
+                "expected the interpreter to run on the remote (e.g. \"python3\"), got {:?}",
+                r.python
+            ),
+        ));
+    }
+    if r.cwd.contains('\0') {
+        return Err(("cwd".into(), "expected no NUL bytes".into()));
+    }
+    Ok(())
+}
+
+/// Whether `name` can name a remote.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The `[remotes.NAME]` tables as TOML, in name order.
+pub(crate) fn to_toml(remotes: &BTreeMap<String, Remote>, source: Option<&str>) -> String {
+    let mut out = String::new();
+    for (name, r) in remotes {
+        out.push_str(&format!("\n[remotes.{name}]"));
+        if let Some(src) = source {
+            out.push_str(&format!("  # {src}"));
+        }
+        out.push('\n');
+        if let Ok(toml::Value::Table(t)) = toml::Value::try_from(r) {
+            for (k, v) in t {
+                out.push_str(&format!("{k} = {v}\n"));
+            }
+        }
+        if r.shell.is_none() {
+            out.push_str(&format!("shell = {}  # auto\n", r.uses_shell()));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssh_gets_one_shell_word_others_separate_words() {
+        let ssh = Remote::command(["ssh", "-T", "host", "--"]);
+        let argv = ssh.argv();
+        assert_eq!(argv.len(), 5);
+        assert!(argv[4].starts_with("python3 -u -c 'import os,sys"));
+        let docker = Remote::command(["docker", "exec", "-i", "box"]);
+        let argv = docker.argv();
+        assert_eq!(&argv[4..7], ["python3", "-u", "-c"]);
+        assert_eq!(argv[7], REMOTE_BOOTSTRAP);
+        let forced = Remote {
+            shell: Some(false),
+            ..ssh
+        };
+        assert_eq!(forced.argv().len(), 8);
+    }
+
+    #[test]
+    fn shell_quote_round_trips_through_sh() {
+        for s in ["plain", "", "it's", "a b", "$HOME", REMOTE_BOOTSTRAP] {
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf %s {}", shell_quote(s)))
+                .output()
+                .map(|o| o.stdout);
+            if let Ok(out) = out {
+                assert_eq!(out, s.as_bytes());
+            }
+        }
+    }
+
+    #[test]
+    fn bootstrap_is_small() {
+        assert!(REMOTE_BOOTSTRAP.len() < 600, "{}", REMOTE_BOOTSTRAP.len());
+    }
+
+    #[test]
+    fn names_and_commands_are_checked() {
+        assert!(check("gpu-1", &Remote::command(["ssh", "h"])).is_ok());
+        assert!(check("a b", &Remote::command(["ssh"])).is_err());
+        assert!(check("x", &Remote::default()).is_err());
+        let no_py = Remote {
+            python: String::new(),
+            ..Remote::command(["ssh"])
+        };
+        assert_eq!(check("x", &no_py).unwrap_err().0, "python");
+    }
+}
