@@ -929,15 +929,32 @@ impl Kernel {
         };
         let mut first = payload.to_vec();
         first.extend_from_slice(&line);
-        if self.requests.send(&first).await.is_err() {
-            // The child died at once; collect what it said.
-            let _ = tokio::time::timeout(Duration::from_secs(2), self.drain_early()).await;
+        let deadline = Instant::now() + self.spec.startup_timeout;
+        // A command that never reads (a stalled connection) must not hold
+        // the spawn past the startup timeout.
+        let Ok(sent) = tokio::time::timeout_at(deadline, self.requests.send(&first)).await else {
+            self.kill_now();
+            let _ = tokio::time::timeout(Duration::from_millis(500), self.drain_early()).await;
             return Err(not_ready(
                 self,
-                "it exited before reading its first request".into(),
+                format!(
+                    "it did not read its first request within {:?}",
+                    self.spec.startup_timeout
+                ),
+            ));
+        };
+        if sent.is_err() {
+            // The child died at once; collect what it said.
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.drain_early()).await;
+            let how = match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
+                Ok(Ok(status)) => describe_exit(&status),
+                _ => "it exited".into(),
+            };
+            return Err(not_ready(
+                self,
+                format!("{how} before reading its first request"),
             ));
         }
-        let deadline = Instant::now() + self.spec.startup_timeout;
         loop {
             let ev = tokio::select! {
                 ev = self.events.recv() => ev,
