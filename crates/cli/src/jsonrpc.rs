@@ -180,8 +180,8 @@ pub(crate) struct ExecParams {
     pub(crate) stream: bool,
 }
 
-const EXECUTE_PARAMS: [&str; 8] = [
-    "code", "session", "reset", "timeout", "mode", "tools", "cwd", "stream",
+const EXECUTE_PARAMS: [&str; 9] = [
+    "code", "session", "reset", "timeout", "mode", "tools", "cwd", "stream", "remote",
 ];
 
 fn execute_params(
@@ -319,6 +319,14 @@ fn execute_params_for(
             )));
         }
         req = req.cwd(path);
+    }
+    if let Some(remote) = opt_str(p, "remote", method)? {
+        if !remote.is_empty() && !toolcell_kernel::remote::valid_name(remote) {
+            return Err(bad(format!(
+                "{method}: `remote` must be \"\" (here) or the name of a [remotes.NAME] table, got \"{remote}\""
+            )));
+        }
+        req = req.remote(remote);
     }
     let stream = match p.get("stream") {
         None | Some(Value::Null) => false,

@@ -40,6 +40,10 @@ pub struct Args {
     /// Working directory of the kernel (project mode).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
+    /// Run on the remote NAME (a `[remotes.NAME]` table of toolcell.toml:
+    /// ssh, `docker exec -i`, `kubectl exec -i POD --`); `""`: here.
+    #[arg(long, value_name = "NAME")]
+    pub remote: Option<String>,
     /// Print the full result object (status, output, error, hint, …) as JSON, not the output.
     #[arg(long)]
     pub json: bool,
@@ -130,12 +134,26 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
         // A bad interpreter is the configuration's fault (exit 2), found
         // before any kernel is started: the registry's own resolution then
         // answers from the same per-host probe cache.
-        check_interpreter(registry.options(), args.overrides.python.is_some())?;
+        let remote = args
+            .remote
+            .clone()
+            .unwrap_or_else(|| registry.options().remote.clone());
+        if !remote.is_empty() {
+            if registry.options().remote_named_public(&remote).is_err() {
+                let known: Vec<&String> = registry.options().remotes.keys().collect();
+                return Err(host::usage(format!(
+                    "--remote {remote}: no [remotes.{remote}] table in the configuration (configured: {})",
+                    if known.is_empty() { "none".to_string() } else { known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") }
+                )));
+            }
+        } else {
+            check_interpreter(registry.options(), args.overrides.python.is_some())?;
+        }
         // Ctrl-C interrupts the cell, which is reported as usual (exit 130);
         // a second Ctrl-C, or SIGTERM, stops at once.
         let ctrl_c = CancellationToken::new();
         host::exit_on_signals_after(Arc::clone(&registry), Some(ctrl_c.clone()));
-        let mut req = ExecuteRequest::new(code).cancel(ctrl_c);
+        let mut req = ExecuteRequest::new(code).cancel(ctrl_c).remote(remote);
         if let Some(t) = tools {
             req = req.tools(t);
         }

@@ -75,7 +75,7 @@ pub struct Args {
 const EXECUTE_CODE: &str = "execute_code";
 
 /// Keys `execute_code` accepts.
-const ACCEPTED: [&str; 3] = ["code", "reset", "session"];
+const ACCEPTED: [&str; 4] = ["code", "reset", "session", "remote"];
 
 /// Live chunks queued for one request's progress notifications; when the
 /// client reads slowly, chunks beyond this are dropped (the result still
@@ -105,6 +105,8 @@ struct McpServer {
     enabled_tools: Vec<Arc<dyn DynTool>>,
     /// The limits the description states.
     options: schema::ExecuteCodeOptions,
+    /// The `[remotes.NAME]` a cell may name (`execute_code`'s `remote`).
+    remotes: Vec<String>,
     /// Tools callable directly (`--expose-tools`), by name.
     exposed: HashMap<String, Arc<dyn DynTool>>,
     /// Settings for direct tool calls.
@@ -123,7 +125,8 @@ impl McpServer {
             .select(&config.tools.enabled)
             .context("selecting the enabled tools")?;
         let options = config.execute_code_options();
-        let mut listed = vec![execute_code_def(&enabled, &options)];
+        let remotes: Vec<String> = config.remotes.keys().cloned().collect();
+        let mut listed = vec![execute_code_def(&enabled, &options, &remotes)];
         let mut exposed = HashMap::new();
         let enabled_all = enabled.clone();
         if expose {
@@ -149,6 +152,7 @@ impl McpServer {
         Ok(Self {
             enabled_tools: enabled_all,
             options,
+            remotes,
             tool_timeout: registry.options().timeout,
             registry,
             listed,
@@ -358,7 +362,11 @@ fn object(v: Value) -> Arc<JsonObject> {
 }
 
 /// The `execute_code` tool, its description listing `tools`.
-fn execute_code_def(tools: &[Arc<dyn DynTool>], options: &schema::ExecuteCodeOptions) -> Tool {
+fn execute_code_def(
+    tools: &[Arc<dyn DynTool>],
+    options: &schema::ExecuteCodeOptions,
+    remotes: &[String],
+) -> Tool {
     let def = schema::execute_code_tool(tools, options, SchemaFormat::Mcp);
     let description = def["description"].as_str().unwrap_or_default().to_string();
     let mut input = def["inputSchema"].clone();
@@ -367,6 +375,15 @@ fn execute_code_def(tools: &[Arc<dyn DynTool>], options: &schema::ExecuteCodeOpt
         "description": "Name of the kernel to run in (default \"default\"). Each name keeps \
                         its own kernel and state for this connection."
     });
+    if !remotes.is_empty() {
+        let mut names: Vec<Value> = vec![json!("")];
+        names.extend(remotes.iter().map(|r| json!(r)));
+        input["properties"]["remote"] = json!({
+            "type": "string",
+            "enum": names,
+            "description": "Where the kernel runs: one of the configured remote machines or                             containers, or \"\" for this machine. Each remote keeps its own                             kernel and state; tools still run on this machine."
+        });
+    }
     Tool::new(EXECUTE_CODE, description, object(input))
 }
 
@@ -388,7 +405,7 @@ impl ServerHandler for McpServer {
             // use) are functions the code calls; the description lists them.
             let mut tools = self.enabled_tools.clone();
             tools.extend(self.registry.source_tools().await.tools);
-            listed[0] = execute_code_def(&tools, &self.options);
+            listed[0] = execute_code_def(&tools, &self.options, &self.remotes);
         }
         Ok(ListToolsResult::with_all_items(listed))
     }

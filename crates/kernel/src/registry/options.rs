@@ -134,6 +134,14 @@ impl RegistryOptions {
         }
     }
 
+    /// Whether a remote called `name` is configured (`""`: here, always).
+    ///
+    /// # Errors
+    /// A sentence naming the configured remotes.
+    pub fn remote_named_public(&self, name: &str) -> Result<(), String> {
+        self.remote_named(name).map(drop)
+    }
+
     /// Whether results are journaled (always false without the `journal`
     /// feature).
     pub(crate) fn journaling(&self) -> bool {

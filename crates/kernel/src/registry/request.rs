@@ -158,6 +158,14 @@ impl ExecuteRequest {
         self
     }
 
+    /// Runs on the remote `name` (`[remotes.NAME]`; `""`: here), not the
+    /// `[kernels] remote` default.
+    #[must_use]
+    pub fn remote(mut self, name: impl Into<String>) -> Self {
+        self.remote = Some(name.into());
+        self
+    }
+
     /// Sets the working directory.
     #[must_use]
     pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
