@@ -32,6 +32,25 @@ directory.
 
 ";
 
+const REMOTES: &str = "\
+## `[remotes.NAME]`
+
+Machines or containers where kernels can run (one table per remote; a
+request names one with `remote`, `exec --remote NAME`, or
+`[kernels] remote` sets the default). toolcell runs `command` followed by
+`python -u -c BOOTSTRAP`; the bootstrap reads the runner from stdin, so
+the far side needs Python 3.8+ and nothing else. Tools still run on this
+machine; `[limits]` and `confine` apply to local kernels only.
+
+| Key | Default | Accepts | What it does |
+|---|---|---|---|
+| `command` | (required) | a list of strings | The program and arguments that connect stdin/stdout/stderr to a process there: `[\"ssh\", \"-T\", \"-o\", \"BatchMode=yes\", \"user@host\", \"--\"]`, `[\"docker\", \"exec\", \"-i\", \"CONTAINER\"]`, `[\"kubectl\", \"exec\", \"-i\", \"POD\", \"--\"]`. It runs with this machine's environment. |
+| `python` | `\"python3\"` | a program name or path | The interpreter to run there. |
+| `cwd` | `\"\"` | a path there | The kernel's working directory there; empty: wherever the command lands. |
+| `shell` | true for `ssh`, else false | true or false | Append the interpreter words as one shell-quoted word (the far side parses them with a shell, as sshd does). |
+
+";
+
 const EXAMPLE: &str = "\
 ## Example
 
@@ -74,6 +93,7 @@ pub fn reference_markdown() -> String {
         }
         out.push('\n');
     }
+    out.push_str(REMOTES);
     out.push_str(EXAMPLE);
     out
 }
