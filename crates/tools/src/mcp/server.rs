@@ -339,14 +339,13 @@ impl Server {
             }
         })
         .await;
-        let fail = |what: String| {
-            let mut msg = format!("MCP server `{name}` ({}) {what}", self.command_line());
-            if let Some(problem) = stdout_problem.get() {
-                msg.push_str(&format!(
-                    "; {problem} (stdout must carry only MCP messages; a server logs to stderr)"
-                ));
-            }
-            msg
+        let fail = |what: String| match stdout_problem.get() {
+            Some(problem) => format!(
+                "MCP server `{name}` ({}) broke the protocol: {problem} (stdout must carry only \
+                 MCP messages; a server logs to stderr)",
+                self.command_line()
+            ),
+            None => format!("MCP server `{name}` ({}) {what}", self.command_line()),
         };
         match started {
             Ok(Ok((mut conn, tools))) => {
@@ -555,7 +554,10 @@ impl Server {
     /// Starts the server if needed (waiting up to its `startup_timeout`),
     /// re-lists its tools if they changed, and returns them.
     pub(crate) async fn current(&self) -> Current {
-        let waited = tokio::time::timeout(self.spec.startup_timeout, self.ensure(true)).await;
+        // A start ends by itself at `startup_timeout` with a precise
+        // message; the margin lets it, when this call began it.
+        let wait = self.spec.startup_timeout + Duration::from_secs(2);
+        let waited = tokio::time::timeout(wait, self.ensure(true)).await;
         let failure = match waited {
             Ok(Ok(_)) => None,
             Ok(Err(e)) => Some(e),

@@ -6,7 +6,7 @@ since mcp 2), for toolcell's MCP client tests.
     python fast_server.py --garbage        # prints a non-JSON line on stdout first
 
 Tools: echo, add (structured output), fail (raises: isError), slow(seconds),
-image(seed) (a PNG whose bytes are PNG_MAGIC + seed), pid, add_tool(name)
+image(seed) (a PNG whose bytes are PNG_MAGIC + seed), big(mib), pid, add_tool(name)
 (registers a tool at run time and sends notifications/tools/list_changed).
 """
 
@@ -61,6 +61,12 @@ async def slow(seconds: float) -> str:
 def image(seed: str) -> Image:
     """A PNG-typed image whose bytes are the PNG magic followed by the seed."""
     return Image(data=PNG_MAGIC + seed.encode(), format="png")
+
+
+@server.tool(structured_output=False)
+def big(mib: float) -> str:
+    """A text of `mib` MiB of "x"."""
+    return "x" * int(mib * 1024 * 1024)
 
 
 @server.tool(structured_output=False)
