@@ -256,6 +256,7 @@ async fn fastmcp_results_map_as_documented() {
         json!("still here")
     );
     let err = message(call(&big, json!({"mib": 20}), cx_for(&s, 60.0)).await);
+    eprintln!("oversized: {err}");
     assert!(err.contains("16 MiB") && err.contains("fast"), "{err}");
     hub.shutdown().await;
 }

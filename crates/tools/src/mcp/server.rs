@@ -56,10 +56,7 @@ impl Conn {
     async fn death(&self, name: &str) -> String {
         let mut msg = format!("MCP server `{name}` ");
         if let Some(problem) = self.stdout_problem.get() {
-            msg.push_str(&format!(
-                "broke the protocol: {problem}; stdout must carry only MCP messages (a server \
-                 logs to stderr)"
-            ));
+            msg.push_str(&format!("broke the protocol: {problem}"));
         } else if let Some(group) = &self.group {
             match group.exit_description(EXIT_WAIT).await {
                 Some(how) => msg.push_str(&format!("stopped ({how})")),
@@ -341,8 +338,7 @@ impl Server {
         .await;
         let fail = |what: String| match stdout_problem.get() {
             Some(problem) => format!(
-                "MCP server `{name}` ({}) broke the protocol: {problem} (stdout must carry only \
-                 MCP messages; a server logs to stderr)",
+                "MCP server `{name}` ({}) broke the protocol: {problem}",
                 self.command_line()
             ),
             None => format!("MCP server `{name}` ({}) {what}", self.command_line()),

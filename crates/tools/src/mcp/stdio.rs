@@ -335,7 +335,10 @@ impl<R> StdoutGuard<R> {
                         let sample = cut_line(&rest[..end], STDOUT_SAMPLE_BYTES);
                         return Err((
                             i,
-                            format!("it printed a line that is not JSON-RPC on stdout: {sample:?}"),
+                            format!(
+                                "it printed a line that is not JSON-RPC on stdout: {sample:?} \
+                                     (stdout must carry only MCP messages; a server logs to stderr)"
+                            ),
                         ));
                     }
                 },
