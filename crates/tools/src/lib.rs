@@ -152,6 +152,8 @@ mod builtin;
 pub mod cgroup;
 mod fsutil;
 pub mod hints;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod process;
 mod registry;
 pub mod schema;

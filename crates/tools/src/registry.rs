@@ -68,7 +68,7 @@ impl std::fmt::Debug for ToolRegistry {
     }
 }
 
-fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
         && !name.chars().any(|c| c.is_control() || c.is_whitespace())

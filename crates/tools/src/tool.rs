@@ -88,6 +88,9 @@ pub struct ToolSettings {
     pub cwd: PathBuf,
     /// Where tools save full texts they had to cut (e.g. `web_extract`).
     pub spill_dir: PathBuf,
+    /// The kernel's own directory, where tools save files a result names
+    /// (images from MCP tools). `None`: they go to [`spill_dir`](Self::spill_dir).
+    pub kernel_dir: Option<PathBuf>,
     /// The most output bytes a tool returns inline (e.g. `terminal`).
     pub max_output_bytes: usize,
     /// Web search settings (`[web]` in the configuration).
@@ -109,6 +112,7 @@ impl ToolSettings {
         Self {
             cwd: cwd.into(),
             spill_dir: std::env::temp_dir().join("toolcell-spill"),
+            kernel_dir: None,
             max_output_bytes: 50_000,
             web: WebSettings::default(),
             env: None,
@@ -136,6 +140,19 @@ impl ToolSettings {
     pub fn spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.spill_dir = dir.into();
         self
+    }
+
+    /// Sets the kernel's directory (where files a result names are saved).
+    #[must_use]
+    pub fn kernel_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.kernel_dir = Some(dir.into());
+        self
+    }
+
+    /// Where tools save files a result names: the kernel's directory, else
+    /// the spill directory.
+    pub fn files_dir(&self) -> &Path {
+        self.kernel_dir.as_deref().unwrap_or(&self.spill_dir)
     }
 
     /// Sets the inline output cap.

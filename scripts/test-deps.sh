@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs the third-party MCP servers the tests drive (crates/tools/tests/mcp_servers.rs):
+#   - @modelcontextprotocol/server-everything and server-filesystem (npm) into $DEPS/npm
+#   - a Python venv with the `mcp` SDK (FastMCP) at $DEPS/venv
+# where DEPS is $TOOLCELL_TEST_DEPS (default $HOME/.cache/toolcell-ci/deps).
+# Idempotent: installs only what is missing or at another version; quiet unless
+# something fails. Needs node/npm and python3 (with venv) on PATH.
+set -euo pipefail
+
+NPM_PKGS=(
+    "@modelcontextprotocol/server-everything@2026.8.31"
+    "@modelcontextprotocol/server-filesystem@2026.8.31"
+)
+PY_PKGS=("mcp==2.3.0")
+
+DEPS="${TOOLCELL_TEST_DEPS:-$HOME/.cache/toolcell-ci/deps}"
+mkdir -p "$DEPS"
+log="$DEPS/install.log"
+
+fail() {
+    echo "test-deps: $1 (log: $log)" >&2
+    tail -n 20 "$log" >&2 || true
+    exit 1
+}
+
+# npm: a stamp file records the package list installed; reinstall when it changes.
+npm_stamp="$DEPS/npm/.toolcell-stamp"
+want_npm="${NPM_PKGS[*]}"
+if [[ ! -f "$npm_stamp" || "$(cat "$npm_stamp")" != "$want_npm" ]]; then
+    command -v npm >/dev/null || fail "npm not found on PATH"
+    mkdir -p "$DEPS/npm"
+    npm install --prefix "$DEPS/npm" --no-audit --no-fund --loglevel=error \
+        "${NPM_PKGS[@]}" >>"$log" 2>&1 || fail "npm install failed"
+    printf '%s' "$want_npm" >"$npm_stamp"
+fi
+
+# Python venv with the MCP SDK.
+py_stamp="$DEPS/venv/.toolcell-stamp"
+want_py="${PY_PKGS[*]}"
+if [[ ! -x "$DEPS/venv/bin/python" || ! -f "$py_stamp" || "$(cat "$py_stamp")" != "$want_py" ]]; then
+    py=python3
+    [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null && py=/usr/bin/python3
+    "$py" -m venv "$DEPS/venv" >>"$log" 2>&1 || fail "python3 -m venv failed"
+    "$DEPS/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "${PY_PKGS[@]}" >>"$log" 2>&1 || fail "pip install failed"
+    printf '%s' "$want_py" >"$py_stamp"
+fi
