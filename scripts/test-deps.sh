@@ -5,6 +5,8 @@
 # where DEPS is $TOOLCELL_TEST_DEPS (default $HOME/.cache/toolcell-ci/deps).
 # Idempotent: installs only what is missing or at another version; quiet unless
 # something fails. Needs node/npm and python3 (with venv) on PATH.
+# Also installs openssh-server and openssh-client (apt-get) when missing, for
+# the remote-kernel tests (crates/kernel/tests/remote.rs).
 set -euo pipefail
 
 NPM_PKGS=(
@@ -22,6 +24,21 @@ fail() {
     tail -n 20 "$log" >&2 || true
     exit 1
 }
+
+# openssh-server and openssh-client for the remote-kernel tests
+# (crates/kernel/tests/remote.rs starts its own sshd on 127.0.0.1 with keys
+# and config in a temp dir; no system configuration is touched).
+if [[ ! -x /usr/sbin/sshd ]] || ! command -v ssh >/dev/null || ! command -v ssh-keygen >/dev/null; then
+    sudo=""
+    if [[ "$(id -u)" != 0 ]]; then
+        command -v sudo >/dev/null || fail "openssh-server/openssh-client missing and neither root nor sudo available"
+        sudo="sudo"
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq >>"$log" 2>&1 || fail "apt-get update failed"
+    $sudo apt-get install -y -qq --no-install-recommends openssh-server openssh-client \
+        >>"$log" 2>&1 || fail "apt-get install openssh-server openssh-client failed"
+fi
 
 # npm: a stamp file records the package list installed; reinstall when it changes.
 npm_stamp="$DEPS/npm/.toolcell-stamp"
@@ -45,3 +62,4 @@ if [[ ! -x "$DEPS/venv/bin/python" || ! -f "$py_stamp" || "$(cat "$py_stamp")" !
         "${PY_PKGS[@]}" >>"$log" 2>&1 || fail "pip install failed"
     printf '%s' "$want_py" >"$py_stamp"
 fi
+

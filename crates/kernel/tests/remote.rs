@@ -7,7 +7,7 @@
 //! connection: interrupt, timeout kill, a dropped connection, a command
 //! that cannot connect or stalls, and a host killed with SIGKILL.
 //!
-//! `scripts/test-deps-ssh.sh` (run by `.ci/run`) installs `openssh-server`
+//! `scripts/test-deps.sh` (run by `.ci/run`) installs `openssh-server`
 //! and `openssh-client` when missing; without `/usr/sbin/sshd` the ssh
 //! tests say so and pass vacuously.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
@@ -54,7 +54,7 @@ impl Sshd {
     /// Starts sshd, or `None` (with a note) when it is not installed.
     fn start() -> Option<Sshd> {
         if !Path::new(SSHD).exists() {
-            eprintln!("note: {SSHD} is missing (scripts/test-deps-ssh.sh installs it); ssh test skipped");
+            eprintln!("note: {SSHD} is missing (scripts/test-deps.sh installs it); ssh test skipped");
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
