@@ -1727,8 +1727,10 @@ impl Drop for DirGuard {
 
 impl Drop for Kernel {
     fn drop(&mut self) {
-        // Closing fd 3 (the request pipe, dropped with self) makes the
-        // runner kill its group; do it ourselves too, at once.
+        // Closing the request channel (fd 3, or a remote kernel's stdin)
+        // makes the runner kill its group (an in-band tool reply in flight
+        // may hold the pipe: close it for everyone); do it ourselves too.
+        self.requests.close();
         if self.pid != 0 && !self.dead {
             self.tree().signal(Signal::SIGKILL);
         }

@@ -93,7 +93,7 @@ impl Sshd {
                 .arg(&cfg)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
+                .stderr(std::fs::File::create(d.join("sshd.log")).unwrap())
                 .spawn()
                 .unwrap();
             let up = eventually_blocking(Duration::from_secs(10), || {
