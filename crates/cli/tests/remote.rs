@@ -46,7 +46,13 @@ fn exec_remote_runs_through_docker_and_kubectl_on_path() {
         let out = env
             .cmd()
             .env("PATH", &path)
-            .args(["exec", "--json", "--remote", name, "import sys\nprint(sys.version_info >= (3, 8))"])
+            .args([
+                "exec",
+                "--json",
+                "--remote",
+                name,
+                "import sys\nprint(sys.version_info >= (3, 8))",
+            ])
             .output()
             .unwrap();
         let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -55,14 +61,24 @@ fn exec_remote_runs_through_docker_and_kubectl_on_path() {
         assert_eq!(r["kernel"]["remote"], name, "{r}");
     }
     // Unknown remote: a usage error (exit 2) naming the configured ones.
-    let out = env.cmd().args(["exec", "--remote", "nope", "1"]).output().unwrap();
+    let out = env
+        .cmd()
+        .args(["exec", "--remote", "nope", "1"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("nope") && err.contains("box, here, pod"), "{err}");
+    assert!(
+        err.contains("nope") && err.contains("box, here, pod"),
+        "{err}"
+    );
     // `toolcell config` shows them.
     let out = env.cmd().arg("config").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("[remotes.box]") && text.contains("shell = false  # auto"), "{text}");
+    assert!(
+        text.contains("[remotes.box]") && text.contains("shell = false  # auto"),
+        "{text}"
+    );
     assert!(text.contains("remote = \"\""), "{text}");
 }
 
@@ -90,7 +106,10 @@ fn serve_execute_takes_remote_and_tools_work_in_band() {
     let r = s.call(4, "execute", json!({"code": "1", "remote": "nope"}));
     assert_eq!(r["result"]["status"], "error", "{r}");
     assert!(
-        r["result"]["error"].as_str().unwrap().contains("unknown remote \"nope\""),
+        r["result"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown remote \"nope\""),
         "{r}"
     );
     let r = s.call(5, "execute", json!({"code": "1", "remote": "a b"}));

@@ -1169,7 +1169,8 @@ impl Kernel {
             // Closing stdin makes the remote runner kill its group; give
             // the command a moment to carry that EOF over, then kill it.
             self.requests.close();
-            let _ = tokio::time::timeout(grace.min(Duration::from_secs(1)), self.child.wait()).await;
+            let _ =
+                tokio::time::timeout(grace.min(Duration::from_secs(1)), self.child.wait()).await;
         }
         if self.pid != 0 {
             self.tree().kill(grace).await;
@@ -1338,9 +1339,7 @@ impl Kernel {
         }
         let sent = match line {
             Ok(l) => {
-                !self.dead
-                    && self.eof == [false, false]
-                    && self.requests.send(&l).await.is_ok()
+                !self.dead && self.eof == [false, false] && self.requests.send(&l).await.is_ok()
             }
             Err(_) => false,
         };
@@ -1540,8 +1539,7 @@ impl Kernel {
         let ok_name = !f.name.is_empty()
             && f.name.len() <= 128
             && !f.name.starts_with('.')
-            && f
-                .name
+            && f.name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
         if !ok_name {
@@ -1569,8 +1567,7 @@ impl Kernel {
         use std::os::unix::process::ExitStatusExt;
         if let Some((name, remote)) = &self.spec.remote {
             let program = remote.command.first().cloned().unwrap_or_default();
-            let how = match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await
-            {
+            let how = match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
                 Ok(Ok(status)) => describe_exit(&status).replacen("it ", "", 1),
                 _ => "closed its output".to_string(),
             };

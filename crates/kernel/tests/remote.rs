@@ -54,7 +54,9 @@ impl Sshd {
     /// Starts sshd, or `None` (with a note) when it is not installed.
     fn start() -> Option<Sshd> {
         if !Path::new(SSHD).exists() {
-            eprintln!("note: {SSHD} is missing (scripts/test-deps.sh installs it); ssh test skipped");
+            eprintln!(
+                "note: {SSHD} is missing (scripts/test-deps.sh installs it); ssh test skipped"
+            );
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -101,11 +103,7 @@ impl Sshd {
                     || !matches!(child.try_wait(), Ok(None))
             });
             if up && matches!(child.try_wait(), Ok(None)) {
-                return Some(Sshd {
-                    dir,
-                    port,
-                    child,
-                });
+                return Some(Sshd { dir, port, child });
             }
             let _ = child.kill();
             let _ = child.wait();
@@ -149,7 +147,14 @@ fn local_launcher() -> Vec<String> {
 
 fn unshare_launcher() -> Option<Vec<String>> {
     let ok = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--mount", "--net", "--fork", "true"])
+        .args([
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "--net",
+            "--fork",
+            "true",
+        ])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
@@ -235,7 +240,11 @@ async fn semantics(f: &Fixture) {
     // Tracebacks with source, no runner frames.
     let r = run(f, req("def f():\n    raise ValueError('boom')\nf()")).await;
     assert_eq!(r.status, Status::Error);
-    assert!(r.output.contains("raise ValueError('boom')"), "{}", show(&r));
+    assert!(
+        r.output.contains("raise ValueError('boom')"),
+        "{}",
+        show(&r)
+    );
     assert!(r.output.contains("<cell-"), "{}", show(&r));
     assert!(!r.output.contains("toolcell-runner"), "{}", show(&r));
     // Stdin refused.
@@ -264,23 +273,30 @@ async fn semantics(f: &Fixture) {
     assert_eq!(r.output, "not_allowed\n", "{}", show(&r));
     assert_eq!(r.tool_calls_made, 0);
     // Output cap, spill, redaction (host-side, as for a local kernel).
-    let r = run(
-        f,
-        req("print('x' * 200000)\nprint('ghp_' + 'a1B2' * 9)"),
-    )
-    .await;
+    let r = run(f, req("print('x' * 200000)\nprint('ghp_' + 'a1B2' * 9)")).await;
     assert!(r.stdout_truncated, "{}", show(&r));
     let spill = r.stdout_spill_path.clone().unwrap();
     assert!(Path::new(&spill).exists());
     assert!(!r.output.contains(&format!("ghp_{}", "a1B2".repeat(9))));
-    assert!(r.output.contains("«redacted:"), "{}", &r.output[r.output.len() - 300..]);
+    assert!(
+        r.output.contains("«redacted:"),
+        "{}",
+        &r.output[r.output.len() - 300..]
+    );
     // Figures come back as bytes and are stored in the host's kernel dir.
     let r = run(f, req(FIGURE_CELL)).await;
     assert_success(&r);
     assert_eq!(r.display.len(), 1, "{}", show(&r));
     let path = PathBuf::from(&r.display[0].path);
-    assert!(path.starts_with(f.kernels_root().join(&r.kernel.id)), "{path:?}");
-    assert!(std::fs::read(&path).unwrap().starts_with(b"\x89PNG\r\n\x1a\n"));
+    assert!(
+        path.starts_with(f.kernels_root().join(&r.kernel.id)),
+        "{path:?}"
+    );
+    assert!(
+        std::fs::read(&path)
+            .unwrap()
+            .starts_with(b"\x89PNG\r\n\x1a\n")
+    );
     // A timeout interrupts in-band; the state survives.
     let mut slow = req("import time\ntime.sleep(30)");
     slow.timeout = Some(Duration::from_secs(1));
@@ -294,7 +310,11 @@ async fn semantics(f: &Fixture) {
     // A crash: the next cell starts a new remote kernel, state_reset.
     let r = run(f, req("import os\nos._exit(3)")).await;
     assert_eq!(r.status, Status::Error, "{}", show(&r));
-    assert!(r.error.as_deref().unwrap().contains("state is lost"), "{}", show(&r));
+    assert!(
+        r.error.as_deref().unwrap().contains("state is lost"),
+        "{}",
+        show(&r)
+    );
     let r = run(f, req("'x' in globals()")).await;
     assert_eq!(r.output, "False\n", "{}", show(&r));
     assert!(r.kernel.state_reset, "{}", show(&r));
@@ -321,10 +341,14 @@ async fn cell_semantics_through_a_plain_local_launcher() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cell_semantics_in_fresh_namespaces() {
-    let Some(cmd) = unshare_launcher() else { return };
+    let Some(cmd) = unshare_launcher() else {
+        return;
+    };
     let f = fixture(cmd, |_| {});
     // The namespace has no network at all: everything went through the pipe.
-    let mut net = req("import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=1)\nexcept OSError as e:\n    print(type(e).__name__)");
+    let mut net = req(
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=1)\nexcept OSError as e:\n    print(type(e).__name__)",
+    );
     net.owner = "net".into();
     let r = run(&f, net).await;
     assert_success(&r);
@@ -394,7 +418,10 @@ async fn docker_and_kubectl_commands_have_the_documented_argv() {
     let r = run(&g, r).await;
     assert_eq!(r.status, Status::Error);
     let e = r.error.unwrap();
-    assert!(e.contains("remote \"docker\"") && e.contains("bad argv"), "{e}");
+    assert!(
+        e.contains("remote \"docker\"") && e.contains("bad argv"),
+        "{e}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,7 +440,10 @@ async fn bad_remotes_are_clear_errors_and_the_host_keeps_serving() {
         };
         add("refused", ssh_command(closed, &key.path().join("none")));
         add("exits", vec!["false".into()]);
-        add("stalls", vec!["sh".into(), "-c".into(), "sleep 30".into(), "--".into()]);
+        add(
+            "stalls",
+            vec!["sh".into(), "-c".into(), "sleep 30".into(), "--".into()],
+        );
         add(
             "chatty",
             vec![
@@ -424,12 +454,13 @@ async fn bad_remotes_are_clear_errors_and_the_host_keeps_serving() {
             ],
         );
         let old = Remote::command([
-                "sh".to_string(),
-                "-c".into(),
-                // An interpreter that reports 3.7: the bootstrap refuses it.
-                "exec \"$1\" -c 'import sys; sys.version_info = (3, 7, 0); exec(sys.argv[2])' x \"$4\"".into(),
-                "--".into(),
-            ]);
+            "sh".to_string(),
+            "-c".into(),
+            // An interpreter that reports 3.7: the bootstrap refuses it.
+            "exec \"$1\" -c 'import sys; sys.version_info = (3, 7, 0); exec(sys.argv[2])' x \"$4\""
+                .into(),
+            "--".into(),
+        ]);
         o.remotes.insert("old".into(), old);
     });
     let on = |name: &str, code: &str| {
@@ -444,20 +475,32 @@ async fn bad_remotes_are_clear_errors_and_the_host_keeps_serving() {
         assert_eq!(r.status, Status::Error);
         let e = r.error.clone().unwrap();
         assert!(e.contains("remote \"refused\""), "{e}");
-        assert!(e.contains("255") && e.to_lowercase().contains("refused"), "{e}");
+        assert!(
+            e.contains("255") && e.to_lowercase().contains("refused"),
+            "{e}"
+        );
         assert!(t.elapsed() < Duration::from_secs(10));
     }
     let r = run(&f, on("exits", "1")).await;
     let e = r.error.clone().unwrap();
-    assert!(e.contains("remote \"exits\"") && e.contains("status 1"), "{e}");
+    assert!(
+        e.contains("remote \"exits\"") && e.contains("status 1"),
+        "{e}"
+    );
     let t = Instant::now();
     let r = run(&f, on("stalls", "1")).await;
     let e = r.error.clone().unwrap();
-    assert!(e.contains("remote \"stalls\"") && e.contains("within 2s"), "{e}");
+    assert!(
+        e.contains("remote \"stalls\"") && e.contains("within 2s"),
+        "{e}"
+    );
     assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
     let r = run(&f, on("old", "1")).await;
     let e = r.error.clone().unwrap();
-    assert!(e.contains("remote \"old\"") && e.contains("3.8 or newer"), "{e}");
+    assert!(
+        e.contains("remote \"old\"") && e.contains("3.8 or newer"),
+        "{e}"
+    );
     let r = run(&f, on("chatty", "6 * 7")).await;
     assert_success(&r);
     assert!(r.output.contains("42\n"), "{}", show(&r));
@@ -478,7 +521,13 @@ async fn a_dropped_connection_loses_the_state_and_the_next_cell_reconnects() {
     let ssh_pid = f.reg.sessions()[0].pid;
     let cell = tokio::spawn({
         let f = std::sync::Arc::clone(&f);
-        async move { f.reg.execute(req("import time\nprint('started', flush=True)\ntime.sleep(30)")).await }
+        async move {
+            f.reg
+                .execute(req(
+                    "import time\nprint('started', flush=True)\ntime.sleep(30)",
+                ))
+                .await
+        }
     });
     tokio::time::sleep(Duration::from_millis(700)).await;
     // The connection drops: the local ssh client dies.
@@ -576,7 +625,10 @@ fn killing_the_host_with_sigkill_ends_the_remote_runner() {
             nix::sys::signal::Signal::SIGKILL,
         );
     }
-    assert!(gone, "remote processes alive 5 s after the host died: {left:?}");
+    assert!(
+        gone,
+        "remote processes alive 5 s after the host died: {left:?}"
+    );
 }
 
 fn host_kill_child() {

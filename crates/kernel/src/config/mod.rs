@@ -1083,7 +1083,11 @@ impl Config {
                 key: "kernels.remote".into(),
                 message: format!(
                     "expected \"\" or one of the [remotes.NAME] tables ({}), got {remote:?}",
-                    if known.is_empty() { "none is configured".to_string() } else { known.join(", ") }
+                    if known.is_empty() {
+                        "none is configured".to_string()
+                    } else {
+                        known.join(", ")
+                    }
                 ),
             });
         }
