@@ -47,10 +47,23 @@ fn env_with(tweak: impl FnOnce(&mut RegistryOptions)) -> Env {
     Env { rt, reg, _tmp: tmp }
 }
 
+/// The real interpreter behind `python3` (a version-manager shim on PATH
+/// costs 60-90 ms a start; the local kernel is started from the probed
+/// executable too).
+fn real_python() -> String {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 fn with_remote(command: Vec<String>) -> impl FnOnce(&mut RegistryOptions) {
     move |o| {
         let mut remotes = BTreeMap::new();
-        remotes.insert("far".to_string(), Remote::command(command));
+        let mut remote = Remote::command(command);
+        remote.python = real_python();
+        remotes.insert("far".to_string(), remote);
         o.remotes = remotes;
         o.remote = "far".into();
     }
