@@ -664,3 +664,26 @@ time.sleep(60)
         panic!("the cell should never end: {}", show(&r));
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_stalls_mid_cell_times_out_and_the_host_serves_on() {
+    let f = fixture(local_launcher(), |o| {
+        o.interrupt_grace = Duration::from_millis(500);
+        o.kill_grace = Duration::from_millis(500);
+    });
+    // The runner stops itself: no byte moves either way, as on a stalled link.
+    let mut r = req(
+        "import os, signal\nprint('pid=%d' % os.getpid(), flush=True)\nos.kill(os.getpid(), signal.SIGSTOP)",
+    );
+    r.timeout = Some(Duration::from_secs(1));
+    let t = Instant::now();
+    let r = run(&f, r).await;
+    assert_eq!(r.status, Status::Timeout, "{}", show(&r));
+    assert_eq!(r.kernel.state_kept, Some(false), "{}", show(&r));
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    let pid = tagged_pid(&r.output, "pid");
+    assert!(eventually_blocking(Duration::from_secs(5), || !alive(pid)));
+    let r = run(&f, req("6 * 7")).await;
+    assert_eq!(r.output, "42\n", "{}", show(&r));
+    assert!(r.kernel.state_reset);
+}
