@@ -153,3 +153,24 @@ pub(crate) fn to_toml(servers: &BTreeMap<String, McpServer>, source: Option<&str
     }
     out
 }
+
+/// The servers as the tools crate's specs (in name order).
+pub(crate) fn specs(
+    servers: &BTreeMap<String, McpServer>,
+) -> Vec<toolcell_tools::mcp::McpServerSpec> {
+    servers
+        .iter()
+        .map(|(name, s)| {
+            let mut spec = if s.url.trim().is_empty() {
+                toolcell_tools::mcp::McpServerSpec::stdio(name.clone(), s.command.clone())
+            } else {
+                toolcell_tools::mcp::McpServerSpec::http(name.clone(), s.url.clone())
+            };
+            spec.env = s.env.clone();
+            spec.cwd = (!s.cwd.is_empty()).then(|| std::path::PathBuf::from(&s.cwd));
+            spec.tools = s.tools.clone();
+            spec.startup_timeout = std::time::Duration::from_secs_f64(s.startup_timeout);
+            spec
+        })
+        .collect()
+}

@@ -50,6 +50,9 @@ pub(super) async fn spawn_kernel(
         .web(inner.opts.web.clone())
         .redactor(inner.redactor.clone());
     settings = settings.env(inner.base_env.clone());
+    // Where tools save files for the cell (an MCP server's images): the
+    // kernel's own directory, which Kernel::spawn creates under the root.
+    settings.kernel_dir = Some(inner.root.join(&id));
     let settings = Arc::new(settings);
     let spec = KernelSpec {
         id,

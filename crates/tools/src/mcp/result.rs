@@ -31,18 +31,18 @@ pub(crate) async fn map_result(
         } else {
             cut(text, MAX_ERROR_TEXT)
         };
-        return Err(ToolError::failed(format!("{qualified}: {text}")));
+        return Err(ToolError::failed(format!("{text}")));
     }
     if let Some(structured) = result.structured_content {
         let size = serde_json::to_vec(&structured).map_or(0, |v| v.len());
-        check_size(qualified, size)?;
+        check_size(size)?;
         return Ok(structured);
     }
     if result.content.is_empty() {
         return Ok(Value::Null);
     }
     let size: usize = result.content.iter().map(approx_size).sum();
-    check_size(qualified, size)?;
+    check_size(size)?;
     if result
         .content
         .iter()
@@ -84,10 +84,10 @@ fn approx_size(block: &ContentBlock) -> usize {
     }
 }
 
-fn check_size(qualified: &str, size: usize) -> Result<(), ToolError> {
+fn check_size(size: usize) -> Result<(), ToolError> {
     if size > MAX_RESULT_BYTES {
         return Err(ToolError::failed(format!(
-            "{qualified}: the result is {:.1} MiB, over the {} MiB cap on a tool result",
+            "the result is {:.1} MiB, over the {} MiB cap on a tool result",
             size as f64 / (1024.0 * 1024.0),
             MAX_RESULT_BYTES >> 20
         )));
@@ -150,7 +150,7 @@ async fn save(qualified: &str, dir: &Path, data: &str, mime: &str) -> Result<Str
         .decode(data.trim())
         .map_err(|e| {
             ToolError::failed(format!(
-                "{qualified}: the server sent {mime} content that is not valid base64: {e}"
+                "the server sent {mime} content that is not valid base64: {e}"
             ))
         })?;
     let dir = dir.to_path_buf();
@@ -158,8 +158,8 @@ async fn save(qualified: &str, dir: &Path, data: &str, mime: &str) -> Result<Str
     let ext = extension(mime);
     let path = tokio::task::spawn_blocking(move || write_new(&dir, &prefix, ext, &bytes))
         .await
-        .map_err(|e| ToolError::failed(format!("{qualified}: saving the content failed: {e}")))?
-        .map_err(|e| ToolError::failed(format!("{qualified}: cannot save the content: {e}")))?;
+        .map_err(|e| ToolError::failed(format!("saving the content failed: {e}")))?
+        .map_err(|e| ToolError::failed(format!("cannot save the content: {e}")))?;
     Ok(path.display().to_string())
 }
 
