@@ -137,9 +137,13 @@ fn bench(c: &mut Criterion) {
     serve.cell("pass");
     let mut g = c.benchmark_group("client_tools");
     g.sample_size(20);
-    g.bench_function("builtin_read_file_100_calls", |b| b.iter(|| serve.cell(BUILTIN)));
+    g.bench_function("builtin_read_file_100_calls", |b| {
+        b.iter(|| serve.cell(BUILTIN))
+    });
     g.bench_function("client_tool_100_calls", |b| b.iter(|| serve.cell(CLIENT)));
-    g.bench_function("client_tool_100_calls_8_threads", |b| b.iter(|| serve.cell(THREADS)));
+    g.bench_function("client_tool_100_calls_8_threads", |b| {
+        b.iter(|| serve.cell(THREADS))
+    });
     g.finish();
     let runs = 30;
     let builtin = median((0..runs).map(|_| serve.cell(BUILTIN)).collect()) / 100.0;

@@ -124,9 +124,7 @@ print(get_user([{'id': 3}])['names'], get_user([])['names'])
         r#"bad_args | get-user: bad arguments: /ids/0: "id" is a required property"#
     );
     assert!(
-        lines[2].starts_with(
-            r#"bad_args | get-user: bad arguments: /from: "nis" is not one of"#
-        ),
+        lines[2].starts_with(r#"bad_args | get-user: bad arguments: /from: "nis" is not one of"#),
         "{}",
         lines[2]
     );

@@ -201,7 +201,10 @@ async fn fastmcp_results_map_as_documented() {
         .await,
     );
     // The cell's ToolError adds the tool's name (the stub prefixes it).
-    assert!(err.contains("boom 7") && !err.contains("fast.fail"), "{err}");
+    assert!(
+        err.contains("boom 7") && !err.contains("fast.fail"),
+        "{err}"
+    );
 
     // An image: saved under the kernel dir, 0600, with the bytes sent.
     let out = call(

@@ -832,9 +832,8 @@ fn the_module_with_sources_works_on_every_python_from_3_8() {
     // pyenv's installs (the shims only run the selected version), the
     // system's, and whatever `python3` is.
     let mut candidates: Vec<String> = Vec::new();
-    let pyenv = std::env::var("PYENV_ROOT").unwrap_or_else(|_| {
-        format!("{}/.pyenv", std::env::var("HOME").unwrap_or_default())
-    });
+    let pyenv = std::env::var("PYENV_ROOT")
+        .unwrap_or_else(|_| format!("{}/.pyenv", std::env::var("HOME").unwrap_or_default()));
     if let Ok(dir) = std::fs::read_dir(format!("{pyenv}/versions")) {
         let mut found: Vec<String> = dir
             .flatten()
@@ -847,7 +846,11 @@ fn the_module_with_sources_works_on_every_python_from_3_8() {
             })
             .collect();
         found.sort();
-        candidates.extend(found.iter().map(|v| format!("{pyenv}/versions/{v}/bin/python3")));
+        candidates.extend(
+            found
+                .iter()
+                .map(|v| format!("{pyenv}/versions/{v}/bin/python3")),
+        );
     }
     for m in 8..=13 {
         candidates.push(format!("/usr/bin/python3.{m}"));
