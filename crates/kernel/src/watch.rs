@@ -478,6 +478,12 @@ impl Watcher {
         if self.is_current() {
             return None;
         }
+        self.rescan_and_compare()
+    }
+
+    /// The rescan after a cell that touched the tree, compared with the
+    /// snapshot before it. Blocking.
+    fn rescan_and_compare(&mut self) -> Option<FilesChanged> {
         let before = self.snap.take();
         self.rescan();
         let (Some(before), Some(after)) = (before, self.snap.as_ref()) else {
@@ -552,7 +558,8 @@ pub(crate) async fn after(mut w: Box<Watcher>) -> Option<(Box<Watcher>, Option<F
         return Some((w, None));
     }
     tokio::task::spawn_blocking(move || {
-        let files = w.after_cell();
+        // The events were read just now: rescan without asking again.
+        let files = w.rescan_and_compare();
         (w, files)
     })
     .await

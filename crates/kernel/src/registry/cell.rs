@@ -21,7 +21,6 @@ use crate::ids::CellId;
 use crate::kernel::{CellOptions, CellOutcome, Ending, Kernel};
 use crate::result::{ExecuteResult, FilesChanged, KernelInfo, Status, build_result, round2};
 use crate::watch;
-use toolcell_tools::schema::Mode;
 
 /// A cell admitted and resolved: what it runs with.
 struct Plan {
@@ -84,9 +83,6 @@ impl Registry {
             Ok(g) => g,
             Err(r) => return *r,
         };
-        // A kernel about to start gets the first scan of its working
-        // directory meanwhile (SPEC §16).
-        let prescan = inner.files_prescan(&guard, &plan);
         let mut ready = match inner.ready_kernel(&mut guard, &slot, req, &plan).await {
             Ok(r) => r,
             Err(r) => return *r,
@@ -102,7 +98,7 @@ impl Registry {
         // From here a cancel interrupts this cell (not the session's others).
         let (interrupt, _unlink) = cell_interrupt(req, &token);
         let opts = inner.cell_options(req, &interrupt);
-        let watcher = inner.files_before(kernel, prescan).await;
+        let watcher = inner.files_before(kernel).await;
         let mut outcome = kernel.execute(&plan.cell_id, &req.code, &opts).await;
         // The runner's figure list is the cell's to forge: only checked
         // entries reach the result, read before the kernel's directory can go.
@@ -437,43 +433,25 @@ impl Inner {
         }
     }
 
-    /// The first scan of a project-mode kernel's working directory, started
-    /// on the blocking pool when the session has no kernel yet (it runs
-    /// while the kernel starts).
-    fn files_prescan(
-        &self,
-        guard: &KernelGuard<'_>,
-        plan: &Plan,
-    ) -> Option<tokio::task::JoinHandle<Box<watch::Watcher>>> {
-        if !self.opts.watch_files || plan.shape.mode != Mode::Project || guard.is_some() {
-            return None;
-        }
-        let (root, settings) = (plan.shape.cwd.clone(), self.watch_settings());
-        Some(tokio::task::spawn_blocking(move || {
-            watch::Watcher::scanned(&root, settings)
-        }))
-    }
-
-    /// Before the cell: the kernel's watcher made current (a prescan of
-    /// its directory, else a first scan). `None`: not watching.
-    async fn files_before(
-        &self,
-        kernel: &mut Kernel,
-        prescan: Option<tokio::task::JoinHandle<Box<watch::Watcher>>>,
-    ) -> Option<Box<watch::Watcher>> {
+    /// Before the cell: the kernel's watcher made current (its first scan
+    /// ran while the kernel started, `spawn_kernel`). `None`: not watching.
+    async fn files_before(&self, kernel: &mut Kernel) -> Option<Box<watch::Watcher>> {
         if !self.opts.watch_files {
             return None;
         }
-        if let Some(w) = kernel.take_files_watcher() {
-            return watch::before(w).await;
+        match kernel.take_files_watcher() {
+            Some(w) => watch::before(w).await,
+            None => self.files_scan(kernel.cwd()).await,
         }
-        if let Some(h) = prescan
-            && let Ok(w) = h.await
-            && w.given_root() == kernel.cwd()
-        {
-            return watch::before(w).await;
+    }
+
+    /// A watcher of `cwd` with its first scan done, on the blocking pool
+    /// (`None` when watching is off or the task failed).
+    pub(super) async fn files_scan(&self, cwd: &std::path::Path) -> Option<Box<watch::Watcher>> {
+        if !self.opts.watch_files {
+            return None;
         }
-        let (root, settings) = (kernel.cwd().to_path_buf(), self.watch_settings());
+        let (root, settings) = (cwd.to_path_buf(), self.watch_settings());
         tokio::task::spawn_blocking(move || watch::Watcher::scanned(&root, settings))
             .await
             .ok()

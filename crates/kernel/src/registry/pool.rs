@@ -50,6 +50,7 @@ pub(super) async fn spawn_kernel(
         .web(inner.opts.web.clone())
         .redactor(inner.redactor.clone());
     settings = settings.env(inner.base_env.clone());
+    let watch_cwd = kcwd.clone();
     let spec = KernelSpec {
         id,
         interpreter: shape.interpreter.clone(),
@@ -66,9 +67,13 @@ pub(super) async fn spawn_kernel(
         limits: inner.opts.limits,
         confine: inner.opts.confine,
     };
-    match Kernel::spawn(spec).await {
+    // The first scan of the working directory (SPEC §16) runs while the
+    // interpreter starts.
+    let (spawned, files) = tokio::join!(Kernel::spawn(spec), inner.files_scan(&watch_cwd));
+    match spawned {
         Ok(mut k) => {
             k.set_owned_cwd(owned_cwd);
+            k.put_files_watcher(files);
             Ok(k)
         }
         Err(e) => {
