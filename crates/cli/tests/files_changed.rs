@@ -83,17 +83,17 @@ fn create_modify_delete_and_rename_are_reported() {
     assert!(f.get("counts").is_none() && f.get("scan_stopped").is_none());
 
     // The human status line says it in words.
-    let out = env.run(&["exec", "open('one.txt', 'w').write('1'); open('mod.txt', 'w')"]);
+    let out = env.run(&[
+        "exec",
+        "open('one.txt', 'w').write('1'); open('mod.txt', 'w')",
+    ]);
     out.expect_code(0);
     let status = out
         .stderr
         .lines()
         .find(|l| l.starts_with("[toolcell] "))
         .unwrap();
-    assert!(
-        status.contains("· 1 file created, 1 modified"),
-        "{status}"
-    );
+    assert!(status.contains("· 1 file created, 1 modified"), "{status}");
 }
 
 #[test]
@@ -117,7 +117,11 @@ fn changes_made_by_the_terminal_tool_count() {
     );
     assert_eq!(r["tool_calls_made"], 1, "{r:#}");
     let f = &r["files"];
-    assert_eq!(paths(f, "created"), ["logs/t.txt", "made_by_shell.txt"], "{f:#}");
+    assert_eq!(
+        paths(f, "created"),
+        ["logs/t.txt", "made_by_shell.txt"],
+        "{f:#}"
+    );
     assert_eq!(bytes_of(f, "created", "made_by_shell.txt"), 6);
 }
 

@@ -749,9 +749,7 @@ fn insert(conn: &Connection, r: &CellRecord) -> rusqlite::Result<()> {
         r.state_reset,
         opt_bool(r.state_kept),
         r.ended,
-        r.files
-            .as_ref()
-            .and_then(|f| serde_json::to_string(f).ok()),
+        r.files.as_ref().and_then(|f| serde_json::to_string(f).ok()),
     ])?;
     let id = conn.last_insert_rowid();
     let mut call = conn.prepare_cached(

@@ -497,11 +497,7 @@ impl Watcher {
             checked += 1;
             checked > MAX_CONFIRM || std::fs::symlink_metadata(root.join(p)).is_err()
         });
-        FilesChanged::from_changes(
-            changes,
-            MAX_LISTED,
-            before.stopped() || after.stopped(),
-        )
+        FilesChanged::from_changes(changes, MAX_LISTED, before.stopped() || after.stopped())
     }
 
     /// The sentence for a result when the scan stopped at `max_entries`,
@@ -601,11 +597,11 @@ mod tests {
             ("sub/e.txt", Some((5, 10, 104))),
         ]);
         let after = snap(&[
-            ("a.txt", Some((1, 10, 100))),          // same
-            ("b.txt", Some((9, 11, 101))),          // rewritten
-            ("c.txt", Some((3, 10, 200))),          // replaced by a rename
-            ("sub", None),                          // d.txt and sub/e.txt deleted
-            ("sub/new.csv", Some((7, 12, 201))),    // created
+            ("a.txt", Some((1, 10, 100))),       // same
+            ("b.txt", Some((9, 11, 101))),       // rewritten
+            ("c.txt", Some((3, 10, 200))),       // replaced by a rename
+            ("sub", None),                       // d.txt and sub/e.txt deleted
+            ("sub/new.csv", Some((7, 12, 201))), // created
             ("newdir", None),
             ("newdir/x", Some((0, 12, 202))),
         ]);
@@ -618,7 +614,10 @@ mod tests {
             c.modified,
             vec![("b.txt".to_string(), 9), ("c.txt".to_string(), 3)]
         );
-        assert_eq!(c.deleted, vec!["d.txt".to_string(), "sub/e.txt".to_string()]);
+        assert_eq!(
+            c.deleted,
+            vec!["d.txt".to_string(), "sub/e.txt".to_string()]
+        );
         assert!(diff(&after, &after).is_empty());
     }
 

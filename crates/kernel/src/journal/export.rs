@@ -574,7 +574,10 @@ mod tests {
         let nb: Value = serde_json::from_str(&ipynb(std::slice::from_ref(&r))).unwrap();
         let cells = nb["cells"].as_array().unwrap();
         assert_eq!(cells.last().unwrap()["source"], note.as_str());
-        assert_eq!(cells[1]["metadata"]["toolcell"]["files"]["counts"]["deleted"], 3);
+        assert_eq!(
+            cells[1]["metadata"]["toolcell"]["files"]["counts"]["deleted"],
+            3
+        );
         r.files = None;
         assert!(!md(&[r]).contains("Files changed"));
     }

@@ -474,7 +474,12 @@ impl Inner {
         let notice = w.stopped_notice();
         kernel.put_files_watcher(Some(w));
         let files = files.map(|mut f| {
-            for e in f.created.iter_mut().chain(&mut f.modified).chain(&mut f.deleted) {
+            for e in f
+                .created
+                .iter_mut()
+                .chain(&mut f.modified)
+                .chain(&mut f.deleted)
+            {
                 if let std::borrow::Cow::Owned(p) = self.redactor.redact(&e.path) {
                     e.path = p;
                 }

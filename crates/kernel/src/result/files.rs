@@ -190,7 +190,10 @@ mod tests {
 
     fn changes(created: usize, modified: usize, deleted: usize) -> Changes {
         Changes {
-            created: (0..created).rev().map(|i| (format!("c{i:03}"), 1)).collect(),
+            created: (0..created)
+                .rev()
+                .map(|i| (format!("c{i:03}"), 1))
+                .collect(),
             modified: (0..modified).map(|i| (format!("m{i}"), 2)).collect(),
             deleted: (0..deleted).map(|i| format!("d{i}")).collect(),
         }
@@ -198,8 +201,14 @@ mod tests {
 
     #[test]
     fn nothing_changed_is_no_field() {
-        assert_eq!(FilesChanged::from_changes(Changes::default(), 50, false), None);
-        assert_eq!(FilesChanged::from_changes(Changes::default(), 50, true), None);
+        assert_eq!(
+            FilesChanged::from_changes(Changes::default(), 50, false),
+            None
+        );
+        assert_eq!(
+            FilesChanged::from_changes(Changes::default(), 50, true),
+            None
+        );
     }
 
     #[test]
