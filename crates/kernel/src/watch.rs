@@ -208,11 +208,8 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> Changes {
             continue;
         }
         match before.entries.get(p) {
-            Some(b) if b.kind == Kind::File => {
-                if b != m {
-                    c.modified.push((shown(p), m.size));
-                }
-            }
+            Some(b) if b.kind == Kind::File && b != m => c.modified.push((shown(p), m.size)),
+            Some(b) if b.kind == Kind::File => {}
             Some(_) => c.created.push((shown(p), m.size)),
             None if before.absent(p) => c.created.push((shown(p), m.size)),
             None => {}
@@ -566,7 +563,10 @@ pub(crate) async fn after(mut w: Box<Watcher>) -> Option<(Box<Watcher>, Option<F
 mod tests {
     use super::*;
 
-    fn snap(entries: &[(&str, Option<(u64, i64, u64)>)]) -> Snapshot {
+    /// `(size, mtime, inode)` of a file; `None` for a directory.
+    type Entry<'a> = (&'a str, Option<(u64, i64, u64)>);
+
+    fn snap(entries: &[Entry<'_>]) -> Snapshot {
         let mut s = Snapshot::default();
         for (p, m) in entries {
             match m {
