@@ -319,6 +319,8 @@ pub struct Kernel {
     python: String,
     owned_cwd: Option<PathBuf>,
     watch: Vec<OwnedFd>,
+    /// The files of its working directory after its last cell (SPEC §16).
+    files: Option<Box<crate::watch::Watcher>>,
     pumps_busy: Arc<AtomicUsize>,
 }
 
@@ -645,6 +647,7 @@ impl Kernel {
             tool_names,
             python: spec.python_version.clone(),
             owned_cwd: None,
+            files: None,
             watch,
             pumps_busy: busy,
             spec,
@@ -761,6 +764,22 @@ impl Kernel {
     /// is removed with the kernel.
     pub fn set_owned_cwd(&mut self, dir: Option<PathBuf>) {
         self.owned_cwd = dir;
+    }
+
+    /// The kernel's working directory.
+    pub fn cwd(&self) -> &Path {
+        &self.spec.cwd
+    }
+
+    /// Takes the watcher of the kernel's working directory (put back after
+    /// the cell with [`Kernel::put_files_watcher`]).
+    pub(crate) fn take_files_watcher(&mut self) -> Option<Box<crate::watch::Watcher>> {
+        self.files.take()
+    }
+
+    /// Keeps `w` for the next cell.
+    pub(crate) fn put_files_watcher(&mut self, w: Option<Box<crate::watch::Watcher>>) {
+        self.files = w;
     }
 
     /// The kernel's id.

@@ -100,6 +100,7 @@ pub mod limits;
 pub mod registry;
 pub mod result;
 mod spill;
+pub mod watch;
 
 pub use kernel::{
     CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, SpawnError, StreamKind,
@@ -109,4 +110,6 @@ pub use registry::{
     ExecuteRequest, ExtraTools, Guard, KernelMode, KeyInfo, Registry, RegistryError,
     RegistryOptions, SessionInfo, SessionKey, ToolSource,
 };
-pub use result::{Display, ExecuteResult, KernelInfo, Status, Usage};
+pub use result::{
+    ChangedFile, Display, ExecuteResult, FileCounts, FilesChanged, KernelInfo, Status, Usage,
+};

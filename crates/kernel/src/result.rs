@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 mod build;
+mod files;
 pub(crate) use build::build_result;
+pub use files::{ChangedFile, Changes, FileCounts, FilesChanged, MAX_LISTED};
 
 /// How a cell ended, as the caller sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -154,6 +156,10 @@ pub struct ExecuteResult {
     /// Files produced for display.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub display: Vec<Display>,
+    /// Files the cell (and the tools it called) created, modified or
+    /// deleted under the kernel's working directory; absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<FilesChanged>,
 }
 
 impl ExecuteResult {
@@ -177,6 +183,7 @@ impl ExecuteResult {
             stdin_requested: false,
             usage: None,
             display: Vec::new(),
+            files: None,
         }
     }
 

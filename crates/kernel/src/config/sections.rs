@@ -81,6 +81,10 @@ section! {
         spill_retention_days: f64 = 7.0, Days { max: MAX_RETENTION_DAYS };
         /// While the spill files total more than this, the oldest are removed; 0 means no cap.
         spill_total_cap: u64 = 1 << 30, Size::CAP;
+        /// Report in each result the files the cell created, modified and deleted under the kernel's working directory (`files`); `false` turns the scans off.
+        watch_files: bool = true, Flag;
+        /// Entries (files and directories) one scan of the working directory covers at most; beyond it the scan stops and the result says so (`files.scan_stopped`).
+        watch_max_entries: usize = 20_000, Count { max: 10_000_000 };
     }
 }
 

@@ -61,6 +61,12 @@ pub struct RegistryOptions {
     /// How often the spill directory is pruned; the first prune runs at
     /// start. Default 1 hour.
     pub spill_prune_every: Duration,
+    /// Report the files each cell created, modified and deleted under the
+    /// kernel's working directory (the result's `files`).
+    pub watch_files: bool,
+    /// Entries (files and directories) one scan of a working directory
+    /// records at most; beyond it changes are not reported.
+    pub watch_max_entries: usize,
     /// Extra environment variable names passed to kernels.
     pub passthrough: Vec<String>,
     /// Tools enabled by default.
@@ -134,6 +140,8 @@ impl Default for RegistryOptions {
             spill_retention: Some(Duration::from_secs(7 * 86_400)),
             spill_total_cap: Some(1 << 30),
             spill_prune_every: Duration::from_secs(3600),
+            watch_files: true,
+            watch_max_entries: crate::watch::DEFAULT_MAX_ENTRIES,
             passthrough: Vec::new(),
             tools: crate::config::default_tools(),
             rpc_tcp: false,
@@ -183,6 +191,8 @@ impl RegistryOptions {
             spill_retention: config.spill_retention(),
             spill_total_cap: config.spill_total_cap(),
             spill_prune_every: Duration::from_secs(3600),
+            watch_files: config.output.watch_files,
+            watch_max_entries: config.output.watch_max_entries,
             passthrough: config.env.passthrough.clone(),
             tools: config.tools.enabled.clone(),
             rpc_tcp: config.rpc.transport == config::Transport::Tcp,

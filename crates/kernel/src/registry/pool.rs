@@ -54,6 +54,7 @@ pub(super) async fn spawn_kernel(
     // kernel's own directory, which Kernel::spawn creates under the root.
     settings.kernel_dir = Some(inner.root.join(&id));
     let settings = Arc::new(settings);
+    let watch_cwd = kcwd.clone();
     let spec = KernelSpec {
         id,
         interpreter: shape.interpreter.clone(),
@@ -71,9 +72,13 @@ pub(super) async fn spawn_kernel(
         limits: inner.opts.limits,
         confine: inner.opts.confine,
     };
-    match Kernel::spawn(spec).await {
+    // The first scan of the working directory (SPEC §16) runs while the
+    // interpreter starts.
+    let (spawned, files) = tokio::join!(Kernel::spawn(spec), inner.files_scan(&watch_cwd));
+    match spawned {
         Ok(mut k) => {
             k.set_owned_cwd(owned_cwd);
+            k.put_files_watcher(files);
             Ok(k)
         }
         Err(e) => {

@@ -296,6 +296,7 @@ pub(crate) fn build_result(
         usage: runner.usage,
         // Set by the caller from the checked figures (crate::figures).
         display: Vec::new(),
+        files: None,
     }
 }
 
