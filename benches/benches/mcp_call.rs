@@ -225,9 +225,69 @@ fn mcp_call(c: &mut Criterion) {
         rt.block_on(hub.hub.shutdown());
     }
     group.finish();
+    summary.push(code_mode(&rt));
     for line in summary {
         println!("{line}");
     }
+}
+
+/// The same 100 calls of the Rust echo server's `echo`, made the way an MCP
+/// client's model loop makes them (one call at a time, each result handed
+/// to the model) and as one cell that loops over them and prints a line:
+/// the time (model time excluded) and the bytes that would reach the model.
+fn code_mode(rt: &tokio::runtime::Runtime) -> String {
+    use toolcell_kernel::registry::McpSource;
+    use toolcell_kernel::{ExecuteRequest, Registry, RegistryOptions, Status};
+    let command = vec![env!("CARGO_BIN_EXE_mcp_echo_server").to_string()];
+    // One by one: each call is a tool-use block the model writes and a
+    // result block it reads.
+    let hub = Hub::start(rt, "bench", &command);
+    let t = Instant::now();
+    let mut direct_bytes = 0usize;
+    for i in 0..100 {
+        let args = json!({"text": format!("order {i}")});
+        let call = json!({"name": "bench.echo", "arguments": args});
+        let cx = ToolContext::new(
+            Arc::clone(&hub.settings),
+            tokio::time::Instant::now() + Duration::from_secs(60),
+            CancellationToken::new(),
+        );
+        let out = rt.block_on(hub.tool.call(args, cx)).unwrap();
+        let result = json!({"content": [{"type": "text", "text": out}], "isError": false});
+        direct_bytes += call.to_string().len() + result.to_string().len();
+    }
+    let direct = t.elapsed();
+    rt.block_on(hub.hub.shutdown());
+
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = RegistryOptions {
+        kernels_root: Some(tmp.path().join("kernels")),
+        spill_dir: tmp.path().join("spill"),
+        default_cwd: tmp.path().to_path_buf(),
+        max_tool_calls: 1000,
+        ..RegistryOptions::default()
+    };
+    let reg = rt.block_on(async { Registry::new(opts) }).unwrap();
+    reg.add_tool_source(Arc::new(
+        McpSource::new(vec![McpServerSpec::stdio("bench", command)]).unwrap(),
+    ));
+    let code = "found = [bench.echo(text=f'order {i}') for i in range(100)]\nprint(len(found), 'echoed; last:', found[-1])";
+    let r = rt.block_on(reg.execute(ExecuteRequest::new("pass")));
+    assert_eq!(r.status, Status::Success, "{}", r.output);
+    let t = Instant::now();
+    let r = rt.block_on(reg.execute(ExecuteRequest::new(code)));
+    let cell = t.elapsed();
+    assert_eq!(r.status, Status::Success, "{}", r.output);
+    let cell_bytes = code.len() + r.output.len();
+    rt.block_on(reg.shutdown_all());
+    format!(
+        "mcp_call code mode: 100 echo calls one by one (an MCP client's loop, model time excluded): \
+         {:.1} ms, {direct_bytes} bytes to and from the model; as one cell: {:.1} ms, {cell_bytes} \
+         bytes ({:.0}x fewer)",
+        direct.as_secs_f64() * 1e3,
+        cell.as_secs_f64() * 1e3,
+        direct_bytes as f64 / cell_bytes as f64
+    )
 }
 
 criterion_group!(benches, mcp_call);

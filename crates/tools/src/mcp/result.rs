@@ -17,6 +17,30 @@ use crate::tool::{ToolContext, ToolError};
 /// The longest error text from a server kept in a `ToolError`, in bytes.
 const MAX_ERROR_TEXT: usize = 4000;
 
+/// Every string in `v` through the host's redactor (a server's output is
+/// outside text, like a web page's: the host's secret values and known
+/// token shapes never reach the cell from it).
+pub(crate) fn redact_value(v: Value, redactor: &toolcell_redact::Redactor) -> Value {
+    match v {
+        Value::String(s) => match redactor.redact(&s) {
+            std::borrow::Cow::Borrowed(_) => Value::String(s),
+            std::borrow::Cow::Owned(r) => Value::String(r),
+        },
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|i| redact_value(i, redactor))
+                .collect(),
+        ),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, redact_value(v, redactor)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 /// Maps `result` of `server.tool` to the cell's value, saving binary
 /// content under the kernel's directory.
 pub(crate) async fn map_result(
@@ -31,7 +55,9 @@ pub(crate) async fn map_result(
         } else {
             cut(text, MAX_ERROR_TEXT)
         };
-        return Err(ToolError::failed(format!("{text}")));
+        return Err(ToolError::failed(
+            cx.settings().redactor.redact(&text).into_owned(),
+        ));
     }
     if let Some(structured) = result.structured_content {
         let size = serde_json::to_vec(&structured).map_or(0, |v| v.len());

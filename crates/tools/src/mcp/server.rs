@@ -467,9 +467,7 @@ impl Server {
                 let qualified_name = Arc::clone(&qualified_name);
                 async move {
                     let Some(server) = me.upgrade() else {
-                        return Err(ToolError::failed(format!(
-                            "its MCP server is no longer configured"
-                        )));
+                        return Err(ToolError::failed("its MCP server is no longer configured"));
                     };
                     server.call(&tool_name, &qualified_name, args, cx).await
                 }
@@ -511,7 +509,9 @@ impl Server {
             };
             let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
             match conn.service.peer().call_tool(params).await {
-                Ok(r) => result::map_result(qualified, r, &cx).await,
+                Ok(r) => result::map_result(qualified, r, &cx)
+                    .await
+                    .map(|v| result::redact_value(v, &cx.settings().redactor)),
                 Err(e) => Err(self.call_error(&conn, qualified, e).await),
             }
         };
