@@ -210,6 +210,8 @@ pub struct CellOptions {
     pub spill: Option<(PathBuf, u64)>,
     /// Cleaned chunks as they come.
     pub live: Option<LiveSink>,
+    /// Folding of repeated and long lines before the cut.
+    pub fold: crate::fold::FoldOptions,
     /// Fires to interrupt the cell (caller interrupt).
     pub interrupt: CancellationToken,
 }
@@ -236,6 +238,7 @@ impl Default for CellOptions {
             max_stderr_bytes: 10_000,
             spill: None,
             live: None,
+            fold: crate::fold::FoldOptions::off(),
             interrupt: CancellationToken::new(),
         }
     }
@@ -1312,7 +1315,7 @@ impl StreamOut {
         Self {
             kind,
             cleaner: Cleaner::new(redactor),
-            capture: Capture::new(cap, spill),
+            capture: Capture::with_fold(cap, spill, opts.fold),
             scratch: String::new(),
         }
     }

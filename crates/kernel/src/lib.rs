@@ -91,6 +91,7 @@ pub mod config;
 pub mod confine;
 pub mod env;
 pub mod figures;
+pub mod fold;
 pub mod ids;
 pub mod interpreter;
 #[cfg(feature = "journal")]

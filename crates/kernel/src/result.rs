@@ -106,6 +106,10 @@ impl Display {
     }
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -144,9 +148,21 @@ pub struct ExecuteResult {
     pub stdout_bytes_total: u64,
     /// Stdout bytes left out.
     pub stdout_bytes_omitted: u64,
-    /// The file with the whole stdout, when it was cut.
+    /// The file with the whole stdout, when it was cut or folded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout_spill_path: Option<String>,
+    /// Stdout lines left out of folded runs of same-shape lines.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stdout_lines_folded: u64,
+    /// Stdout lines whose middle was cut (longer than `max_line_chars`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stdout_lines_cut: u64,
+    /// Stderr lines left out of folded runs.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stderr_lines_folded: u64,
+    /// Stderr lines whose middle was cut.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stderr_lines_cut: u64,
     /// True when the cell tried to read input.
     #[serde(default, skip_serializing_if = "is_false")]
     pub stdin_requested: bool,
@@ -180,6 +196,10 @@ impl ExecuteResult {
             stdout_bytes_total: 0,
             stdout_bytes_omitted: 0,
             stdout_spill_path: None,
+            stdout_lines_folded: 0,
+            stdout_lines_cut: 0,
+            stderr_lines_folded: 0,
+            stderr_lines_cut: 0,
             stdin_requested: false,
             usage: None,
             display: Vec::new(),

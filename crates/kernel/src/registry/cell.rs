@@ -412,6 +412,7 @@ impl Inner {
             max_stderr_bytes: o.max_stderr_bytes,
             spill: Some((o.spill_dir.clone(), o.spill_cap_bytes)),
             live: req.live.clone(),
+            fold: o.fold,
             interrupt: interrupt.clone(),
         }
     }
