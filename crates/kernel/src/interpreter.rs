@@ -28,6 +28,14 @@
 //! failure is retried next time. The probe is a blocking call (a few ms, the
 //! first time); async callers should run it on a blocking thread.
 //!
+//! [`ProbeCache::global`] also remembers probes on disk (`interpreters.json`
+//! in `$XDG_CACHE_HOME/toolcell`), so that a one-shot `toolcell exec`
+//! behind a shim does not pay for it each time; an entry is used only while
+//! the candidate, the interpreter it named, and everything a pyenv or asdf
+//! shim resolves with (their variables, `PATH`, `.python-version` and
+//! `.tool-versions` files up the tree, the global version files) are
+//! unchanged. `TOOLCELL_PROBE_CACHE=off` turns it off.
+//!
 //! A pyenv shim picks its version from `.python-version` files in the
 //! directory it runs in; the probe runs in the host's working directory, so
 //! that is the one consulted.
