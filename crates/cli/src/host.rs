@@ -34,6 +34,9 @@ pub fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal; a log read by a program
+        // (an agent host capturing stderr) gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .try_init();
 }
@@ -155,7 +158,32 @@ fn registry_with_journal(
     // one-shot command would only pay for a kernel it never uses.
     opts.warm_pool = config.warm_pool(usize::from(long_running));
     adjust(&mut opts);
-    Registry::new(opts).context("starting the kernel registry")
+    let registry = Registry::new(opts).context("starting the kernel registry")?;
+    if !config.mcp_servers.is_empty() {
+        // Started on first use, shared by every kernel of this host.
+        let source = toolcell_kernel::registry::McpSource::new(config.mcp_specs())
+            .map_err(|e| usage(format!("[mcp_servers]: {e}")))?;
+        registry.add_tool_source(Arc::new(source));
+    }
+    Ok(registry)
+}
+
+/// The tools of `config`'s MCP servers, for the listing commands (`tools`,
+/// `stubs`, `schema`): the servers are started, listed and stopped.
+/// `None` when none are configured.
+pub fn mcp_tools(config: &Config) -> anyhow::Result<Option<toolcell_kernel::ExtraTools>> {
+    use toolcell_kernel::ToolSource as _;
+    if config.mcp_servers.is_empty() {
+        return Ok(None);
+    }
+    let source = toolcell_kernel::registry::McpSource::new(config.mcp_specs())
+        .map_err(|e| usage(format!("[mcp_servers]: {e}")))?;
+    let rt = runtime()?;
+    Ok(Some(rt.block_on(async {
+        let tools = source.tools().await;
+        source.shutdown().await;
+        tools
+    })))
 }
 
 /// The journal `config` asks for, `host_default` deciding `[journal]

@@ -99,7 +99,7 @@ fn main() -> ExitCode {
         Command::Repl(args) => cmd::repl::run(config, args),
         Command::Daemon(args) => cmd::daemon::run(config, args),
         Command::Schema(args) => cmd::schema::run(config, &args),
-        Command::Tools(args) => cmd::tools::run(&args),
+        Command::Tools(args) => cmd::tools::run(config, &args),
         Command::Stubs(args) => cmd::stubs::run(config, &args),
         Command::Config(args) => cmd::config::run(config, &args),
         Command::Frames(args) => cmd::frames::run(&args),

@@ -45,6 +45,11 @@ fn tools() -> Value {
             "name": "garbage",
             "description": "Answered with both result and error.",
             "input_schema": {"type": "object", "properties": {}}
+        },
+        {
+            "name": "huge",
+            "description": "Answered with 17 MiB.",
+            "input_schema": {"type": "object", "properties": {}}
         }
     ])
 }
@@ -82,6 +87,9 @@ fn drive(serve: &mut Serve, id: &Value, seen: &mut Seen) -> Value {
                         "error": {"code": 404, "message": format!("no order {}", args["id"].as_str().unwrap())}}),
                     "garbage" => {
                         json!({"jsonrpc": "2.0", "id": call_id, "result": 1, "error": {"code": 1, "message": "x"}})
+                    }
+                    "huge" => {
+                        json!({"jsonrpc": "2.0", "id": call_id, "result": "x".repeat(17 << 20)})
                     }
                     "wait_for_eight" => {
                         eight.push(call_id);
@@ -129,7 +137,14 @@ fn a_client_registers_its_functions_and_cells_call_them() {
     let reg = serve.call(2, "tools/register", json!({"tools": tools()}));
     assert_eq!(
         reg["result"]["registered"],
-        json!(["add", "lookup-order", "hang", "wait_for_eight", "garbage"]),
+        json!([
+            "add",
+            "lookup-order",
+            "hang",
+            "wait_for_eight",
+            "garbage",
+            "huge"
+        ]),
         "{reg}"
     );
 
@@ -149,17 +164,21 @@ try:
     garbage()
 except ToolError as e:
     print("garbage:", "both `result` and `error`" in str(e))
+try:
+    huge()
+except ToolError as e:
+    print("huge:", "over the limit of 16777216 bytes" in str(e))
 "#;
     let r = execute(&mut serve, 3, json!({"code": code}), &mut seen);
     assert_eq!(r["kernel"]["id"], kernel, "{r}");
     assert_eq!(r["kernel"]["state_reset"], false, "{r}");
     let out = r["output"].as_str().unwrap();
     assert!(
-        out.starts_with("55\nerror: lookup-order: no order A-17\ngarbage: True\n"),
+        out.starts_with("55\nerror: lookup-order: no order A-17\ngarbage: True\nhuge: True\n"),
         "{r}"
     );
-    assert_eq!(r["tool_calls_made"], 12, "{r}");
-    assert_eq!(seen.calls.len(), 12);
+    assert_eq!(r["tool_calls_made"], 13, "{r}");
+    assert_eq!(seen.calls.len(), 13);
     assert_eq!(seen.calls[0]["params"]["session"], "default");
     assert_eq!(seen.calls[0]["params"]["name"], "add");
     assert_eq!(

@@ -28,6 +28,8 @@ pub struct Captured {
     pub spill_error: Option<String>,
     /// True when the spill file itself hit its size cap.
     pub spill_capped: bool,
+    /// What folding left out (runs of same-shape lines, long-line middles).
+    pub folded: crate::fold::FoldStats,
 }
 
 /// Where and how big spill files are.
@@ -49,6 +51,13 @@ pub struct SpillTarget {
 #[derive(Debug)]
 pub struct Capture {
     kept: HeadTail,
+    /// Folds repetition before the cut; `None` when folding is off.
+    folder: Option<crate::fold::Folder>,
+    /// Bytes of the stream so far, before folding.
+    raw_total: u64,
+    cap: usize,
+    /// Folded text of the current push, handed to `kept` at its end.
+    folded: String,
     spill_target: Option<SpillTarget>,
     spill: Option<Spill>,
     spill_error: Option<String>,
@@ -157,8 +166,24 @@ fn open_spill(target: &SpillTarget) -> std::io::Result<(PathBuf, File)> {
 impl Capture {
     /// A capture keeping `cap` bytes; spills to `spill` once over the cap.
     pub fn new(cap: usize, spill: Option<SpillTarget>) -> Self {
+        Self::with_fold(cap, spill, crate::fold::FoldOptions::off())
+    }
+
+    /// [`Capture::new`] that also folds runs of same-shape lines and cuts
+    /// long lines ([`crate::fold`]) before the head/tail cut; the spill
+    /// file starts before anything is left out, so it has the whole text.
+    pub fn with_fold(
+        cap: usize,
+        spill: Option<SpillTarget>,
+        fold: crate::fold::FoldOptions,
+    ) -> Self {
+        let folds = fold.fold || fold.max_line_chars > 0;
         Self {
             kept: HeadTail::new(cap),
+            folder: folds.then(|| crate::fold::Folder::new(fold)),
+            raw_total: 0,
+            cap,
+            folded: String::new(),
             spill_target: spill,
             spill: None,
             spill_error: None,
@@ -167,7 +192,7 @@ impl Capture {
 
     /// Bytes seen so far.
     pub fn total(&self) -> u64 {
-        self.kept.total()
+        self.raw_total
     }
 
     /// Adds cleaned text.
@@ -175,20 +200,51 @@ impl Capture {
         if text.is_empty() {
             return;
         }
+        if self.folder.is_none() {
+            self.raw_total += text.len() as u64;
+            self.write_spill(text);
+            if self.spill.is_none() && self.spill_error.is_none() && self.kept.would_drop(text) {
+                self.start_spill(text);
+            }
+            self.kept.push(text);
+            return;
+        }
+        for segment in text.split_inclusive('\n') {
+            // Before anything is left out (cut by the cap, folded, or a
+            // long line cut), the whole text so far is in `kept` and the
+            // folder's pending lines: the spill file starts with them.
+            if self.spill.is_none() && self.spill_error.is_none() && self.spill_target.is_some() {
+                let over_cap = self.raw_total + segment.len() as u64 > self.cap as u64;
+                let omits = over_cap || self.folder.as_mut().is_some_and(|f| f.will_omit(segment));
+                if omits {
+                    self.start_spill("");
+                }
+            }
+            self.raw_total += segment.len() as u64;
+            self.write_spill(segment);
+            if let Some(folder) = &mut self.folder {
+                let out = &mut self.folded;
+                folder.push_segment(segment, &mut |s| out.push_str(s));
+            }
+        }
+        let folded = std::mem::take(&mut self.folded);
+        self.kept.push(&folded);
+        self.folded = folded;
+        self.folded.clear();
+    }
+
+    fn write_spill(&mut self, text: &str) {
         if let Some(spill) = &mut self.spill
             && let Err(e) = spill.write(text.as_bytes())
         {
             self.spill_error = Some(e.to_string());
             self.spill = None;
         }
-        if self.spill.is_none() && self.spill_error.is_none() && self.kept.would_drop(text) {
-            self.start_spill(text);
-        }
-        self.kept.push(text);
     }
 
-    /// The cap is about to be passed: everything so far is in head + tail
-    /// (nothing was dropped yet), so the file starts with them, then `pending`.
+    /// Something is about to be left out: everything so far is in head +
+    /// tail (nothing was dropped yet) and the folder's pending text, so the
+    /// file starts with them, then `pending`.
     fn start_spill(&mut self, pending: &str) {
         let Some(target) = &self.spill_target else {
             return;
@@ -204,11 +260,19 @@ impl Capture {
                     pending: Vec::new(),
                 };
                 let (a, b) = self.kept.tail();
-                let res = spill
+                let mut res = spill
                     .write(self.kept.head().as_bytes())
                     .and_then(|()| spill.write(a))
-                    .and_then(|()| spill.write(b))
-                    .and_then(|()| spill.write(pending.as_bytes()));
+                    .and_then(|()| spill.write(b));
+                // Lines the folder gave out during this push, not yet in
+                // `kept`, come before its pending ones.
+                res = res.and_then(|()| spill.write(self.folded.as_bytes()));
+                if let Some(folder) = &self.folder {
+                    for piece in folder.pending_raw() {
+                        res = res.and_then(|()| spill.write(piece.as_bytes()));
+                    }
+                }
+                let res = res.and_then(|()| spill.write(pending.as_bytes()));
                 match res {
                     Ok(()) => self.spill = Some(spill),
                     Err(e) => self.spill_error = Some(e.to_string()),
@@ -225,6 +289,13 @@ impl Capture {
 
     /// Ends the capture.
     pub fn finish(mut self) -> Captured {
+        let mut stats = crate::fold::FoldStats::default();
+        if let Some(mut folder) = self.folder.take() {
+            let mut rest = String::new();
+            folder.finish(&mut |s| rest.push_str(s));
+            self.kept.push(&rest);
+            stats = folder.stats();
+        }
         let mut spill_capped = false;
         let spill_path = self.spill.take().and_then(|mut s| {
             spill_capped = s.capped;
@@ -237,15 +308,19 @@ impl Capture {
             }
         });
         let kept = self.kept.finish("OUTPUT");
+        // Totals count the stream as it came; what folding left out is
+        // omitted like what the cut left out.
+        let omitted = (kept.omitted + stats.bytes_omitted).min(self.raw_total);
         Captured {
             text: kept.text,
             truncated: kept.truncated,
-            bytes_captured: kept.captured,
-            bytes_total: kept.total,
-            bytes_omitted: kept.omitted,
+            bytes_captured: self.raw_total - omitted,
+            bytes_total: self.raw_total,
+            bytes_omitted: omitted,
             spill_path,
             spill_error: self.spill_error,
             spill_capped,
+            folded: stats,
         }
     }
 }
@@ -412,6 +487,44 @@ mod tests {
                 prop_assert!(whole.starts_with(head));
                 let tail = tail.split_once("] ...\n\n").unwrap().1;
                 prop_assert!(whole.ends_with(tail));
+            }
+        }
+    }
+
+    proptest! {
+        /// With folding, whatever is left out (folded, cut, or beyond the
+        /// cap), the spill file has the whole stream; when nothing was
+        /// left out, the text is the stream itself.
+        #[test]
+        fn folding_never_loses_text(
+            lines in proptest::collection::vec(
+                prop_oneof!["row [0-9]{1,3}", "[a-c]{0,30}", "x{0,50}"],
+                0..60,
+            ),
+            split in proptest::collection::vec(1usize..40, 1..6),
+            cap in 20usize..400,
+        ) {
+            let whole: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            let tmp = tempfile::tempdir().unwrap();
+            let target = SpillTarget { dir: tmp.path().to_path_buf(), prefix: "f".into(), cap_bytes: 1 << 20 };
+            let opts = crate::fold::FoldOptions { max_line_chars: 20, ..crate::fold::FoldOptions::default() };
+            let mut c = Capture::with_fold(cap, Some(target), opts);
+            let mut rest = whole.as_str();
+            let mut i = 0;
+            while !rest.is_empty() {
+                let mut n = split[i % split.len()].min(rest.len());
+                while !rest.is_char_boundary(n) {
+                    n += 1;
+                }
+                c.push(&rest[..n]);
+                rest = &rest[n..];
+                i += 1;
+            }
+            let r = c.finish();
+            prop_assert_eq!(r.bytes_total, whole.len() as u64);
+            match &r.spill_path {
+                Some(p) => prop_assert_eq!(std::fs::read_to_string(p).unwrap(), whole.clone()),
+                None => prop_assert_eq!(&r.text, &whole),
             }
         }
     }

@@ -28,6 +28,14 @@
 //! failure is retried next time. The probe is a blocking call (a few ms, the
 //! first time); async callers should run it on a blocking thread.
 //!
+//! [`ProbeCache::global`] also remembers probes on disk (`interpreters.json`
+//! in `$XDG_CACHE_HOME/toolcell`), so that a one-shot `toolcell exec`
+//! behind a shim does not pay for it each time; an entry is used only while
+//! the candidate, the interpreter it named, and everything a pyenv or asdf
+//! shim resolves with (their variables, `PATH`, `.python-version` and
+//! `.tool-versions` files up the tree, the global version files) are
+//! unchanged. `TOOLCELL_PROBE_CACHE=off` turns it off.
+//!
 //! A pyenv shim picks its version from `.python-version` files in the
 //! directory it runs in; the probe runs in the host's working directory, so
 //! that is the one consulted.
@@ -58,6 +66,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
+
+mod disk;
 
 use crate::config::Mode;
 
@@ -308,6 +318,8 @@ pub struct ProbeCache {
     entries: Mutex<HashMap<PathBuf, Arc<Mutex<Option<Cached>>>>>,
     probes: AtomicU64,
     timeout: Duration,
+    /// Probes remembered across processes (the global cache only).
+    disk: Option<disk::DiskCache>,
 }
 
 impl Default for ProbeCache {
@@ -328,13 +340,20 @@ impl ProbeCache {
             entries: Mutex::new(HashMap::new()),
             probes: AtomicU64::new(0),
             timeout,
+            disk: None,
         }
     }
 
-    /// The process-wide cache [`resolve_for_host`] uses.
+    /// The process-wide cache [`resolve_for_host`] uses. It also remembers
+    /// probes on disk for the next process (`$XDG_CACHE_HOME/toolcell/
+    /// interpreters.json`, keyed by everything a version manager's shim
+    /// resolves with; `TOOLCELL_PROBE_CACHE=off` turns that off).
     pub fn global() -> &'static Self {
         static GLOBAL: OnceLock<ProbeCache> = OnceLock::new();
-        GLOBAL.get_or_init(Self::new)
+        GLOBAL.get_or_init(|| Self {
+            disk: disk::DiskCache::for_user(),
+            ..Self::new()
+        })
     }
 
     /// How many probe processes this cache has started.
@@ -376,8 +395,25 @@ impl ProbeCache {
                 return cached.outcome.clone();
             }
         }
+        // Another process may have probed it in the same context.
+        let context = self.disk.as_ref().map(|_| {
+            let cwd = std::env::current_dir().unwrap_or_default();
+            disk::context(&cwd, &|k| std::env::var_os(k))
+        });
+        if let (Some(d), Some(ctx)) = (&self.disk, context)
+            && let Some(probe) = d.get(candidate, ctx)
+        {
+            *slot = Some(Cached {
+                fingerprint,
+                outcome: Ok(probe.clone()),
+            });
+            return Ok(probe);
+        }
         self.probes.fetch_add(1, Ordering::Relaxed);
         let outcome = run_probe(candidate, self.timeout);
+        if let (Some(d), Some(ctx), Ok(probe)) = (&self.disk, context, &outcome) {
+            d.put(candidate, ctx, probe);
+        }
         let cacheable = matches!(outcome, Ok(_) | Err(Reason::TooOld(_)));
         *slot = cacheable.then(|| Cached {
             fingerprint,

@@ -81,7 +81,7 @@ use serde::{Deserialize, Serialize};
 use toolcell_redact::Redactor;
 use toolcell_rpc::{CallOutcome, CallRecord};
 
-use crate::result::{ExecuteResult, Status, Usage};
+use crate::result::{ExecuteResult, FilesChanged, Status, Usage};
 
 /// Largest display file (a figure) whose bytes are kept in the journal (the
 /// largest the host accepts at all, [`crate::figures::MAX_FIGURE_BYTES`]).
@@ -145,6 +145,8 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE cells ADD COLUMN state_kept INTEGER;
     ALTER TABLE cells ADD COLUMN ended INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE display ADD COLUMN data BLOB;",
+    // v3: the files a cell changed (the result's `files`, as JSON).
+    "ALTER TABLE cells ADD COLUMN files TEXT;",
 ];
 
 /// The schema version this build writes.
@@ -280,6 +282,9 @@ pub struct CellRecord {
     pub state_kept: Option<bool>,
     /// The kernel ended with this cell.
     pub ended: bool,
+    /// As in the result: the files the cell changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<FilesChanged>,
 }
 
 /// Unix seconds now.
@@ -322,6 +327,7 @@ impl CellRecord {
             state_reset: false,
             state_kept: None,
             ended: false,
+            files: None,
         }
     }
 
@@ -369,6 +375,7 @@ impl CellRecord {
             state_reset: k.state_reset,
             state_kept: k.state_kept,
             ended: k.ended.unwrap_or(false),
+            files: result.files.clone(),
         }
     }
 }
@@ -713,9 +720,10 @@ fn insert(conn: &Connection, r: &CellRecord) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO cells (owner, kernel_id, execution_count, code, status, exit_code, output,
             error, hint, warning, tool_calls_made, cpu_seconds, peak_rss_kb, started_at,
-            finished_at, duration_seconds, mode, python, reused, state_reset, state_kept, ended)
+            finished_at, duration_seconds, mode, python, reused, state_reset, state_kept, ended,
+            files)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-            ?19, ?20, ?21, ?22)",
+            ?19, ?20, ?21, ?22, ?23)",
     )?
     .execute(params![
         r.session,
@@ -741,6 +749,7 @@ fn insert(conn: &Connection, r: &CellRecord) -> rusqlite::Result<()> {
         r.state_reset,
         opt_bool(r.state_kept),
         r.ended,
+        r.files.as_ref().and_then(|f| serde_json::to_string(f).ok()),
     ])?;
     let id = conn.last_insert_rowid();
     let mut call = conn.prepare_cached(
@@ -785,7 +794,7 @@ fn read_rows(conn: &Connection, q: &HistoryQuery) -> rusqlite::Result<Vec<CellRe
     let mut stmt = conn.prepare(
         "SELECT id, owner, kernel_id, execution_count, code, status, exit_code, output, error,
             hint, warning, tool_calls_made, cpu_seconds, peak_rss_kb, started_at, finished_at,
-            duration_seconds, mode, python, reused, state_reset, state_kept, ended
+            duration_seconds, mode, python, reused, state_reset, state_kept, ended, files
          FROM cells WHERE (?1 IS NULL OR owner = ?1) ORDER BY id DESC LIMIT ?2",
     )?;
     let mut rows: Vec<CellRecord> = stmt
@@ -795,6 +804,7 @@ fn read_rows(conn: &Connection, q: &HistoryQuery) -> rusqlite::Result<Vec<CellRe
             let status: String = row.get(5)?;
             let count: i64 = row.get(3)?;
             let kept: Option<i64> = row.get(21)?;
+            let files: Option<String> = row.get(23)?;
             Ok(CellRecord {
                 id: Some(row.get(0)?),
                 session: row.get(1)?,
@@ -823,6 +833,8 @@ fn read_rows(conn: &Connection, q: &HistoryQuery) -> rusqlite::Result<Vec<CellRe
                 state_reset: row.get(20)?,
                 state_kept: kept.map(|k| k != 0),
                 ended: row.get(22)?,
+                // A value this build cannot read is left out, not an error.
+                files: files.and_then(|f| serde_json::from_str(&f).ok()),
             })
         })?
         .collect::<rusqlite::Result<_>>()?;

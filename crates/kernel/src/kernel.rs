@@ -328,6 +328,8 @@ pub struct CellOptions {
     pub spill: Option<(PathBuf, u64)>,
     /// Cleaned chunks as they come.
     pub live: Option<LiveSink>,
+    /// Folding of repeated and long lines before the cut.
+    pub fold: crate::fold::FoldOptions,
     /// Fires to interrupt the cell (caller interrupt).
     pub interrupt: CancellationToken,
 }
@@ -354,6 +356,7 @@ impl Default for CellOptions {
             max_stderr_bytes: 10_000,
             spill: None,
             live: None,
+            fold: crate::fold::FoldOptions::off(),
             interrupt: CancellationToken::new(),
         }
     }
@@ -437,6 +440,8 @@ pub struct Kernel {
     python: String,
     owned_cwd: Option<PathBuf>,
     watch: Vec<OwnedFd>,
+    /// The files of its working directory after its last cell (SPEC §16).
+    files: Option<Box<crate::watch::Watcher>>,
     pumps_busy: Arc<AtomicUsize>,
 }
 
@@ -680,6 +685,7 @@ impl Kernel {
             tool_names,
             python: spec.python_version.clone(),
             owned_cwd: None,
+            files: None,
             watch,
             pumps_busy: busy,
             spec,
@@ -1025,6 +1031,22 @@ impl Kernel {
     /// is removed with the kernel.
     pub fn set_owned_cwd(&mut self, dir: Option<PathBuf>) {
         self.owned_cwd = dir;
+    }
+
+    /// The kernel's working directory.
+    pub fn cwd(&self) -> &Path {
+        &self.spec.cwd
+    }
+
+    /// Takes the watcher of the kernel's working directory (put back after
+    /// the cell with [`Kernel::put_files_watcher`]).
+    pub(crate) fn take_files_watcher(&mut self) -> Option<Box<crate::watch::Watcher>> {
+        self.files.take()
+    }
+
+    /// Keeps `w` for the next cell.
+    pub(crate) fn put_files_watcher(&mut self, w: Option<Box<crate::watch::Watcher>>) {
+        self.files = w;
     }
 
     /// The kernel's id.
@@ -1659,7 +1681,7 @@ impl StreamOut {
         Self {
             kind,
             cleaner: Cleaner::new(redactor),
-            capture: Capture::new(cap, spill),
+            capture: Capture::with_fold(cap, spill, opts.fold),
             scratch: String::new(),
         }
     }

@@ -91,6 +91,7 @@ pub mod config;
 pub mod confine;
 pub mod env;
 pub mod figures;
+pub mod fold;
 pub mod ids;
 pub mod interpreter;
 #[cfg(feature = "journal")]
@@ -101,6 +102,7 @@ pub mod registry;
 pub mod remote;
 pub mod result;
 mod spill;
+pub mod watch;
 
 pub use kernel::{
     CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, SpawnError, StreamKind,
@@ -110,4 +112,6 @@ pub use registry::{
     ExecuteRequest, ExtraTools, Guard, KernelMode, KeyInfo, Registry, RegistryError,
     RegistryOptions, SessionInfo, SessionKey, ToolSource,
 };
-pub use result::{Display, ExecuteResult, KernelInfo, Status, Usage};
+pub use result::{
+    ChangedFile, Display, ExecuteResult, FileCounts, FilesChanged, KernelInfo, Status, Usage,
+};

@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 mod build;
+mod files;
 pub(crate) use build::build_result;
+pub use files::{ChangedFile, Changes, FileCounts, FilesChanged, MAX_LISTED};
 
 /// How a cell ended, as the caller sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -107,6 +109,10 @@ impl Display {
     }
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -145,9 +151,21 @@ pub struct ExecuteResult {
     pub stdout_bytes_total: u64,
     /// Stdout bytes left out.
     pub stdout_bytes_omitted: u64,
-    /// The file with the whole stdout, when it was cut.
+    /// The file with the whole stdout, when it was cut or folded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout_spill_path: Option<String>,
+    /// Stdout lines left out of folded runs of same-shape lines.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stdout_lines_folded: u64,
+    /// Stdout lines whose middle was cut (longer than `max_line_chars`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stdout_lines_cut: u64,
+    /// Stderr lines left out of folded runs.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stderr_lines_folded: u64,
+    /// Stderr lines whose middle was cut.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stderr_lines_cut: u64,
     /// True when the cell tried to read input.
     #[serde(default, skip_serializing_if = "is_false")]
     pub stdin_requested: bool,
@@ -157,6 +175,10 @@ pub struct ExecuteResult {
     /// Files produced for display.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub display: Vec<Display>,
+    /// Files the cell (and the tools it called) created, modified or
+    /// deleted under the kernel's working directory; absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<FilesChanged>,
 }
 
 impl ExecuteResult {
@@ -177,9 +199,14 @@ impl ExecuteResult {
             stdout_bytes_total: 0,
             stdout_bytes_omitted: 0,
             stdout_spill_path: None,
+            stdout_lines_folded: 0,
+            stdout_lines_cut: 0,
+            stderr_lines_folded: 0,
+            stderr_lines_cut: 0,
             stdin_requested: false,
             usage: None,
             display: Vec::new(),
+            files: None,
         }
     }
 

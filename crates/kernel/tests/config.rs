@@ -115,6 +115,12 @@ spill_dir = "/var/spill"
 spill_cap_bytes = 123456
 spill_retention_days = 0.5
 spill_total_cap = "2GiB"
+watch_files = false
+watch_max_entries = 1000
+fold = false
+fold_min_run = 10
+fold_keep = 2
+max_line_chars = 100
 
 [env]
 passthrough = ["EDITOR", "AWS_*"]

@@ -296,11 +296,22 @@ fn a_version_1_database_is_migrated_and_keeps_its_rows() {
     let journal = Journal::open(&path).unwrap();
     let mut rec = CellRecord::new("old", "x");
     rec.state_reset = true;
+    let files: toolcell_kernel::FilesChanged = serde_json::from_value(serde_json::json!({
+        "created": [{"path": "out/a.csv", "bytes": 12}],
+        "modified": [],
+        "deleted": [{"path": "tmp.txt"}],
+        "truncated": false
+    }))
+    .unwrap();
+    rec.files = Some(files.clone());
     journal.record(rec);
     assert!(journal.flush(FLUSH));
     let rows = Journal::history(&path, &HistoryQuery::session("old")).unwrap();
     assert_eq!(rows.len(), 2);
     assert!(rows[1].state_reset);
+    // The files column (v3): none for the old row, the list for the new one.
+    assert_eq!(rows[0].files, None);
+    assert_eq!(rows[1].files, Some(files));
 }
 
 #[test]

@@ -500,10 +500,17 @@ pub fn execute_code_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOp
     if tools.is_empty() {
         d.push_str("No host tools are enabled.\n\n");
     } else {
-        d.push_str(
+        let all_dicts = tools
+            .iter()
+            .all(|t| t.output_schema().get("type").and_then(Value::as_str) == Some("object"));
+        d.push_str(if all_dicts {
             "These host tools are Python functions in the kernel (already defined, or `from \
-             toolcell_tools import …`); each returns a dict:\n",
-        );
+             toolcell_tools import …`); each returns a dict:\n"
+        } else {
+            "These host tools are Python functions in the kernel (already defined, or `from \
+             toolcell_tools import …`; `NAME.tool` is the function `tool` of the module NAME, \
+             also defined); each returns its JSON result (the shape after `->`):\n"
+        });
         for t in tools {
             let _ = writeln!(d, "- {}: {}", signature(t.as_ref()), summary(t.as_ref()));
         }

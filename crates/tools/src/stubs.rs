@@ -516,8 +516,10 @@ pub fn stub_module_with(
         }
         Ok(ident)
     };
-    let mut top: Vec<(&Arc<dyn DynTool>, String)> = Vec::new();
-    let mut spaces: BTreeMap<&str, Vec<(&Arc<dyn DynTool>, String)>> = BTreeMap::new();
+    // Each tool with its Python function name.
+    type Named<'a> = (&'a Arc<dyn DynTool>, String);
+    let mut top: Vec<Named<'_>> = Vec::new();
+    let mut spaces: BTreeMap<&str, Vec<Named<'_>>> = BTreeMap::new();
     for t in tools {
         match t.namespace() {
             None => {

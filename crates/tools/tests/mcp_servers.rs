@@ -200,7 +200,11 @@ async fn fastmcp_results_map_as_documented() {
         )
         .await,
     );
-    assert!(err.contains("fast.fail") && err.contains("boom 7"), "{err}");
+    // The cell's ToolError adds the tool's name (the stub prefixes it).
+    assert!(
+        err.contains("boom 7") && !err.contains("fast.fail"),
+        "{err}"
+    );
 
     // An image: saved under the kernel dir, 0600, with the bytes sent.
     let out = call(
@@ -248,7 +252,7 @@ async fn fastmcp_results_map_as_documented() {
     // one just under the message cap, and is restarted after one over it.
     let big = tool(&tools, "fast.big");
     let err = message(call(&big, json!({"mib": 16.5}), cx_for(&s, 60.0)).await);
-    assert!(err.contains("16 MiB") && err.contains("fast.big"), "{err}");
+    assert!(err.contains("16 MiB") && err.contains("over the"), "{err}");
     assert_eq!(
         call(&echo, json!({"text": "still here"}), cx_for(&s, 30.0))
             .await
@@ -438,7 +442,7 @@ async fn a_slow_call_hits_the_deadline_and_cancellation_ends_a_call() {
         "{took:?}"
     );
     assert!(
-        err.contains("time limit") && err.contains("fast.slow"),
+        err.contains("time limit") && err.contains("MCP server `fast`"),
         "{err}"
     );
 
@@ -744,7 +748,6 @@ async fn server_filesystem_reads_lists_and_refuses_outside_paths() {
     .unwrap();
     assert!(listing.to_string().contains("notes.txt"), "{listing}");
     let err = message(call(&read, json!({"path": "/etc/hostname"}), cx_for(&s, 30.0)).await);
-    assert!(err.contains("fs.read_text_file"), "{err}");
     assert!(
         err.to_lowercase().contains("denied") || err.contains("outside"),
         "{err}"

@@ -269,9 +269,14 @@ pub fn report(result: &ExecuteResult, json: bool, streamed: bool) -> anyhow::Res
     } else {
         String::new()
     };
+    let files = match &result.files {
+        Some(f) if f.scan_stopped => format!(" · {} (scan stopped early)", f.summary()),
+        Some(f) => format!(" · {}", f.summary()),
+        None => String::new(),
+    };
     writeln!(
         err,
-        "[toolcell] {} in {:.2}s · {} tool call{} · {} {} · cell {}{cut}",
+        "[toolcell] {} in {:.2}s · {} tool call{} · {} {} · cell {}{files}{cut}",
         result.status.as_str(),
         result.duration_seconds,
         result.tool_calls_made,

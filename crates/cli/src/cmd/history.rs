@@ -17,13 +17,15 @@ use crate::host::{self, Overrides};
                   `mcp` and the daemon (`exec --session`), unless [journal] enabled = false; it \
                   holds only cleaned output (ANSI stripped, secrets redacted) and redacted code.\n\n\
                   The table shows: start time (UTC), session, the cell's number in its kernel, \
-                  status, duration and the first line of the code. A --session with no cells in \
+                  status, duration, the files the cell changed (+created ~modified -deleted) \
+                  and the first line of the code. A --session with no cells in \
                   the journal is an error (exit 1), as in `toolcell export`. --json prints one JSON object \
                   per line (JSON Lines) with every recorded field: session, kernel_id, \
                   execution_count, code, status, exit_code, output, error, hint, warning, \
                   tool_calls [{tool, duration_seconds, outcome}], tool_calls_made, usage, display, \
                   started_at and finished_at (Unix seconds, UTC), duration_seconds, mode, python, \
-                  reused, state_reset, state_kept, ended. It works while a daemon is writing."
+                  reused, state_reset, state_kept, ended, and files (as in the result, when the \
+                  cell changed files). It works while a daemon is writing."
 )]
 pub struct Args {
     /// Only this session.
@@ -98,6 +100,21 @@ fn first_line(code: &str, max: usize) -> String {
     s
 }
 
+/// `+2 ~1 -3` (created, modified, deleted; kinds with none left out), `-`
+/// when the cell changed no files.
+fn files_column(r: &CellRecord) -> String {
+    let Some(f) = &r.files else {
+        return "-".to_string();
+    };
+    let t = f.totals();
+    let parts: Vec<String> = [('+', t.created), ('~', t.modified), ('-', t.deleted)]
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(c, n)| format!("{c}{n}"))
+        .collect();
+    parts.join(" ")
+}
+
 fn write_table(out: &mut impl Write, rows: &[CellRecord]) -> std::io::Result<()> {
     let width = rows
         .iter()
@@ -107,8 +124,8 @@ fn write_table(out: &mut impl Write, rows: &[CellRecord]) -> std::io::Result<()>
         .clamp(7, 24);
     writeln!(
         out,
-        "{:<20}  {:<width$}  {:>5}  {:<11}  {:>8}  code",
-        "time (UTC)", "session", "cell", "status", "duration"
+        "{:<20}  {:<width$}  {:>5}  {:<11}  {:>8}  {:<14}  code",
+        "time (UTC)", "session", "cell", "status", "duration", "files"
     )?;
     for r in rows {
         let time = rfc3339(r.started_at);
@@ -122,9 +139,10 @@ fn write_table(out: &mut impl Write, rows: &[CellRecord]) -> std::io::Result<()>
         };
         writeln!(
             out,
-            "{time:<20}  {session:<width$}  {cell:>5}  {:<11}  {:>7.2}s  {}",
+            "{time:<20}  {session:<width$}  {cell:>5}  {:<11}  {:>7.2}s  {:<14}  {}",
             r.status.as_str(),
             r.duration_seconds,
+            files_column(r),
             first_line(&r.code, 60)
         )?;
     }

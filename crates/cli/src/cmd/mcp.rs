@@ -10,7 +10,8 @@
 //!
 //! - The result of `execute_code` is the SPEC §6 object as
 //!   `structuredContent`, and a text block with the output followed by a
-//!   status line (and the error, hint and warning when present), so a
+//!   status line (then one `files:` line when the cell changed files, and
+//!   the error, hint and warning when present), so a
 //!   client that shows only text still gives the model everything.
 //!   `isError` is true unless the status is `success`.
 //! - While a cell runs, each output chunk is sent as a
@@ -92,7 +93,8 @@ const INSTRUCTIONS: &str = "toolcell runs Python for you in a persistent kernel.
     host's tools (files, search, terminal, web) are plain Python functions that return dicts; \
     the execute_code description lists them with their signatures. Print what you need to \
     see: the result carries the printed output (cut in the middle when very long, with the full \
-    text saved to a file), the error and a hint when something failed. Pass reset=true to start \
+    text saved to a file), the files the code created, modified or deleted, the error and a \
+    hint when something failed. Pass reset=true to start \
     over in a fresh kernel, and a `session` name to keep a separate kernel for a separate task.";
 
 /// The MCP service of one connection.
@@ -332,6 +334,10 @@ fn cell_result(r: &ExecuteResult) -> CallToolResult {
         r.tool_calls_made,
         if r.tool_calls_made == 1 { "" } else { "s" }
     ));
+    if let Some(f) = &r.files {
+        text.push('\n');
+        text.push_str(&f.brief(5));
+    }
     for (label, v) in [
         ("error", &r.error),
         ("hint", &r.hint),

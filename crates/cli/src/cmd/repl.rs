@@ -475,6 +475,9 @@ fn status_line(result: &ExecuteResult, label: &str) -> String {
             if result.tool_calls_made == 1 { "" } else { "s" }
         ));
     }
+    if let Some(f) = &result.files {
+        s.push_str(&format!(" · {}", f.summary()));
+    }
     if k.state_reset {
         s.push_str(" · fresh kernel (earlier state was reset)");
     }

@@ -15,7 +15,8 @@ use crate::host::{self, Overrides};
     long_about = "Print the execute_code tool definition as JSON, in the shape a model API \
                   expects: openai ({type: function, function: {name, description, parameters}}), \
                   anthropic ({name, description, input_schema}) or mcp ({name, description, \
-                  inputSchema}). The description lists only the enabled tools and states the \
+                  inputSchema}). The description lists only the enabled tools (and the tools of the \
+                  configured MCP servers, which are started to list them) and states the \
                   configured limits."
 )]
 pub struct Args {
@@ -31,7 +32,10 @@ pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
     let format: SchemaFormat = args.format.parse().map_err(host::usage)?;
     let config = host::load_config(config, &args.overrides)?;
     let reg = ToolRegistry::builtin()?;
-    let tools = reg.select(&config.tools.enabled)?;
+    let mut tools = reg.select(&config.tools.enabled)?;
+    if let Some(extra) = host::mcp_tools(&config)? {
+        tools.extend(extra.tools);
+    }
     let def = schema::execute_code_tool(&tools, &config.execute_code_options(), format);
     let mut out = std::io::stdout().lock();
     serde_json::to_writer_pretty(&mut out, &def)?;

@@ -13,8 +13,9 @@ use crate::host::{self, Overrides};
 #[command(
     long_about = "Print the Python stub module `toolcell_tools` that kernels import: one function \
                   per enabled tool (signature, type hints, defaults and docstring from the tool's \
-                  schema), ToolError, the helpers json_parse, shell_quote and retry, and the client \
-                  that talks to the host over TOOLCELL_RPC."
+                  schema), one submodule per configured MCP server (`toolcell_tools.NAME`; the servers \
+                  are started to list their tools), ToolError, the helpers json_parse, shell_quote \
+                  and retry, and the client that talks to the host over TOOLCELL_RPC."
 )]
 pub struct Args {
     #[command(flatten)]
@@ -25,8 +26,13 @@ pub struct Args {
 pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
     let config = host::load_config(config, &args.overrides)?;
     let reg = ToolRegistry::builtin()?;
-    let tools = reg.select(&config.tools.enabled)?;
-    let module = stubs::stub_module(&tools)?;
+    let mut tools = reg.select(&config.tools.enabled)?;
+    let mut unavailable = Vec::new();
+    if let Some(extra) = host::mcp_tools(&config)? {
+        tools.extend(extra.tools);
+        unavailable = extra.unavailable;
+    }
+    let module = stubs::stub_module_with(&tools, &unavailable)?;
     std::io::stdout().lock().write_all(module.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }

@@ -153,3 +153,74 @@ pub(crate) fn to_toml(servers: &BTreeMap<String, McpServer>, source: Option<&str
     }
     out
 }
+
+/// The servers as the tools crate's specs (in name order).
+pub(crate) fn specs(
+    servers: &BTreeMap<String, McpServer>,
+) -> Vec<toolcell_tools::mcp::McpServerSpec> {
+    servers
+        .iter()
+        .map(|(name, s)| {
+            let mut spec = if s.url.trim().is_empty() {
+                toolcell_tools::mcp::McpServerSpec::stdio(name.clone(), s.command.clone())
+            } else {
+                toolcell_tools::mcp::McpServerSpec::http(name.clone(), s.url.clone())
+            };
+            spec.env = s.env.clone();
+            spec.cwd = (!s.cwd.is_empty()).then(|| std::path::PathBuf::from(&s.cwd));
+            spec.tools = s.tools.clone();
+            spec.startup_timeout = std::time::Duration::from_secs_f64(s.startup_timeout);
+            spec
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use crate::config::Config;
+
+    #[test]
+    fn servers_are_read_checked_and_printed() {
+        let c = Config::from_toml_str(
+            "[mcp_servers.fs]\ncommand = [\"npx\", \"-y\", \"srv\"]\nenv = {A = \"1\"}\n\
+             [mcp_servers.web-search]\nurl = \"http://127.0.0.1:9/mcp\"\ntools = [\"q\"]\nstartup_timeout = 5\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.mcp_server_names(), ["fs", "web-search"]);
+        let specs = c.mcp_specs();
+        assert_eq!(specs[0].command, ["npx", "-y", "srv"]);
+        assert_eq!(specs[1].url.as_deref(), Some("http://127.0.0.1:9/mcp"));
+        assert_eq!(specs[1].startup_timeout, std::time::Duration::from_secs(5));
+        let printed = c.to_toml();
+        assert!(printed.contains("[mcp_servers.web-search]\n"), "{printed}");
+        assert_eq!(
+            Config::from_toml_str(&printed, None).unwrap().mcp_servers,
+            c.mcp_servers
+        );
+        for (text, key) in [
+            (
+                "[mcp_servers.x]\ncommand = [\"a\"]\nurl = \"http://h\"\n",
+                "mcp_servers.x.url",
+            ),
+            ("[mcp_servers.x]\n", "mcp_servers.x.command"),
+            ("[mcp_servers.x]\nurl = \"ftp://h\"\n", "mcp_servers.x.url"),
+            (
+                "[mcp_servers.x]\ncommand = [\"a\"]\nstartup_timeout = 0\n",
+                "mcp_servers.x.startup_timeout",
+            ),
+            (
+                "[mcp_servers.\"a b\"]\ncommand = [\"a\"]\n",
+                "mcp_servers.a b",
+            ),
+            (
+                "[mcp_servers.x]\ncommand = [\"a\"]\nhandler = 1\n",
+                "mcp_servers.x",
+            ),
+        ] {
+            let e = Config::from_toml_str(text, None).unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+}

@@ -1050,6 +1050,11 @@ impl Config {
     }
 
     /// Rules involving two keys.
+    /// The `[mcp_servers]` as specs for [`crate::registry::McpSource`].
+    pub fn mcp_specs(&self) -> Vec<toolcell_tools::mcp::McpServerSpec> {
+        mcp::specs(&self.mcp_servers)
+    }
+
     /// The names of the `[mcp_servers]`, sorted.
     pub fn mcp_server_names(&self) -> Vec<String> {
         self.mcp_servers.keys().cloned().collect()

@@ -67,6 +67,9 @@ passthrough = [\"AWS_*\"]
 
 [tools]
 enabled = [\"read_file\", \"search_files\", \"terminal\"]
+
+[mcp_servers.fs]
+command = [\"npx\", \"-y\", \"@modelcontextprotocol/server-filesystem\", \"/data\"]
 ```
 ";
 
@@ -93,10 +96,31 @@ pub fn reference_markdown() -> String {
         }
         out.push('\n');
     }
+    out.push_str(MCP_SERVERS);
     out.push_str(REMOTES);
     out.push_str(EXAMPLE);
     out
 }
+
+/// `[mcp_servers.NAME]`: a table per server, outside the fixed sections.
+const MCP_SERVERS: &str = "## `[mcp_servers.NAME]`
+
+MCP servers whose tools cells can call: the tools of server `NAME` are the
+functions of the Python module `toolcell_tools.NAME` (also bound as `NAME` in
+every cell). `NAME` is 1 to 64 letters, digits, `_` or `-`. Each server is
+started once per host, when a cell (or `toolcell tools`, `stubs`, `schema`)
+first needs it, and ends with the host. See [mcp-servers.md](mcp-servers.md).
+
+| Key | Default | Accepts | What it does |
+|---|---|---|---|
+| `command` | `[]` | a list of strings | The program and arguments of a stdio server. Give `command` or `url`, not both. |
+| `url` | `\"\"` | an http:// or https:// URL | A streamable-HTTP server. |
+| `env` | `{}` | a table of strings | Variables set for the server, on top of the host's environment. |
+| `cwd` | `\"\"` | a path | The server's working directory; empty: the host's. A relative path is taken from the config file's directory. |
+| `tools` | `[]` | a list of tool names | Which of its tools are enabled; empty: all. A request's `tools` may also name `NAME.tool` or `NAME.*`. |
+| `startup_timeout` | `30` | seconds, > 0 and at most 3600 | How long a cell waits for the server to start. |
+
+";
 
 /// A default as it would be written in the file.
 fn default_text(value: &Value) -> String {

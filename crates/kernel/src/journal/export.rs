@@ -152,6 +152,73 @@ fn host_notes(r: &CellRecord, has_traceback: bool) -> String {
     notes
 }
 
+/// `text` as a Markdown code span, whatever backticks it holds.
+fn code_span(text: &str) -> String {
+    // A file name may hold a newline; the note stays one line.
+    let text: String = text
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    let text = text.as_str();
+    let mut longest = 0;
+    let mut run = 0;
+    for c in text.chars() {
+        if c == '`' {
+            run += 1;
+            longest = longest.max(run);
+        } else {
+            run = 0;
+        }
+    }
+    let ticks = "`".repeat(longest + 1);
+    if longest > 0 || text.starts_with(' ') || text.ends_with(' ') {
+        format!("{ticks} {text} {ticks}")
+    } else {
+        format!("{ticks}{text}{ticks}")
+    }
+}
+
+/// The Markdown note under a cell that changed files: each listed path
+/// (with its size), and how many more when the list was cut.
+fn files_note(r: &CellRecord) -> Option<String> {
+    let f = r.files.as_ref()?;
+    let t = f.totals();
+    let mut kinds: Vec<String> = Vec::new();
+    for (list, total, word) in [
+        (&f.created, t.created, "created"),
+        (&f.modified, t.modified, "modified"),
+        (&f.deleted, t.deleted, "deleted"),
+    ] {
+        if total == 0 {
+            continue;
+        }
+        let names: Vec<String> = list
+            .iter()
+            .map(|e| match e.bytes {
+                Some(b) => format!(
+                    "{} ({b} byte{})",
+                    code_span(&e.path),
+                    if b == 1 { "" } else { "s" }
+                ),
+                None => code_span(&e.path),
+            })
+            .collect();
+        let more = total.saturating_sub(list.len() as u64);
+        let mut s = format!("{word} {}", names.join(", "));
+        if more > 0 {
+            let _ = write!(s, " and {more} more");
+        }
+        kinds.push(s);
+    }
+    let mut note = format!("**Files changed** ({}): {}.", f.summary(), kinds.join("; "));
+    if f.scan_stopped {
+        note.push_str(
+            " The scan of the working directory stopped early: changes further on are not listed.",
+        );
+    }
+    Some(note)
+}
+
 fn stream(name: &str, text: &str) -> Value {
     json!({"output_type": "stream", "name": name, "text": text})
 }
@@ -261,11 +328,20 @@ fn ipynb(rows: &[CellRecord]) -> String {
                     "kernel_id": r.kernel_id,
                     "started_at": rfc3339(r.started_at),
                     "tool_calls": r.tool_calls,
+                    "files": r.files,
                 }
             },
             "source": r.code,
             "outputs": outputs,
         }));
+        if let Some(note) = files_note(r) {
+            cells.push(json!({
+                "cell_type": "markdown",
+                "id": format!("files-{i}"),
+                "metadata": {},
+                "source": note,
+            }));
+        }
         if !r.kernel_id.is_empty() {
             prev = Some(r);
         }
@@ -373,6 +449,9 @@ fn py(rows: &[CellRecord]) -> String {
             }
         }
         out.push('\n');
+        if let Some(note) = files_note(r) {
+            let _ = writeln!(out, "# %% [markdown]\n# {note}\n");
+        }
         if !r.kernel_id.is_empty() {
             prev = Some(r);
         }
@@ -423,6 +502,9 @@ fn md(rows: &[CellRecord]) -> String {
             let body = text.trim_end_matches('\n');
             let _ = writeln!(out, "{f}text\n{body}\n{f}\n");
         }
+        if let Some(note) = files_note(r) {
+            let _ = writeln!(out, "{note}\n");
+        }
         if !r.kernel_id.is_empty() {
             prev = Some(r);
         }
@@ -467,6 +549,37 @@ mod tests {
             exception_of("Traceback (most recent call last):\nKeyboardInterrupt\n"),
             ("KeyboardInterrupt".into(), String::new())
         );
+    }
+
+    #[test]
+    fn a_cell_that_changed_files_gets_a_note_in_every_format() {
+        let mut r = cell("open('a.csv','w').write('x')", Status::Success, "");
+        r.files = crate::result::FilesChanged::from_changes(
+            crate::result::Changes {
+                created: vec![("a.csv".into(), 1), ("we`ird\nname".into(), 2)],
+                modified: vec![],
+                deleted: (0..3).map(|i| format!("old{i}")).collect(),
+            },
+            2,
+            false,
+        );
+        let note = files_note(&r).unwrap();
+        assert_eq!(
+            note,
+            "**Files changed** (2 files created, 3 deleted): created `a.csv` (1 byte), \
+             `` we`ird?name `` (2 bytes); deleted `old0`, `old1` and 1 more."
+        );
+        assert!(md(std::slice::from_ref(&r)).contains(&note));
+        assert!(py(std::slice::from_ref(&r)).contains(&format!("# %% [markdown]\n# {note}")));
+        let nb: Value = serde_json::from_str(&ipynb(std::slice::from_ref(&r))).unwrap();
+        let cells = nb["cells"].as_array().unwrap();
+        assert_eq!(cells.last().unwrap()["source"], note.as_str());
+        assert_eq!(
+            cells[1]["metadata"]["toolcell"]["files"]["counts"]["deleted"],
+            3
+        );
+        r.files = None;
+        assert!(!md(&[r]).contains("Files changed"));
     }
 
     #[test]

@@ -19,7 +19,8 @@ use super::session::{BusyGuard, SessionKey, Slot, SlotMeta, sibling_warning};
 use super::{ExecuteRequest, Inner, KernelMode, Registry, mode_str};
 use crate::ids::CellId;
 use crate::kernel::{CellOptions, CellOutcome, Ending, Kernel};
-use crate::result::{ExecuteResult, KernelInfo, Status, build_result, round2};
+use crate::result::{ExecuteResult, FilesChanged, KernelInfo, Status, build_result, round2};
+use crate::watch;
 
 /// A cell admitted and resolved: what it runs with.
 struct Plan {
@@ -105,6 +106,7 @@ impl Registry {
         // From here a cancel interrupts this cell (not the session's others).
         let (interrupt, _unlink) = cell_interrupt(req, &token);
         let opts = inner.cell_options(req, &interrupt);
+        let watcher = inner.files_before(kernel).await;
         let mut outcome = kernel.execute(&plan.cell_id, &req.code, &opts).await;
         // The runner's figure list is the cell's to forge: only checked
         // entries reach the result, read before the kernel's directory can go.
@@ -114,6 +116,7 @@ impl Registry {
             &inner.redactor,
             inner.opts.journaling(),
         );
+        let (files, files_notice) = inner.files_after(kernel, watcher).await;
         if ready.refill {
             fill_pool(inner);
         }
@@ -164,6 +167,8 @@ impl Registry {
         result.display = figures.display;
         ready.notices.extend(result.warning.take());
         ready.notices.extend(figure_warning);
+        ready.notices.extend(files_notice);
+        result.files = files;
         if !ready.notices.is_empty() {
             result.warning = Some(ready.notices.join(" "));
         }
@@ -417,6 +422,7 @@ impl Inner {
             max_stderr_bytes: o.max_stderr_bytes,
             spill: Some((o.spill_dir.clone(), o.spill_cap_bytes)),
             live: req.live.clone(),
+            fold: o.fold,
             interrupt: interrupt.clone(),
         }
     }
@@ -466,6 +472,81 @@ impl Inner {
         if !slot.meta().live {
             // Its room may go back to the warm pool.
             fill_pool(self);
+        }
+    }
+
+    /// Before the cell: the kernel's watcher made current (its first scan
+    /// ran while the kernel started, `spawn_kernel`). `None`: not watching.
+    async fn files_before(&self, kernel: &mut Kernel) -> Option<Box<watch::Watcher>> {
+        if !self.opts.watch_files {
+            return None;
+        }
+        match kernel.take_files_watcher() {
+            Some(w) => watch::before(w).await,
+            None => self.files_scan(kernel.cwd()).await,
+        }
+    }
+
+    /// A watcher of `cwd` with its first scan done, on the blocking pool
+    /// (`None` when watching is off or the task failed).
+    pub(super) async fn files_scan(&self, cwd: &std::path::Path) -> Option<Box<watch::Watcher>> {
+        if !self.opts.watch_files {
+            return None;
+        }
+        let (root, settings) = (cwd.to_path_buf(), self.watch_settings());
+        tokio::task::spawn_blocking(move || watch::Watcher::scanned(&root, settings))
+            .await
+            .ok()
+    }
+
+    /// After the cell: what it changed (paths redacted like output) and,
+    /// once per kernel, the notice that the scan stopped early. The
+    /// watcher goes back to the kernel for the next cell.
+    async fn files_after(
+        &self,
+        kernel: &mut Kernel,
+        watcher: Option<Box<watch::Watcher>>,
+    ) -> (Option<FilesChanged>, Option<String>) {
+        let Some((mut w, files)) = (match watcher {
+            Some(w) => watch::after(w).await,
+            None => None,
+        }) else {
+            return (None, None);
+        };
+        let notice = w.stopped_notice();
+        kernel.put_files_watcher(Some(w));
+        let files = files.map(|mut f| {
+            for e in f
+                .created
+                .iter_mut()
+                .chain(&mut f.modified)
+                .chain(&mut f.deleted)
+            {
+                if let std::borrow::Cow::Owned(p) = self.redactor.redact(&e.path) {
+                    e.path = p;
+                }
+            }
+            f
+        });
+        (files, notice)
+    }
+
+    /// What scans of working directories skip: toolcell's own spill
+    /// directory, kernels root and journal.
+    fn watch_settings(&self) -> watch::WatchSettings {
+        #[allow(unused_mut)]
+        let mut skip = vec![self.opts.spill_dir.clone(), self.root.clone()];
+        #[cfg(feature = "journal")]
+        if let Some(j) = &self.opts.journal {
+            for suffix in ["", "-wal", "-shm", "-journal"] {
+                let mut p = j.path().as_os_str().to_os_string();
+                p.push(suffix);
+                skip.push(p.into());
+            }
+        }
+        watch::WatchSettings {
+            max_entries: self.opts.watch_max_entries,
+            skip,
         }
     }
 

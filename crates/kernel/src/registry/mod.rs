@@ -18,6 +18,7 @@
 
 mod cell;
 mod extra;
+mod mcp_source;
 mod options;
 mod pool;
 mod reaper;
@@ -40,6 +41,7 @@ use toolcell_tools::{ToolRegistry, ToolSettings};
 use crate::result::{ExecuteResult, round2};
 
 pub use extra::{ExtraTools, ToolSource};
+pub use mcp_source::McpSource;
 pub use options::{KernelMode, RegistryOptions, default_kernels_root, default_spill_dir};
 use pool::{Pool, fill_pool};
 use reaper::{prune_loop, reap_loop};

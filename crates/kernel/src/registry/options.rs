@@ -61,6 +61,15 @@ pub struct RegistryOptions {
     /// How often the spill directory is pruned; the first prune runs at
     /// start. Default 1 hour.
     pub spill_prune_every: Duration,
+    /// Report the files each cell created, modified and deleted under the
+    /// kernel's working directory (the result's `files`).
+    pub watch_files: bool,
+    /// Entries (files and directories) one scan of a working directory
+    /// records at most; beyond it changes are not reported.
+    pub watch_max_entries: usize,
+    /// Folding of repeated lines and long lines in cell output
+    /// (`[output] fold`, `fold_min_run`, `fold_keep`, `max_line_chars`).
+    pub fold: crate::fold::FoldOptions,
     /// Extra environment variable names passed to kernels.
     pub passthrough: Vec<String>,
     /// Tools enabled by default.
@@ -171,6 +180,9 @@ impl Default for RegistryOptions {
             spill_retention: Some(Duration::from_secs(7 * 86_400)),
             spill_total_cap: Some(1 << 30),
             spill_prune_every: Duration::from_secs(3600),
+            watch_files: true,
+            watch_max_entries: crate::watch::DEFAULT_MAX_ENTRIES,
+            fold: crate::fold::FoldOptions::default(),
             passthrough: Vec::new(),
             tools: crate::config::default_tools(),
             rpc_tcp: false,
@@ -223,6 +235,14 @@ impl RegistryOptions {
             spill_retention: config.spill_retention(),
             spill_total_cap: config.spill_total_cap(),
             spill_prune_every: Duration::from_secs(3600),
+            watch_files: config.output.watch_files,
+            watch_max_entries: config.output.watch_max_entries,
+            fold: crate::fold::FoldOptions {
+                fold: config.output.fold,
+                min_run: config.output.fold_min_run,
+                keep: config.output.fold_keep,
+                max_line_chars: usize::try_from(config.output.max_line_chars).unwrap_or(usize::MAX),
+            },
             passthrough: config.env.passthrough.clone(),
             tools: config.tools.enabled.clone(),
             rpc_tcp: config.rpc.transport == config::Transport::Tcp,

@@ -52,7 +52,11 @@ pub(super) async fn spawn_kernel(
         .web(inner.opts.web.clone())
         .redactor(inner.redactor.clone());
     settings = settings.env(inner.base_env.clone());
+    // Where tools save files for the cell (an MCP server's images): the
+    // kernel's own directory, which Kernel::spawn creates under the root.
+    settings.kernel_dir = Some(inner.root.join(&id));
     let settings = Arc::new(settings);
+    let watch_cwd = kcwd.clone();
     let spec = KernelSpec {
         id,
         interpreter: shape.interpreter.clone(),
@@ -72,9 +76,13 @@ pub(super) async fn spawn_kernel(
         remote: shape.remote.clone(),
         inband_tools: inner.opts.inband_tools,
     };
-    match Kernel::spawn(spec).await {
+    // The first scan of the working directory (SPEC §16) runs while the
+    // interpreter starts.
+    let (spawned, files) = tokio::join!(Kernel::spawn(spec), inner.files_scan(&watch_cwd));
+    match spawned {
         Ok(mut k) => {
             k.set_owned_cwd(owned_cwd);
+            k.put_files_watcher(files);
             Ok(k)
         }
         Err(e) => {

@@ -48,6 +48,42 @@ fn cap_traceback(traceback: &str, cap: usize) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// What folding left out of a stream, and where the whole text is.
+fn fold_warning(name: &str, c: &Captured) -> Option<String> {
+    let f = &c.folded;
+    if f.lines_folded == 0 && f.lines_cut == 0 {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if f.lines_folded > 0 {
+        parts.push(format!(
+            "{} similar lines were folded ({} run{} of same-shape lines, each shown by its first and last lines)",
+            f.lines_folded,
+            f.runs_folded,
+            if f.runs_folded == 1 { "" } else { "s" }
+        ));
+    }
+    if f.lines_cut > 0 {
+        parts.push(format!(
+            "{} long line{} cut in the middle",
+            f.lines_cut,
+            if f.lines_cut == 1 { " was" } else { "s were" }
+        ));
+    }
+    let mut w = format!("{name}: {}.", parts.join(" and "));
+    // The truncation warning names the file when the cut happened too.
+    if !c.truncated
+        && let Some(p) = &c.spill_path
+    {
+        w.push_str(&format!(
+            " The full {name} is saved in {}; page it with read_file(\"{}\", offset=…).",
+            p.display(),
+            p.display()
+        ));
+    }
+    Some(w)
+}
+
 fn truncation_warning(name: &str, c: &Captured) -> Option<String> {
     if !c.truncated {
         return None;
@@ -269,6 +305,8 @@ pub(crate) fn build_result(
         hints::hint(&traceback, &cx)
     });
     let warning: Vec<String> = [
+        fold_warning("stdout", &stdout),
+        fold_warning("stderr", &stderr),
         truncation_warning("stdout", &stdout),
         truncation_warning("stderr", &stderr),
     ]
@@ -297,10 +335,15 @@ pub(crate) fn build_result(
         stdout_bytes_total: stdout.bytes_total,
         stdout_bytes_omitted: stdout.bytes_omitted,
         stdout_spill_path: stdout.spill_path.map(|p| p.display().to_string()),
+        stdout_lines_folded: stdout.folded.lines_folded,
+        stdout_lines_cut: stdout.folded.lines_cut,
+        stderr_lines_folded: stderr.folded.lines_folded,
+        stderr_lines_cut: stderr.folded.lines_cut,
         stdin_requested: runner.stdin_requested,
         usage: runner.usage,
         // Set by the caller from the checked figures (crate::figures).
         display: Vec::new(),
+        files: None,
     }
 }
 
@@ -324,6 +367,7 @@ mod tests {
             max_stderr_bytes: 1000,
             spill: None,
             live: None,
+            fold: crate::fold::FoldOptions::off(),
             interrupt: tokio_util::sync::CancellationToken::new(),
         }
     }

@@ -17,6 +17,30 @@ use crate::tool::{ToolContext, ToolError};
 /// The longest error text from a server kept in a `ToolError`, in bytes.
 const MAX_ERROR_TEXT: usize = 4000;
 
+/// Every string in `v` through the host's redactor (a server's output is
+/// outside text, like a web page's: the host's secret values and known
+/// token shapes never reach the cell from it).
+pub(crate) fn redact_value(v: Value, redactor: &toolcell_redact::Redactor) -> Value {
+    match v {
+        Value::String(s) => match redactor.redact(&s) {
+            std::borrow::Cow::Borrowed(_) => Value::String(s),
+            std::borrow::Cow::Owned(r) => Value::String(r),
+        },
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|i| redact_value(i, redactor))
+                .collect(),
+        ),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, redact_value(v, redactor)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 /// Maps `result` of `server.tool` to the cell's value, saving binary
 /// content under the kernel's directory.
 pub(crate) async fn map_result(
@@ -31,18 +55,20 @@ pub(crate) async fn map_result(
         } else {
             cut(text, MAX_ERROR_TEXT)
         };
-        return Err(ToolError::failed(format!("{qualified}: {text}")));
+        return Err(ToolError::failed(
+            cx.settings().redactor.redact(&text).into_owned(),
+        ));
     }
     if let Some(structured) = result.structured_content {
         let size = serde_json::to_vec(&structured).map_or(0, |v| v.len());
-        check_size(qualified, size)?;
+        check_size(size)?;
         return Ok(structured);
     }
     if result.content.is_empty() {
         return Ok(Value::Null);
     }
     let size: usize = result.content.iter().map(approx_size).sum();
-    check_size(qualified, size)?;
+    check_size(size)?;
     if result
         .content
         .iter()
@@ -84,10 +110,10 @@ fn approx_size(block: &ContentBlock) -> usize {
     }
 }
 
-fn check_size(qualified: &str, size: usize) -> Result<(), ToolError> {
+fn check_size(size: usize) -> Result<(), ToolError> {
     if size > MAX_RESULT_BYTES {
         return Err(ToolError::failed(format!(
-            "{qualified}: the result is {:.1} MiB, over the {} MiB cap on a tool result",
+            "the result is {:.1} MiB, over the {} MiB cap on a tool result",
             size as f64 / (1024.0 * 1024.0),
             MAX_RESULT_BYTES >> 20
         )));
@@ -150,7 +176,7 @@ async fn save(qualified: &str, dir: &Path, data: &str, mime: &str) -> Result<Str
         .decode(data.trim())
         .map_err(|e| {
             ToolError::failed(format!(
-                "{qualified}: the server sent {mime} content that is not valid base64: {e}"
+                "the server sent {mime} content that is not valid base64: {e}"
             ))
         })?;
     let dir = dir.to_path_buf();
@@ -158,8 +184,8 @@ async fn save(qualified: &str, dir: &Path, data: &str, mime: &str) -> Result<Str
     let ext = extension(mime);
     let path = tokio::task::spawn_blocking(move || write_new(&dir, &prefix, ext, &bytes))
         .await
-        .map_err(|e| ToolError::failed(format!("{qualified}: saving the content failed: {e}")))?
-        .map_err(|e| ToolError::failed(format!("{qualified}: cannot save the content: {e}")))?;
+        .map_err(|e| ToolError::failed(format!("saving the content failed: {e}")))?
+        .map_err(|e| ToolError::failed(format!("cannot save the content: {e}")))?;
     Ok(path.display().to_string())
 }
 

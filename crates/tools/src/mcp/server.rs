@@ -467,9 +467,7 @@ impl Server {
                 let qualified_name = Arc::clone(&qualified_name);
                 async move {
                     let Some(server) = me.upgrade() else {
-                        return Err(ToolError::failed(format!(
-                            "{qualified_name}: its MCP server is no longer configured"
-                        )));
+                        return Err(ToolError::failed("its MCP server is no longer configured"));
                     };
                     server.call(&tool_name, &qualified_name, args, cx).await
                 }
@@ -480,6 +478,10 @@ impl Server {
             Some(schema) => made.with_output_schema(schema).map_err(|e| e.to_string())?,
             None => made,
         };
+        // The function of `toolcell_tools.SERVER`.
+        let made = made
+            .in_namespace(self.spec.name.clone())
+            .map_err(|e| e.to_string())?;
         Ok(Arc::new(made))
     }
 
@@ -501,20 +503,22 @@ impl Server {
                 Value::Null => serde_json::Map::new(),
                 other => {
                     return Err(ToolError::failed(format!(
-                        "{qualified}: arguments must be an object, not {other}"
+                        "arguments must be an object, not {other}"
                     )));
                 }
             };
             let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
             match conn.service.peer().call_tool(params).await {
-                Ok(r) => result::map_result(qualified, r, &cx).await,
+                Ok(r) => result::map_result(qualified, r, &cx)
+                    .await
+                    .map(|v| result::redact_value(v, &cx.settings().redactor)),
                 Err(e) => Err(self.call_error(&conn, qualified, e).await),
             }
         };
         tokio::select! {
             r = work => r,
             () = tokio::time::sleep_until(deadline) => Err(ToolError::failed(format!(
-                "{qualified}: MCP server `{}` did not answer within the cell's time limit; the \
+                "MCP server `{}` did not answer within the cell's time limit; the \
                  call was cancelled",
                 self.spec.name
             ))),
@@ -528,7 +532,7 @@ impl Server {
         let name = &self.spec.name;
         match e {
             ServiceError::McpError(data) => ToolError::failed(format!(
-                "{qualified}: MCP server `{name}` refused the call: {} (code {})",
+                "MCP server `{name}` refused the call: {} (code {})",
                 data.message, data.code.0
             )),
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
@@ -543,7 +547,7 @@ impl Server {
                     RESTART_INTERVAL.as_secs()
                 ))
             }
-            other => ToolError::failed(format!("{qualified}: MCP server `{name}`: {other}")),
+            other => ToolError::failed(format!("MCP server `{name}`: {other}")),
         }
     }
 

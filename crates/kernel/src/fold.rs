@@ -1,0 +1,497 @@
+//! Folding repetition out of a cell's output, before the head/tail cut:
+//! what reaches the model should not be 400 log lines that differ only in
+//! a counter and a timestamp, or one 2 MB line of minified JSON.
+//!
+//! - **Runs of same-shape lines.** A line's *shape* is the line with every
+//!   run of digits and every hex-ish token (8+ characters of `[0-9a-fA-F-]`
+//!   with a digit: ids, UUIDs, hashes) replaced by `#`; timestamps, counters
+//!   and ids therefore vanish. A run of at least `min_run` consecutive lines
+//!   of one shape keeps its first `keep` and last `keep` lines, with one
+//!   marker line between them saying how many similar lines were omitted,
+//!   that the full text is in the spill file, and the shape. A line of
+//!   another shape ends the run and is always shown.
+//! - **Long lines.** A line longer than `max_line_chars` characters keeps
+//!   its head and tail with a marker saying how many characters were cut.
+//!
+//! [`Folder`] is sans-IO and streaming: text goes in as it comes (any
+//! split), folded text comes out through a callback, and memory is bounded
+//! by about `(min_run + keep) × max_line_chars` whatever the input. Output
+//! without such repetition comes out byte for byte as it went in.
+
+use std::collections::VecDeque;
+
+/// Folding settings (`[output] fold`, `fold_min_run`, `fold_keep`,
+/// `max_line_chars`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FoldOptions {
+    /// Fold runs of same-shape lines at all.
+    pub fold: bool,
+    /// Shortest run that is folded.
+    pub min_run: usize,
+    /// Lines shown at each end of a folded run.
+    pub keep: usize,
+    /// Longest line kept whole, in characters (0: no limit).
+    pub max_line_chars: usize,
+}
+
+impl Default for FoldOptions {
+    fn default() -> Self {
+        Self {
+            fold: true,
+            min_run: 8,
+            keep: 3,
+            max_line_chars: 2000,
+        }
+    }
+}
+
+impl FoldOptions {
+    /// Settings that change nothing.
+    pub fn off() -> Self {
+        Self {
+            fold: false,
+            min_run: usize::MAX,
+            keep: 0,
+            max_line_chars: 0,
+        }
+    }
+
+    fn folds(&self) -> bool {
+        self.fold && self.min_run > 2 * self.keep && self.min_run >= 2
+    }
+}
+
+/// What a [`Folder`] left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FoldStats {
+    /// Lines omitted from folded runs.
+    pub lines_folded: u64,
+    /// Runs folded.
+    pub runs_folded: u64,
+    /// Lines whose middle was cut.
+    pub lines_cut: u64,
+    /// Bytes of the input not in the output (omitted lines and cut middles).
+    pub bytes_omitted: u64,
+}
+
+/// The longest shape quoted in a marker, in bytes.
+const MAX_SHAPE_SHOWN: usize = 120;
+
+/// The streaming folder of one stream.
+#[derive(Debug)]
+pub struct Folder {
+    opts: FoldOptions,
+    /// The current line so far (capped: head, then a tail window).
+    partial: String,
+    /// Characters of the current line so far.
+    partial_chars: usize,
+    /// Head of an over-long current line (when cutting).
+    long_head: Option<String>,
+    /// Tail window of an over-long current line.
+    long_tail: VecDeque<char>,
+    /// The shape of the current run and its length.
+    run_shape: Vec<u8>,
+    run_len: usize,
+    /// Lines of the current run past the first `keep`, not yet shown: all of
+    /// them while the run is shorter than `min_run`, then the last `keep`.
+    held: VecDeque<String>,
+    /// Omitted so far in the current run: lines and bytes.
+    run_omitted: (u64, u64),
+    stats: FoldStats,
+    shape_buf: Vec<u8>,
+}
+
+impl Folder {
+    /// A folder with `opts`.
+    pub fn new(opts: FoldOptions) -> Self {
+        Self {
+            opts,
+            partial: String::new(),
+            partial_chars: 0,
+            long_head: None,
+            long_tail: VecDeque::new(),
+            run_shape: Vec::new(),
+            run_len: 0,
+            held: VecDeque::new(),
+            run_omitted: (0, 0),
+            stats: FoldStats::default(),
+            shape_buf: Vec::new(),
+        }
+    }
+
+    /// What was left out so far.
+    pub fn stats(&self) -> FoldStats {
+        self.stats
+    }
+
+    /// Text not yet given out, in stream order, exactly as it came in:
+    /// the held lines, then the current partial line. Only meaningful
+    /// while nothing was left out yet (see [`Folder::will_omit`]).
+    pub fn pending_raw(&self) -> impl Iterator<Item = &str> {
+        self.held
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once(self.partial.as_str()))
+    }
+
+    /// Whether taking in `segment` (a piece of text with at most one
+    /// `\n`, at its end) would leave something out: a cut of the current
+    /// line, or the first omission of a run. Lets the caller save the whole
+    /// text before anything is lost.
+    pub fn will_omit(&mut self, segment: &str) -> bool {
+        if self.opts.max_line_chars > 0
+            && (self.long_head.is_some()
+                || self.partial_chars + segment.chars().count()
+                    - usize::from(segment.ends_with('\n'))
+                    > self.opts.max_line_chars)
+        {
+            return true;
+        }
+        if !self.opts.folds() || !segment.ends_with('\n') {
+            return false;
+        }
+        if self.run_len + 1 < self.opts.min_run || self.run_len == 0 {
+            return false;
+        }
+        let mut line = String::with_capacity(self.partial.len() + segment.len());
+        line.push_str(&self.partial);
+        line.push_str(segment);
+        shape_into(line.trim_end_matches('\n'), &mut self.shape_buf);
+        self.shape_buf == self.run_shape
+    }
+
+    /// Takes in `text` (any split), giving out folded text through `out`.
+    pub fn push(&mut self, text: &str, out: &mut dyn FnMut(&str)) {
+        for segment in text.split_inclusive('\n') {
+            self.push_segment(segment, out);
+        }
+    }
+
+    /// Takes in one segment: text with at most one `\n`, at its end.
+    pub fn push_segment(&mut self, segment: &str, out: &mut dyn FnMut(&str)) {
+        let (body, complete) = match segment.strip_suffix('\n') {
+            Some(b) => (b, true),
+            None => (segment, false),
+        };
+        self.add_to_line(body);
+        if complete {
+            let line = self.take_line();
+            self.line(line, out);
+        }
+    }
+
+    /// Ends the stream: the last line (without `\n`) and any run.
+    pub fn finish(&mut self, out: &mut dyn FnMut(&str)) {
+        if self.partial_chars > 0 || self.long_head.is_some() {
+            let mut line = self.take_line();
+            // Not a full line: never part of a run, shown as it is.
+            line.pop();
+            self.end_run(out);
+            out(&line);
+        } else {
+            self.end_run(out);
+        }
+    }
+
+    fn add_to_line(&mut self, body: &str) {
+        let max = self.opts.max_line_chars;
+        if max == 0 {
+            self.partial.push_str(body);
+            self.partial_chars += body.chars().count();
+            return;
+        }
+        for c in body.chars() {
+            self.partial_chars += 1;
+            if self.long_head.is_none() {
+                self.partial.push(c);
+                if self.partial_chars > max {
+                    // Cut from here on: keep the head, then a tail window.
+                    let head_chars = max / 2;
+                    let mut head = String::new();
+                    let mut rest: VecDeque<char> = VecDeque::new();
+                    for (i, ch) in self.partial.chars().enumerate() {
+                        if i < head_chars {
+                            head.push(ch);
+                        } else {
+                            rest.push_back(ch);
+                        }
+                    }
+                    let tail_chars = max - head_chars;
+                    while rest.len() > tail_chars {
+                        rest.pop_front();
+                    }
+                    self.long_head = Some(head);
+                    self.long_tail = rest;
+                    self.partial.clear();
+                }
+            } else {
+                self.long_tail.push_back(c);
+                if self.long_tail.len() > max - max / 2 {
+                    self.long_tail.pop_front();
+                }
+            }
+        }
+    }
+
+    /// The finished current line, with its `\n`, cut if it was too long.
+    fn take_line(&mut self) -> String {
+        let chars = std::mem::take(&mut self.partial_chars);
+        match self.long_head.take() {
+            None => {
+                let mut line = std::mem::take(&mut self.partial);
+                line.push('\n');
+                line
+            }
+            Some(head) => {
+                let tail: String = self.long_tail.drain(..).collect();
+                let kept = head.chars().count() + tail.chars().count();
+                let cut = chars - kept;
+                self.stats.lines_cut += 1;
+                // Bytes cut: the line's bytes were not all kept; count chars
+                // as an approximation of bytes for non-ASCII text.
+                self.stats.bytes_omitted += cut as u64;
+                format!("{head} … [{cut} characters cut from this line of {chars}] … {tail}\n")
+            }
+        }
+    }
+
+    fn line(&mut self, line: String, out: &mut dyn FnMut(&str)) {
+        if !self.opts.folds() {
+            out(&line);
+            return;
+        }
+        shape_into(line.trim_end_matches('\n'), &mut self.shape_buf);
+        if self.run_len > 0 && self.shape_buf == self.run_shape {
+            self.run_len += 1;
+            if self.run_len <= self.opts.keep {
+                out(&line);
+                return;
+            }
+            self.held.push_back(line);
+            if self.run_len >= self.opts.min_run {
+                // A folded run: only the last `keep` lines stay held.
+                while self.held.len() > self.opts.keep {
+                    if let Some(dropped) = self.held.pop_front() {
+                        self.run_omitted.0 += 1;
+                        self.run_omitted.1 += dropped.len() as u64;
+                    }
+                }
+            }
+            return;
+        }
+        self.end_run(out);
+        std::mem::swap(&mut self.run_shape, &mut self.shape_buf);
+        self.run_len = 1;
+        out(&line);
+    }
+
+    /// The current run ends: its marker (when folded) and held lines.
+    fn end_run(&mut self, out: &mut dyn FnMut(&str)) {
+        let (lines, bytes) = std::mem::take(&mut self.run_omitted);
+        if lines > 0 {
+            self.stats.lines_folded += lines;
+            self.stats.runs_folded += 1;
+            self.stats.bytes_omitted += bytes;
+            let shape = String::from_utf8_lossy(&self.run_shape);
+            let shape = if shape.len() > MAX_SHAPE_SHOWN {
+                let mut end = MAX_SHAPE_SHOWN;
+                while !shape.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!("{}…", &shape[..end])
+            } else {
+                shape.into_owned()
+            };
+            out(&format!(
+                "... [{lines} similar lines omitted ({bytes} bytes), shaped like: {shape}; the full text is in the spill file] ...\n"
+            ));
+        }
+        for l in self.held.drain(..) {
+            out(&l);
+        }
+        self.run_len = 0;
+        self.run_shape.clear();
+    }
+}
+
+/// The shape of `line` into `buf`: digit runs and hex-ish tokens become `#`.
+fn shape_into(line: &str, buf: &mut Vec<u8>) {
+    buf.clear();
+    let b = line.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_hexdigit() || c == b'-' {
+            // A token of [0-9a-fA-F-]: a hex id when 8+ long with a digit;
+            // otherwise digits inside it are masked one run at a time.
+            let start = i;
+            let mut digit = false;
+            while i < b.len() && (b[i].is_ascii_hexdigit() || b[i] == b'-') {
+                digit |= b[i].is_ascii_digit();
+                i += 1;
+            }
+            // Only a whole word counts as an id.
+            let word_start = start == 0 || !b[start - 1].is_ascii_alphanumeric();
+            let word_end = i == b.len() || !b[i].is_ascii_alphanumeric();
+            if digit && i - start >= 8 && word_start && word_end {
+                buf.push(b'#');
+                continue;
+            }
+            let mut j = start;
+            while j < i {
+                if b[j].is_ascii_digit() {
+                    while j < i && b[j].is_ascii_digit() {
+                        j += 1;
+                    }
+                    buf.push(b'#');
+                } else {
+                    buf.push(b[j]);
+                    j += 1;
+                }
+            }
+            continue;
+        }
+        if c.is_ascii_digit() {
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            buf.push(b'#');
+            continue;
+        }
+        buf.push(c);
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn fold_all(opts: FoldOptions, chunks: &[&str]) -> (String, FoldStats) {
+        let mut f = Folder::new(opts);
+        let mut out = String::new();
+        for c in chunks {
+            f.push(c, &mut |s| out.push_str(s));
+        }
+        f.finish(&mut |s| out.push_str(s));
+        (out, f.stats())
+    }
+
+    fn shape(s: &str) -> String {
+        let mut b = Vec::new();
+        shape_into(s, &mut b);
+        String::from_utf8(b).unwrap()
+    }
+
+    #[test]
+    fn shapes_mask_numbers_ids_and_timestamps() {
+        assert_eq!(
+            shape("2026-12-01T18:00:00.123Z INFO step 17 of 400"),
+            "#-#-#T#:#:#.#Z INFO step # of #"
+        );
+        assert_eq!(
+            shape("req 3f2a9c1e-77b0-4c1d-9e2f-0a1b2c3d4e5f done"),
+            "req # done"
+        );
+        assert_eq!(shape("commit deadbeef12 ok"), "commit # ok");
+        assert_eq!(shape("beef cafe added"), "beef cafe added");
+    }
+
+    #[test]
+    fn a_log_run_keeps_its_ends_the_error_and_says_what_it_left_out() {
+        let mut text = String::new();
+        for i in 0..400 {
+            text.push_str(&format!(
+                "2026-12-01T18:{:02}:{:02}.{i:03}Z INFO processed batch {i} of 400\n",
+                i / 60,
+                i % 60
+            ));
+            if i == 200 {
+                text.push_str("2026-12-01T18:03:20.200Z ERROR disk full on /dev/sda1\n");
+            }
+        }
+        let (out, stats) = fold_all(FoldOptions::default(), &[&text]);
+        assert!(out.len() < 1500, "{} bytes:\n{out}", out.len());
+        assert!(out.contains("ERROR disk full"), "{out}");
+        assert!(out.contains("processed batch 399 of 400"), "{out}");
+        assert!(out.contains("processed batch 0 of 400"), "{out}");
+        assert!(out.contains("similar lines omitted"), "{out}");
+        assert_eq!(stats.runs_folded, 2);
+        assert_eq!(stats.lines_folded, 400 - 12);
+    }
+
+    #[test]
+    fn output_without_repetition_is_unchanged_in_any_split() {
+        let text = "name: alpha\nsize: 3\n\nitems:\n- a\n- b\nthe end";
+        for cut in 0..=text.len() {
+            if !text.is_char_boundary(cut) {
+                continue;
+            }
+            let (out, stats) = fold_all(FoldOptions::default(), &[&text[..cut], &text[cut..]]);
+            assert_eq!(out, text);
+            assert_eq!(stats, FoldStats::default());
+        }
+    }
+
+    #[test]
+    fn a_short_run_is_shown_whole() {
+        let text: String = (0..7).map(|i| format!("row {i}\n")).collect();
+        assert_eq!(fold_all(FoldOptions::default(), &[&text]).0, text);
+        let eight: String = (0..8).map(|i| format!("row {i}\n")).collect();
+        let (out, stats) = fold_all(FoldOptions::default(), &[&eight]);
+        assert_eq!(stats.lines_folded, 2);
+        assert!(
+            out.starts_with("row 0\nrow 1\nrow 2\n... [2 similar lines omitted"),
+            "{out}"
+        );
+        assert!(out.ends_with("row 5\nrow 6\nrow 7\n"), "{out}");
+    }
+
+    #[test]
+    fn long_lines_keep_head_and_tail() {
+        let opts = FoldOptions {
+            max_line_chars: 20,
+            ..FoldOptions::default()
+        };
+        let line = format!("{}{}\n", "a".repeat(50), "z".repeat(50));
+        let (out, stats) = fold_all(opts, &[&line[..30], &line[30..]]);
+        assert_eq!(
+            out,
+            format!(
+                "{} … [80 characters cut from this line of 100] … {}\n",
+                "a".repeat(10),
+                "z".repeat(10)
+            )
+        );
+        assert_eq!(stats.lines_cut, 1);
+    }
+
+    #[test]
+    fn off_changes_nothing() {
+        let text: String = (0..100).map(|i| format!("row {i}\n")).collect();
+        assert_eq!(fold_all(FoldOptions::off(), &[&text]).0, text);
+    }
+
+    proptest! {
+        #[test]
+        fn any_split_gives_the_same_output(lines in proptest::collection::vec("[a-c0-9 ]{0,6}", 0..40), cut in 0usize..400) {
+            let text = lines.join("\n");
+            let cut = cut.min(text.len());
+            let whole = fold_all(FoldOptions::default(), &[&text]).0;
+            let split = fold_all(FoldOptions::default(), &[&text[..cut], &text[cut..]]).0;
+            prop_assert_eq!(whole, split);
+        }
+
+        #[test]
+        fn memory_is_bounded(n in 1000usize..3000) {
+            let mut f = Folder::new(FoldOptions { max_line_chars: 50, ..FoldOptions::default() });
+            let mut total = 0usize;
+            for i in 0..n {
+                f.push(&format!("line {i} {}\n", "x".repeat(i % 200)), &mut |s| total += s.len());
+                prop_assert!(f.held.len() <= 8);
+                prop_assert!(f.partial.len() <= 200);
+            }
+        }
+    }
+}

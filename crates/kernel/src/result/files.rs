@@ -1,0 +1,257 @@
+//! The `files` field of a result (SPEC §16): what a cell (and the tools it
+//! called) created, modified and deleted under the kernel's working
+//! directory. [`crate::watch`] finds the changes; this module holds the
+//! shape, the cut to [`MAX_LISTED`] per kind and the short summaries the
+//! `exec` status line, the MCP text, `history` and the export use.
+
+use serde::{Deserialize, Serialize};
+
+/// Paths listed per kind (created, modified, deleted) at most.
+pub const MAX_LISTED: usize = 50;
+
+/// One changed path, relative to the kernel's working directory (`/`
+/// separated). `bytes` is the size after the cell (created and modified
+/// files); deleted files have none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangedFile {
+    /// Relative to the working directory.
+    pub path: String,
+    /// Size in bytes after the cell (absent for deleted files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
+/// How many paths of each kind changed, listed or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FileCounts {
+    /// Files created.
+    pub created: u64,
+    /// Files modified.
+    pub modified: u64,
+    /// Files deleted.
+    pub deleted: u64,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The `files` field: present only when something changed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FilesChanged {
+    /// Files that did not exist before the cell, sorted by path.
+    pub created: Vec<ChangedFile>,
+    /// Files whose size, modification time or inode changed.
+    pub modified: Vec<ChangedFile>,
+    /// Files that existed before the cell and are gone.
+    pub deleted: Vec<ChangedFile>,
+    /// True when some kind had more than [`MAX_LISTED`] paths: the lists
+    /// hold the first ones by path and `counts` says how many there were.
+    pub truncated: bool,
+    /// Every change, listed or not (only when `truncated`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<FileCounts>,
+    /// True when the scan of the working directory stopped at
+    /// `[output] watch_max_entries`: changes beyond that point are not
+    /// reported.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub scan_stopped: bool,
+}
+
+/// Changes as found, before the cut: `(path, size)` of created and modified
+/// files, paths of deleted ones, in any order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Created files and their sizes.
+    pub created: Vec<(String, u64)>,
+    /// Modified files and their sizes.
+    pub modified: Vec<(String, u64)>,
+    /// Deleted files.
+    pub deleted: Vec<String>,
+}
+
+impl Changes {
+    /// True when nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.created.is_empty() && self.modified.is_empty() && self.deleted.is_empty()
+    }
+}
+
+impl FilesChanged {
+    /// The field for `changes`: sorted by path, at most `max` per kind
+    /// (`truncated` and `counts` when more); `None` when nothing changed
+    /// and the scan was complete.
+    pub fn from_changes(changes: Changes, max: usize, scan_stopped: bool) -> Option<Self> {
+        if changes.is_empty() {
+            return None;
+        }
+        let counts = FileCounts {
+            created: changes.created.len() as u64,
+            modified: changes.modified.len() as u64,
+            deleted: changes.deleted.len() as u64,
+        };
+        let sized = |mut v: Vec<(String, u64)>| -> Vec<ChangedFile> {
+            v.sort_unstable();
+            v.truncate(max);
+            v.into_iter()
+                .map(|(path, bytes)| ChangedFile {
+                    path,
+                    bytes: Some(bytes),
+                })
+                .collect()
+        };
+        let truncated = [counts.created, counts.modified, counts.deleted]
+            .iter()
+            .any(|&n| n > max as u64);
+        let mut deleted = changes.deleted;
+        deleted.sort_unstable();
+        deleted.truncate(max);
+        Some(Self {
+            created: sized(changes.created),
+            modified: sized(changes.modified),
+            deleted: deleted
+                .into_iter()
+                .map(|path| ChangedFile { path, bytes: None })
+                .collect(),
+            truncated,
+            counts: truncated.then_some(counts),
+            scan_stopped,
+        })
+    }
+
+    /// How many files changed of each kind (listed or not).
+    pub fn totals(&self) -> FileCounts {
+        self.counts.unwrap_or(FileCounts {
+            created: self.created.len() as u64,
+            modified: self.modified.len() as u64,
+            deleted: self.deleted.len() as u64,
+        })
+    }
+
+    /// `2 files created, 1 modified, 1 deleted` (kinds with none left out).
+    pub fn summary(&self) -> String {
+        let t = self.totals();
+        let mut parts: Vec<String> = Vec::new();
+        let mut first = true;
+        for (n, word) in [
+            (t.created, "created"),
+            (t.modified, "modified"),
+            (t.deleted, "deleted"),
+        ] {
+            if n == 0 {
+                continue;
+            }
+            if first {
+                let noun = if n == 1 { "file" } else { "files" };
+                parts.push(format!("{n} {noun} {word}"));
+                first = false;
+            } else {
+                parts.push(format!("{n} {word}"));
+            }
+        }
+        if parts.is_empty() {
+            return "no files changed".into();
+        }
+        parts.join(", ")
+    }
+
+    /// One short line for a model: `files: created a.csv, b.txt; modified
+    /// c.yaml; deleted tmp/x (+3 more)`, at most `names` paths per kind.
+    pub fn brief(&self, names: usize) -> String {
+        let t = self.totals();
+        let mut kinds: Vec<String> = Vec::new();
+        for (list, total, word) in [
+            (&self.created, t.created, "created"),
+            (&self.modified, t.modified, "modified"),
+            (&self.deleted, t.deleted, "deleted"),
+        ] {
+            if total == 0 {
+                continue;
+            }
+            let shown: Vec<&str> = list.iter().take(names).map(|f| f.path.as_str()).collect();
+            let more = total.saturating_sub(shown.len() as u64);
+            let mut s = format!("{word} {}", shown.join(", "));
+            if more > 0 {
+                s.push_str(&format!(" (+{more} more)"));
+            }
+            kinds.push(s);
+        }
+        let mut line = format!("files: {}", kinds.join("; "));
+        if self.scan_stopped {
+            line.push_str(" (scan stopped early: changes further on are not reported)");
+        }
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changes(created: usize, modified: usize, deleted: usize) -> Changes {
+        Changes {
+            created: (0..created)
+                .rev()
+                .map(|i| (format!("c{i:03}"), 1))
+                .collect(),
+            modified: (0..modified).map(|i| (format!("m{i}"), 2)).collect(),
+            deleted: (0..deleted).map(|i| format!("d{i}")).collect(),
+        }
+    }
+
+    #[test]
+    fn nothing_changed_is_no_field() {
+        assert_eq!(
+            FilesChanged::from_changes(Changes::default(), 50, false),
+            None
+        );
+        assert_eq!(
+            FilesChanged::from_changes(Changes::default(), 50, true),
+            None
+        );
+    }
+
+    #[test]
+    fn lists_are_sorted_and_cut_with_counts() {
+        let f = FilesChanged::from_changes(changes(60, 2, 1), 50, false).unwrap();
+        assert_eq!(f.created.len(), 50);
+        assert_eq!(f.created[0].path, "c000");
+        assert_eq!(f.created[49].path, "c049");
+        assert!(f.truncated);
+        assert_eq!(
+            f.counts,
+            Some(FileCounts {
+                created: 60,
+                modified: 2,
+                deleted: 1
+            })
+        );
+        assert_eq!(f.deleted[0].bytes, None);
+        assert_eq!(f.summary(), "60 files created, 2 modified, 1 deleted");
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(v["counts"]["created"], 60);
+        assert!(v["deleted"][0].get("bytes").is_none());
+        assert!(v.get("scan_stopped").is_none());
+    }
+
+    #[test]
+    fn small_changes_are_not_truncated() {
+        let f = FilesChanged::from_changes(changes(0, 1, 0), 50, true).unwrap();
+        assert!(!f.truncated);
+        assert_eq!(f.counts, None);
+        assert_eq!(f.summary(), "1 file modified");
+        let v = serde_json::to_value(&f).unwrap();
+        assert!(v.get("counts").is_none());
+        assert_eq!(v["scan_stopped"], true);
+        assert_eq!(v["modified"][0]["bytes"], 2);
+    }
+
+    #[test]
+    fn brief_names_a_few_and_counts_the_rest() {
+        let f = FilesChanged::from_changes(changes(60, 1, 2), 50, false).unwrap();
+        assert_eq!(
+            f.brief(3),
+            "files: created c000, c001, c002 (+57 more); modified m0; deleted d0, d1"
+        );
+    }
+}
