@@ -273,8 +273,13 @@ async fn semantics(f: &Fixture) {
     assert_eq!(r.output, "not_allowed\n", "{}", show(&r));
     assert_eq!(r.tool_calls_made, 0);
     // Output cap, spill, redaction (host-side, as for a local kernel).
-    let r = run(f, req("print('x' * 200000)\nprint('ghp_' + 'a1B2' * 9)")).await;
-    assert!(r.stdout_truncated, "{}", show(&r));
+    let r = run(
+        f,
+        req("print('\\n'.join(''.join(chr(103 + (i * j) % 20) for j in range(40)) for i in range(3000)))\n\
+             print('ghp_' + 'a1B2' * 9)"),
+    )
+    .await;
+    assert!(r.stdout_truncated, "{}", &r.output[..300]);
     let spill = r.stdout_spill_path.clone().unwrap();
     assert!(Path::new(&spill).exists());
     assert!(!r.output.contains(&format!("ghp_{}", "a1B2".repeat(9))));
