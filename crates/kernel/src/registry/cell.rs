@@ -478,7 +478,9 @@ impl Inner {
     /// Before the cell: the kernel's watcher made current (its first scan
     /// ran while the kernel started, `spawn_kernel`). `None`: not watching.
     async fn files_before(&self, kernel: &mut Kernel) -> Option<Box<watch::Watcher>> {
-        if !self.opts.watch_files {
+        // A remote kernel's files are on the remote: the local working
+        // directory says nothing about what its cells changed (SPEC §14).
+        if !self.opts.watch_files || kernel.remote().is_some() {
             return None;
         }
         match kernel.take_files_watcher() {
