@@ -9,6 +9,11 @@
 #   - npm: npm/scripts/build.sh with the binary from the wheel, `npm pack`ed,
 #     installed into a temp dir, then `node --test` on npm/test and
 #     examples/ts_agent.ts compiled against the installed types.
+#
+# usage: scripts/packages.sh [--out DIR] [--release]
+#   --out DIR   keep the wheel and the .tgz in DIR (default: only tested, then removed)
+#   --release   build the binary with the release profile (slow; CI uses the debug one)
+#
 # Called by .ci/run; idempotent. Needs python3 (venv), node and npm; the
 # network only the first time (maturin, pytest, typescript from the
 # registries, then cached under $TOOLCELL_CI_CACHE, default ~/.cache/toolcell-ci).
@@ -16,10 +21,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 
+keep="" profile="dev"
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --out) keep="$2"; shift 2 ;;
+        --release) profile="release"; shift ;;
+        *) echo "packages.sh: unknown argument $1 (usage: scripts/packages.sh [--out DIR] [--release])" >&2; exit 2 ;;
+    esac
+done
+
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/toolcell-ci/target}"
 cache="${TOOLCELL_CI_CACHE:-$HOME/.cache/toolcell-ci}"
 MATURIN="maturin==1.16.0"
 PYTEST="pytest==9.2.0"
+PYTEST_39="pytest==8.3.5"   # pytest 9 needs 3.10; the oldest Python the client supports is 3.9
+PYTEST_39_DEPS="tomli exceptiongroup"   # what it needs below 3.11 (pip download evaluates markers for this interpreter)
 
 # A python3 with venv and ensurepip (Debian's, when the default lacks them).
 py=python3
@@ -38,19 +54,21 @@ declare -a summary=()
 # ---------------------------------------------------------------- tools
 tools="$cache/packaging"
 mkdir -p "$tools"
-if [[ ! -x "$tools/venv/bin/maturin" || "$(cat "$tools/venv/.stamp" 2>/dev/null)" != "$MATURIN $PYTEST" ]]; then
+if [[ ! -x "$tools/venv/bin/maturin" || "$(cat "$tools/venv/.stamp" 2>/dev/null)" != "$MATURIN $PYTEST $PYTEST_39 $PYTEST_39_DEPS" ]]; then
     step "installing $MATURIN and a $PYTEST wheelhouse into $tools"
     rm -rf "$tools/venv" "$tools/wheelhouse"
     "$py" -m venv "$tools/venv"
     "$tools/venv/bin/pip" install --quiet --disable-pip-version-check "$MATURIN"
     "$tools/venv/bin/pip" download --quiet --disable-pip-version-check -d "$tools/wheelhouse" "$PYTEST"
-    echo "$MATURIN $PYTEST" >"$tools/venv/.stamp"
+    "$tools/venv/bin/pip" download --quiet --disable-pip-version-check -d "$tools/wheelhouse" \
+        --only-binary=:all: --python-version 3.9 "$PYTEST_39" $PYTEST_39_DEPS
+    echo "$MATURIN $PYTEST $PYTEST_39 $PYTEST_39_DEPS" >"$tools/venv/.stamp"
 fi
 
 # ---------------------------------------------------------------- wheel
-step "maturin build --profile dev (python/)"
+step "maturin build --profile $profile (python/)"
 b0=$SECONDS
-(cd python && "$tools/venv/bin/maturin" build --quiet --profile dev --out "$work/wheel") >"$work/maturin.log" 2>&1 || {
+(cd python && "$tools/venv/bin/maturin" build --quiet --profile "$profile" --out "$work/wheel") >"$work/maturin.log" 2>&1 || {
     tail -n 40 "$work/maturin.log" >&2
     echo "packages.sh: maturin build failed" >&2
     exit 1
@@ -77,6 +95,23 @@ step "examples/python_agent.py"
 out="$(cd "$work/py" && "$work/venv/bin/python" python_agent.py)"
 [[ "$out" == "Orders over 100: A-1, A-3" ]] || { echo "python example printed: $out" >&2; exit 1; }
 summary+=("python  example: $out")
+
+# The oldest Python supported, when this machine has it: the schema and tool tests.
+py39=""
+for cand in "$(command -v python3.9 || true)" "$HOME"/.pyenv/versions/3.9*/bin/python3.9; do
+    if [[ -n "$cand" && -x "$cand" ]] && "$cand" -c 'import venv, ensurepip' 2>/dev/null; then py39="$cand"; break; fi
+done
+if [[ -n "$py39" ]]; then
+    step "Python 3.9: pytest tests/test_schema.py tests/test_tools.py"
+    q0=$SECONDS
+    "$py39" -m venv "$work/venv39"
+    "$work/venv39/bin/pip" install --quiet --disable-pip-version-check --no-index "$wheel"
+    "$work/venv39/bin/pip" install --quiet --disable-pip-version-check --no-index --find-links "$tools/wheelhouse" "$PYTEST_39"
+    (cd "$work/py" && "$work/venv39/bin/python" -m pytest -q -p no:cacheprovider tests/test_schema.py tests/test_tools.py) | tee "$work/pytest39.log"
+    summary+=("py3.9   $(grep -E '^[0-9]+ passed' "$work/pytest39.log" | tail -1) ($((SECONDS - q0))s)")
+else
+    summary+=("py3.9   not on this machine: skipped")
+fi
 
 # ---------------------------------------------------------------- npm
 step "npm package (npm/scripts/build.sh)"
@@ -118,6 +153,12 @@ step "examples/ts_agent.ts (tsc against the installed types, then node)"
 out="$(cd "$work/node" && node ts_agent.js)"
 [[ "$out" == "Orders over 100: A-1, A-3" ]] || { echo "TypeScript example printed: $out" >&2; exit 1; }
 summary+=("node    example: $out")
+
+if [[ -n "$keep" ]]; then
+    mkdir -p "$keep"
+    cp "$wheel" "$tarball" "$keep/"
+    summary+=("kept    $keep/$(basename "$wheel") and $keep/$(basename "$tarball")")
+fi
 
 echo
 echo "packages: all good in $(now)s"
