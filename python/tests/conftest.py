@@ -1,7 +1,6 @@
 """Fixtures: a real `toolcell serve` (the binary installed with the package,
 or $TOOLCELL) per test."""
 
-import os
 import time
 
 import pytest

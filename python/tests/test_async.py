@@ -3,9 +3,9 @@
 import asyncio
 import time
 
-from toolcell import AsyncToolcell, ToolError
-
 from conftest import CONFIG, gone
+
+from toolcell import AsyncToolcell, ToolError
 
 
 def run(coro):

@@ -5,11 +5,10 @@ import sysconfig
 import textwrap
 
 import pytest
+from conftest import CONFIG, gone
 
 import toolcell
 from toolcell import Chunk, ExecuteResult, RPCError, Toolcell
-
-from conftest import CONFIG, gone
 
 
 def test_binary_comes_with_the_package():

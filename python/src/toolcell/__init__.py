@@ -22,7 +22,8 @@ from ._result import Display, ExecuteResult, FileChange, FilesChanged, KernelInf
 from ._schema import function_schema, type_schema
 
 try:
-    from importlib.metadata import PackageNotFoundError, version as _version
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _version
 
     try:
         __version__ = _version("toolcell")

@@ -481,17 +481,17 @@ class _Base:
             raise TypeError(f"tool: expected a function, got {fn!r}")
         input_schema, output_schema, doc = function_schema(fn)
         return Tool(
-            name=name or getattr(fn, "__name__", "tool"),
+            name=name or str(getattr(fn, "__name__", "tool")),
             fn=fn,
             description=description if description is not None else doc,
             input_schema=input_schema,
             output_schema=output_schema,
             session=session,
-            is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)),
+            is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__),
         )
 
     def _tool_decorator(self, fn: Optional[Callable[..., Any]], name: Optional[str], description: Optional[str],
-                        session: Optional[str], register: Callable[[List[Tool]], None]) -> Any:
+                        session: Optional[str], register: Callable[[List[Tool]], Any]) -> Any:
         def deco(f: Callable[..., Any]) -> Callable[..., Any]:
             register([self._make_tool(f, name, description, session)])
             return f

@@ -17,15 +17,22 @@ import enum
 import inspect
 import json
 import re
+import types
 import typing
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    Literal,
+    Optional,
+    Tuple,
+    get_args,
+    get_origin,
+)
 
-try:  # 3.10+: `X | Y`
-    from types import UnionType as _UnionType  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - 3.9
-    _UnionType = None
-
-from typing import Literal, get_args, get_origin
+# 3.10+: the type of `X | Y` (None on 3.9)
+_UnionType: Any = getattr(types, "UnionType", None)
 
 _MAX_DEPTH = 12
 _SECTION = re.compile(
@@ -73,11 +80,11 @@ def type_schema(tp: Any, _depth: int = 0) -> Dict[str, Any]:
     args = get_args(tp)
     # Annotated[X, "description", ...]
     if origin is not None and getattr(tp, "__metadata__", None) is not None:
-        schema = dict(type_schema(args[0], _depth + 1))
+        described = dict(type_schema(args[0], _depth + 1))
         for meta in tp.__metadata__:
             if isinstance(meta, str):
-                schema["description"] = meta
-        return schema
+                described["description"] = meta
+        return described
     if origin is typing.Union or (_UnionType is not None and isinstance(tp, _UnionType)):
         non_null = [a for a in args if a is not type(None)]
         has_null = len(non_null) != len(args)
@@ -92,9 +99,10 @@ def type_schema(tp: Any, _depth: int = 0) -> Dict[str, Any]:
         if all(isinstance(t, str) and len(a) == 1 for t, a in zip(simple, alts)):
             return {"type": simple}
         return {"anyOf": alts}
+    schema: Dict[str, Any]
     if origin is Literal:
         values = [a.value if isinstance(a, enum.Enum) else a for a in args]
-        schema: Dict[str, Any] = {"enum": values}
+        schema = {"enum": values}
         kinds = {_scalar_type(v) for v in values}
         if len(kinds) == 1 and None not in kinds:
             schema = {"type": kinds.pop(), "enum": values}
