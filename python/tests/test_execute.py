@@ -138,3 +138,11 @@ def test_schema_formats(tc):
     assert anthropic["name"] == "execute_code" and "input_schema" in anthropic
     openai = tc.schema()
     assert openai["type"] == "function" and openai["function"]["name"] == "execute_code"
+
+
+def test_a_server_that_cannot_start_says_why(tmp_path):
+    tc = Toolcell(config={"execution": {"no_such_key": 1}}, cwd=tmp_path)
+    with pytest.raises(toolcell.ServerExited) as e:
+        tc.execute("1")
+    assert "status 2" in str(e.value) and "no_such_key" in str(e.value)
+    assert tc.close() == 2

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import weakref
@@ -160,6 +161,7 @@ class _Connection:
                 cmd,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 cwd=os.fspath(cwd) if cwd is not None else None,
                 env=dict(env) if env is not None else None,
                 start_new_session=False,
@@ -181,6 +183,11 @@ class _Connection:
         self._loop_thread: Optional[threading.Thread] = None
         self._closed = False
         self.exit_status: Optional[int] = None
+        # serve's stderr (logs, a config error) is passed on to ours, and its
+        # last lines are kept for the error raised when it exits.
+        self.stderr_tail: Deque[str] = collections.deque(maxlen=20)
+        self._stderr_reader = threading.Thread(target=self._read_stderr, name="toolcell-stderr", daemon=True)
+        self._stderr_reader.start()
         self._reader = threading.Thread(target=self._read, name="toolcell-reader", daemon=True)
         self._reader.start()
         _live.add(self)
@@ -267,6 +274,21 @@ class _Connection:
         finally:
             self._on_eof()
 
+    def _read_stderr(self) -> None:
+        stderr = self.proc.stderr
+        assert stderr is not None
+        try:
+            for raw in stderr:
+                line = raw.decode("utf-8", "replace")
+                self.stderr_tail.append(line.rstrip("\n"))
+                try:
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass
+        except (OSError, ValueError):
+            pass
+
     def _dispatch(self, msg: Any) -> None:
         if isinstance(msg, list):  # a batch answer
             for m in msg:
@@ -321,9 +343,11 @@ class _Connection:
             calls = list(self._calls.values())
             self._calls.clear()
         how = "was closed" if self._closed else f"exited (status {self.exit_status})"
+        self._stderr_reader.join(timeout=2)
+        tail = "" if self._closed else "".join(f"\n  {line}" for line in list(self.stderr_tail)[-5:])
         for p in pending:
             if not p.future.done():
-                p.future.set_exception(ServerExited(f"toolcell serve {how} before answering {p.method}"))
+                p.future.set_exception(ServerExited(f"toolcell serve {how} before answering {p.method}{tail}"))
         for c in calls:
             c.cancel()
 
