@@ -203,6 +203,8 @@ export class Toolcell {
   private exited: Promise<number | null>;
   private exitCode: number | null | undefined;
   private closing = false;
+  /** The last lines serve wrote to stderr (at most 20). */
+  readonly stderrTail: string[] = [];
   /** Ids of tool calls the server cancelled (most recent last, at most 100). */
   readonly cancelledCalls: string[] = [];
 
@@ -227,7 +229,15 @@ export class Toolcell {
     this.child = spawn(binary, args, {
       cwd: options.cwd,
       env: options.env,
-      stdio: ["pipe", "pipe", "inherit"],
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    // serve's stderr (logs, a config error) goes on to ours; its last lines
+    // are kept for the error given when it exits.
+    const errLines = createInterface({ input: this.child.stderr!, crlfDelay: Infinity });
+    errLines.on("line", (line) => {
+      this.stderrTail.push(line);
+      if (this.stderrTail.length > 20) this.stderrTail.shift();
+      process.stderr.write(line + "\n");
     });
     this.exited = new Promise((resolve) => {
       this.child.on("exit", (code, signal) => {
@@ -248,11 +258,11 @@ export class Toolcell {
     lines.on("close", () => {
       void this.exited.then((code) => {
         const how = this.closing ? "was closed" : `exited (status ${code})`;
-        this.failAll(new ServerExited(`toolcell serve ${how} before answering`));
+        const tail = this.closing ? "" : this.stderrTail.slice(-5).map((l) => "\n  " + l).join("");
+        this.failAll(new ServerExited(`toolcell serve ${how} before answering${tail}`));
       });
     });
     // Idle, the child does not keep Node running; a pending request does.
-    this.child.unref();
     this.setRef(false);
     live.add(this);
     installExitHook();
@@ -264,13 +274,18 @@ export class Toolcell {
   }
 
   private setRef(on: boolean): void {
-    const out = this.child.stdout as unknown as { ref?: () => void; unref?: () => void };
-    const inp = this.child.stdin as unknown as { ref?: () => void; unref?: () => void };
+    type Handle = { ref?: () => void; unref?: () => void };
+    const out = this.child.stdout as unknown as Handle;
+    const inp = this.child.stdin as unknown as Handle;
+    const err = this.child.stderr as unknown as Handle;
     if (on) {
+      this.child.ref();
       out.ref?.();
     } else {
+      this.child.unref();
       out.unref?.();
       inp.unref?.();
+      err.unref?.();
     }
   }
 
@@ -285,6 +300,10 @@ export class Toolcell {
   }
 
   private send(msg: unknown): void {
+    if (this.exitCode !== undefined && !this.closing) {
+      const tail = this.stderrTail.slice(-5).map((l) => "\n  " + l).join("");
+      throw new ServerExited(`toolcell serve exited (status ${this.exitCode})${tail}`);
+    }
     if (this.closing || this.exitCode !== undefined || !this.child.stdin || this.child.stdin.destroyed) {
       throw new ServerExited("toolcell serve is closed");
     }

@@ -167,3 +167,9 @@ console.log(tc.pid, r.output.trim());
   const [serve, kernel] = out.stdout.trim().split(" ").map(Number);
   assert.ok(gone(serve) && gone(kernel));
 });
+
+test("a server that cannot start says why", async () => {
+  const tc = new Toolcell({ config: { execution: { no_such_key: 1 } } });
+  await assert.rejects(tc.execute("1"), (e) => e instanceof ServerExited && /status 2/.test(e.message) && /no_such_key/.test(e.message));
+  assert.equal(await tc.close(), 2);
+});

@@ -182,6 +182,7 @@ class _Connection:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread: Optional[threading.Thread] = None
         self._closed = False
+        self._eof = False  # the reader saw the end of serve's stdout
         self.exit_status: Optional[int] = None
         # serve's stderr (logs, a config error) is passed on to ours, and its
         # last lines are kept for the error raised when it exits.
@@ -219,6 +220,8 @@ class _Connection:
         with self._lock:
             if self._closed:
                 raise ServerExited("this toolcell client is closed")
+            if self._eof:
+                raise ServerExited(self._exit_message(method))
             self._pending[rid] = pending
             if on_chunk is not None and session is not None:
                 self._streams[session].append(rid)
@@ -342,14 +345,20 @@ class _Connection:
             self._streams.clear()
             calls = list(self._calls.values())
             self._calls.clear()
-        how = "was closed" if self._closed else f"exited (status {self.exit_status})"
         self._stderr_reader.join(timeout=2)
-        tail = "" if self._closed else "".join(f"\n  {line}" for line in list(self.stderr_tail)[-5:])
+        with self._lock:
+            self._eof = True
         for p in pending:
             if not p.future.done():
-                p.future.set_exception(ServerExited(f"toolcell serve {how} before answering {p.method}{tail}"))
+                p.future.set_exception(ServerExited(self._exit_message(p.method)))
         for c in calls:
             c.cancel()
+
+    def _exit_message(self, method: str) -> str:
+        if self._closed:
+            return f"toolcell serve was closed before answering {method}"
+        tail = "".join(f"\n  {line}" for line in list(self.stderr_tail)[-5:])
+        return f"toolcell serve exited (status {self.exit_status}) before answering {method}{tail}"
 
     # ---- tools
 
