@@ -147,4 +147,5 @@ def test_a_server_that_cannot_start_says_why(tmp_path):
     assert "status 2" in str(e.value) and "no_such_key" in str(e.value)
     with pytest.raises(toolcell.ServerExited, match="no_such_key"):
         tc.execute("2")  # sent after the exit: the same message
+    assert any("no_such_key" in line for line in tc.stderr_tail)
     assert tc.close() == 2

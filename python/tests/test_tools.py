@@ -177,11 +177,11 @@ def test_cancelled_calls_stop_waiting(tc):
     assert r.status == "error" and "was cancelled" in r.output, r
     assert time.monotonic() - t0 < 10
     assert started.is_set() and cancelled.wait(5)
-    assert len(tc._conn.cancelled_calls) == 1
+    assert len(tc.cancelled_calls) == 1
 
     r = tc.execute("try:\n    sleepy(2)\nexcept ToolError as e:\n    print(e)", timeout=1)
     assert r.status in ("success", "timeout")
-    assert len(tc._conn.cancelled_calls) == 2
+    assert len(tc.cancelled_calls) == 2
     time.sleep(1.5)  # the late answer is dropped; the client and server go on
     assert tc.execute("print(sleepy(0))").output == "late\n"
 

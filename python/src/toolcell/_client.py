@@ -544,6 +544,17 @@ class _Base:
         return self._conn.binary
 
     @property
+    def stderr_tail(self) -> List[str]:
+        """The last lines the server wrote to stderr (at most 20)."""
+        return list(self._conn.stderr_tail)
+
+    @property
+    def cancelled_calls(self) -> List[Any]:
+        """Ids of tool calls the server cancelled (the last 100)."""
+        with self._conn._lock:
+            return list(self._conn.cancelled_calls)
+
+    @property
     def tools(self) -> Dict[str, Tool]:
         """The client tools registered through this client, by name (session-scoped ones as `session/name`)."""
         with self._conn._lock:
