@@ -36,7 +36,10 @@ test("the binary comes with the package", () => {
   assert.match(bin, /node_modules\/toolcell\/bin\/toolcell$/);
   const out = spawnSync(bin, ["--version"], { encoding: "utf8" });
   const pkg = JSON.parse(readFileSync(new URL("../node_modules/toolcell/package.json", import.meta.url)));
-  assert.ok(out.stdout.includes(pkg.version), out.stdout);
+  assert.equal(out.stdout.trim(), `toolcell ${pkg.version}`);
+  // npm links it as node_modules/.bin/toolcell (`npx toolcell ...`)
+  const linked = spawnSync(new URL("../node_modules/.bin/toolcell", import.meta.url).pathname, ["--version"], { encoding: "utf8" });
+  assert.equal(linked.stdout.trim(), `toolcell ${pkg.version}`);
 });
 
 test("execute returns the result and keeps state", () =>

@@ -17,7 +17,10 @@ def test_binary_comes_with_the_package():
     path = toolcell.find_toolcell_bin()
     assert path == os.path.join(sysconfig.get_path("scripts"), "toolcell")
     out = subprocess.run([path, "--version"], capture_output=True, text=True, check=True).stdout
-    assert toolcell.__version__ in out
+    assert out.strip() == "toolcell " + toolcell.__version__
+    # `python -m toolcell` runs it too
+    out = subprocess.run([sys.executable, "-m", "toolcell", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "toolcell " + toolcell.__version__
 
 
 def test_execute_returns_a_typed_result_and_keeps_state(tc):
