@@ -45,6 +45,10 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/toolcell-packages.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 # The binary under test is the packaged one, never one named by the caller.
 unset TOOLCELL VIRTUAL_ENV
+# The servers the tests start keep their journal, spill files and any user
+# configuration in the work dir, not the user's.
+export XDG_DATA_HOME="$work/xdg/data" XDG_CACHE_HOME="$work/xdg/cache" XDG_CONFIG_HOME="$work/xdg/config"
+mkdir -p "$XDG_DATA_HOME" "$XDG_CACHE_HOME" "$XDG_CONFIG_HOME"
 
 t0=$SECONDS
 now() { echo $((SECONDS - t0)); }

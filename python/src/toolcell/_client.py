@@ -229,6 +229,12 @@ class _Connection:
             self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         except ServerExited:
             self._settle(rid)
+            if self._closed or threading.current_thread() is self._reader:
+                raise
+            # the server died under us: say why, once the reader has seen its end
+            self._reader.join(timeout=5)
+            if self._eof:
+                raise ServerExited(self._exit_message(method)) from None
             raise
         return rid, pending.future
 
