@@ -190,3 +190,39 @@ def test_varargs_refused():
 
     with pytest.raises(TypeError, match="named arguments"):
         function_schema(f)
+
+
+def test_annotated_description():
+    from typing import Annotated
+
+    def f(city: Annotated[str, "The city, e.g. Paris"], days: Annotated[int, "How many days"] = 3):
+        pass
+
+    schema, _, _ = function_schema(f)
+    assert schema["properties"] == {
+        "city": {"type": "string", "description": "The city, e.g. Paris"},
+        "days": {"type": "integer", "description": "How many days", "default": 3},
+    }
+
+
+def test_arguments_are_converted_to_hinted_classes():
+    from toolcell._schema import convert_arguments, to_json
+
+    class Unit(Enum):
+        C = "celsius"
+        F = "fahrenheit"
+
+    @dataclass
+    class Place:
+        city: str
+        country: str = "FR"
+
+    def f(place: Place, unit: Unit = Unit.C, note: Optional[Place] = None):
+        pass
+
+    args = convert_arguments(f, {"place": {"city": "Paris"}, "unit": "fahrenheit", "note": {"city": "Lyon"}})
+    assert args == {"place": Place("Paris"), "unit": Unit.F, "note": Place("Lyon")}
+    schema, _, _ = function_schema(f)
+    assert schema["properties"]["unit"] == {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"}
+    assert to_json({"p": Place("Nice"), "u": Unit.C, "t": (1, 2)}) == {"p": {"city": "Nice", "country": "FR"},
+                                                                       "u": "celsius", "t": [1, 2]}
