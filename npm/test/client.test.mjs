@@ -1,0 +1,178 @@
+// Tests of the installed `toolcell` package (ESM), against a real `toolcell serve`.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { Toolcell, ToolError, RPCError, ServerExited, findToolcellBin } from "toolcell";
+
+const config = { execution: { max_tool_calls: 500, timeout: 60 } };
+
+function gone(pid, withinMs = 10000) {
+  const end = Date.now() + withinMs;
+  while (Date.now() < end) {
+    if (!existsSync(`/proc/${pid}`)) return true;
+    try {
+      if (readFileSync(`/proc/${pid}/stat`, "utf8").split(")").pop().trim().startsWith("Z")) return true;
+    } catch {
+      return true;
+    }
+    spawnSync("sleep", ["0.05"]);
+  }
+  return false;
+}
+
+async function withClient(fn) {
+  const tc = new Toolcell({ config });
+  try {
+    await fn(tc);
+  } finally {
+    await tc.close();
+  }
+}
+
+test("the binary comes with the package", () => {
+  if (process.env.TOOLCELL) return;
+  const bin = findToolcellBin();
+  assert.match(bin, /node_modules\/toolcell\/bin\/toolcell$/);
+  const out = spawnSync(bin, ["--version"], { encoding: "utf8" });
+  const pkg = JSON.parse(readFileSync(new URL("../node_modules/toolcell/package.json", import.meta.url)));
+  assert.equal(out.stdout.trim(), `toolcell ${pkg.version}`);
+  // npm links it as node_modules/.bin/toolcell (`npx toolcell ...`)
+  const linked = spawnSync(new URL("../node_modules/.bin/toolcell", import.meta.url).pathname, ["--version"], { encoding: "utf8" });
+  assert.equal(linked.stdout.trim(), `toolcell ${pkg.version}`);
+});
+
+test("execute returns the result and keeps state", () =>
+  withClient(async (tc) => {
+    let r = await tc.execute("x = 6 * 7\nprint(x)");
+    assert.equal(r.status, "success");
+    assert.equal(r.output, "42\n");
+    assert.equal(r.kernel.execution_count, 1);
+    r = await tc.execute("x + 1");
+    assert.equal(r.output, "43\n");
+    assert.equal(r.kernel.reused, true);
+    r = await tc.execute("1/0");
+    assert.equal(r.status, "error");
+    assert.match(r.error, /ZeroDivisionError/);
+    await assert.rejects(tc.execute(""), (e) => e instanceof RPCError && e.code === -32602);
+  }));
+
+test("stream delivers chunks before the result", () =>
+  withClient(async (tc) => {
+    const chunks = [];
+    const r = await tc.execute("import time\nfor i in range(3):\n    print('step', i, flush=True); time.sleep(0.2)", {
+      stream: (c) => chunks.push(c),
+    });
+    assert.equal(r.status, "success");
+    assert.equal(chunks.map((c) => c.text).join(""), "step 0\nstep 1\nstep 2\n");
+    assert.ok(chunks.length >= 2);
+    assert.ok(chunks.every((c) => c.session === "default" && c.stream === "stdout"));
+  }));
+
+test("tools: sync, async, errors, and the model's schema", () =>
+  withClient(async (tc) => {
+    const orders = { "A-1": 120, "A-2": 35.5 };
+    tc.tool("order_total", { type: "object", description: "One order's total.",
+      properties: { id: { type: "string" } }, required: ["id"] }, ({ id }) => orders[id]);
+    tc.tool("list-orders", { description: "Ids of all orders.", input_schema: { type: "object" } },
+      async () => { await new Promise((r) => setTimeout(r, 20)); return Object.keys(orders); });
+    tc.tool("explode", { type: "object", properties: { why: { type: "string" } } }, ({ why }) => { throw new Error("boom " + why); });
+    tc.tool("refuse", { type: "object" }, () => { throw new ToolError("not allowed"); });
+    const code = `
+print(sum(order_total(o) for o in list_orders()))
+for f in (lambda: explode(why="x"), refuse):
+    try:
+        f()
+    except ToolError as e:
+        print(e)
+`;
+    const r = await tc.execute(code);
+    assert.equal(r.status, "success", r.output);
+    assert.deepEqual(r.output.split("\n"), ["155.5", "explode: Error: boom x", "refuse: not allowed", ""]);
+    assert.equal(r.tool_calls_made, 5);
+    const schema = await tc.schema("anthropic");
+    assert.equal(schema.name, "execute_code");
+    assert.match(schema.description, /order_total\(id: str\)/);
+    assert.match(schema.description, /One order's total\./);
+  }));
+
+test("calls from threads are served concurrently", () =>
+  withClient(async (tc) => {
+    tc.tool("slow_square", { type: "object", properties: { x: { type: "integer" } }, required: ["x"] },
+      async ({ x }) => { await new Promise((r) => setTimeout(r, 200)); return x * x; });
+    const r = await tc.execute(`
+import time
+from concurrent.futures import ThreadPoolExecutor
+t0 = time.perf_counter()
+with ThreadPoolExecutor(8) as ex:
+    print(sum(ex.map(slow_square, range(16))), time.perf_counter() - t0 < 2.0)
+`);
+    assert.equal(r.output, "1240 True\n");
+  }));
+
+test("a cancelled call is aborted and its answer dropped", () =>
+  withClient(async (tc) => {
+    let aborted = false;
+    tc.tool("forever", { type: "object" }, (_args, ctx) => new Promise((resolve) => {
+      ctx.signal.addEventListener("abort", () => { aborted = true; resolve("late"); });
+    }));
+    const r = await tc.execute("forever()", { timeout: 1 });
+    assert.equal(r.status, "error");
+    assert.match(r.output, /was cancelled/);
+    assert.equal(aborted, true);
+    assert.equal(tc.cancelledCalls.length, 1);
+    assert.equal((await tc.execute("print('still fine')")).output, "still fine\n");
+  }));
+
+test("an AbortSignal cancels the cell", () =>
+  withClient(async (tc) => {
+    await tc.execute("state = 1");
+    const ac = new AbortController();
+    const p = tc.execute("import time\nprint('go', flush=True)\ntime.sleep(30)", { stream: () => ac.abort(), signal: ac.signal });
+    const r = await p;
+    assert.equal(r.status, "interrupted");
+    assert.equal((await tc.execute("print(state)")).output, "1\n");
+  }));
+
+test("sessions, interrupt and shutdownSession", () =>
+  withClient(async (tc) => {
+    await tc.execute("y = 1", { session: "s" });
+    let started;
+    const ready = new Promise((r) => (started = r));
+    const p = tc.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(30)", { session: "s", stream: () => started() });
+    await ready;
+    assert.equal(await tc.interrupt("s"), 1);
+    assert.equal((await p).status, "interrupted");
+    assert.deepEqual((await tc.sessions()).map((s) => s.session), ["s"]);
+    assert.equal(await tc.shutdownSession("s"), 1);
+  }));
+
+test("close ends the server and its kernels", async () => {
+  const tc = new Toolcell();
+  const kernel = Number((await tc.execute("import os; print(os.getpid())")).output);
+  const pid = tc.pid;
+  assert.equal(await tc.close(), 0);
+  assert.ok(gone(pid) && gone(kernel));
+  await assert.rejects(tc.execute("1"), ServerExited);
+});
+
+test("a script that never closes still exits, and ends the server", () => {
+  const script = `
+import { Toolcell } from "toolcell";
+const tc = new Toolcell();
+const r = await tc.execute("import os; print(os.getpid())");
+console.log(tc.pid, r.output.trim());
+`;
+  const out = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
+    encoding: "utf8", timeout: 30000, cwd: new URL(".", import.meta.url).pathname,
+  });
+  assert.equal(out.status, 0, out.stderr);
+  const [serve, kernel] = out.stdout.trim().split(" ").map(Number);
+  assert.ok(gone(serve) && gone(kernel));
+});
+
+test("a server that cannot start says why", async () => {
+  const tc = new Toolcell({ config: { execution: { no_such_key: 1 } } });
+  await assert.rejects(tc.execute("1"), (e) => e instanceof ServerExited && /status 2/.test(e.message) && /no_such_key/.test(e.message));
+  assert.equal(await tc.close(), 2);
+});

@@ -1,0 +1,240 @@
+"""Client tools: Python functions the cell calls."""
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Literal, Optional
+
+import pytest
+
+from toolcell import RPCError, ToolError
+
+ORDERS = {"A-1": 120.0, "A-2": 35.5, "A-3": 990.0}
+
+
+def test_sync_tool_with_derived_signature(tc):
+    @tc.tool
+    def order_total(id: str, currency: Literal["EUR", "USD"] = "EUR") -> Dict[str, float]:
+        """One order's total.
+
+        Args:
+            id: The order id, like A-1.
+            currency: The currency of the total.
+        """
+        return {"total": ORDERS[id]}
+
+    assert order_total("A-2") == {"total": 35.5}  # the decorator returns the function
+    r = tc.execute("print(order_total('A-3')['total'])\nimport inspect\nprint(inspect.signature(order_total))")
+    assert r.ok, r.output
+    lines = r.output.splitlines()
+    assert lines[0] == "990.0"
+    assert "id: str" in lines[1] and "currency: Literal['EUR', 'USD'] = 'EUR'" in lines[1]
+    assert r.tool_calls_made == 1
+    # the model sees it
+    description = tc.schema(format="anthropic")["description"]
+    assert "order_total(" in description and "One order's total." in description
+
+
+def test_name_and_description_overrides(tc):
+    @tc.tool(name="lookup-user", description="Find a user.")
+    def find(user_id: int) -> dict:
+        return {"id": user_id, "name": "ada"}
+
+    r = tc.execute("print(lookup_user(7)['name'])")
+    assert r.output == "ada\n"
+    assert "Find a user." in tc.schema()["function"]["description"]
+
+
+def test_async_tool(tc):
+    seen = []
+
+    @tc.tool
+    async def fetch(url: str) -> str:
+        """Fetch a page (pretend)."""
+        seen.append(asyncio.get_running_loop())
+        await asyncio.sleep(0.05)
+        return "<html>" + url
+
+    r = tc.execute("print(fetch('x'))")
+    assert r.output == "<html>x\n"
+    assert len(seen) == 1
+
+
+def test_exceptions_reach_the_cell_as_tool_error(tc):
+    @tc.tool
+    def explode(why: str):
+        raise ValueError("boom: " + why)
+
+    @tc.tool
+    def refuse(amount: float):
+        raise ToolError(f"amount {amount} is over the limit")
+
+    @tc.tool
+    async def aexplode():
+        raise KeyError("missing")
+
+    code = """
+for f, args in [(explode, ("on purpose",)), (refuse, (5.0,)), (aexplode, ())]:
+    try:
+        f(*args)
+    except ToolError as e:
+        print(e)
+"""
+    r = tc.execute(code)
+    assert r.ok, r.output
+    assert r.output.splitlines() == [
+        "explode: ValueError: boom: on purpose",
+        "refuse: amount 5.0 is over the limit",
+        "aexplode: KeyError: 'missing'",
+    ]
+    # uncaught: the cell fails with ToolError
+    r = tc.execute("explode('again')")
+    assert r.status == "error" and "ToolError" in r.output
+
+
+def test_bad_arguments_never_reach_the_function(tc):
+    calls = []
+
+    @tc.tool
+    def square(x: int) -> int:
+        calls.append(x)
+        return x * x
+
+    r = tc.execute("try:\n    square('seven')\nexcept ToolError as e:\n    print(e)")
+    assert r.output == 'square: bad arguments: /x: "seven" is not of type "integer"\n'
+    assert calls == [] and r.tool_calls_made == 0
+
+
+def test_calls_from_threads_run_concurrently(tc):
+    active, peak = [0], [0]
+    lock = threading.Lock()
+
+    @tc.tool
+    def slow_square(x: int, delay: float = 0.2) -> int:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(delay)
+        with lock:
+            active[0] -= 1
+        return x * x
+
+    code = """
+import time
+from concurrent.futures import ThreadPoolExecutor
+t0 = time.perf_counter()
+with ThreadPoolExecutor(8) as ex:
+    total = sum(ex.map(slow_square, range(16)))
+print(total, round(time.perf_counter() - t0, 2))
+"""
+    r = tc.execute(code)
+    assert r.ok, r.output
+    total, took = r.output.split()
+    assert int(total) == sum(i * i for i in range(16))
+    # 16 calls of 0.2 s one after another would take 3.2 s
+    assert float(took) < 2.0 and peak[0] >= 4
+    assert r.tool_calls_made == 16
+
+
+def test_async_calls_run_concurrently(tc):
+    @tc.tool
+    async def wait(x: int) -> int:
+        await asyncio.sleep(0.3)
+        return x
+
+    code = """
+import time
+from concurrent.futures import ThreadPoolExecutor
+t0 = time.perf_counter()
+with ThreadPoolExecutor(10) as ex:
+    print(sum(ex.map(wait, range(10))), time.perf_counter() - t0 < 2.0)
+"""
+    assert tc.execute(code).output == "45 True\n"
+
+
+def test_cancelled_calls_stop_waiting(tc):
+    started, cancelled = threading.Event(), threading.Event()
+
+    @tc.tool
+    async def forever() -> str:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    @tc.tool
+    def sleepy(seconds: float) -> str:
+        time.sleep(seconds)
+        return "late"
+
+    t0 = time.monotonic()
+    r = tc.execute("forever()", timeout=1)
+    # the call is given up just before the cell's deadline: ToolError in the cell
+    assert r.status == "error" and "was cancelled" in r.output, r
+    assert time.monotonic() - t0 < 10
+    assert started.is_set() and cancelled.wait(5)
+    assert len(tc.cancelled_calls) == 1
+
+    r = tc.execute("try:\n    sleepy(2)\nexcept ToolError as e:\n    print(e)", timeout=1)
+    assert r.status in ("success", "timeout")
+    assert len(tc.cancelled_calls) == 2
+    time.sleep(1.5)  # the late answer is dropped; the client and server go on
+    assert tc.execute("print(sleepy(0))").output == "late\n"
+
+
+def test_dataclass_arguments_and_results(tc):
+    @dataclass
+    class Point:
+        x: float
+        y: float = 0.0
+
+    @tc.tool
+    def shift(p: Point, by: float) -> Point:
+        return Point(p.x + by, p.y + by)
+
+    r = tc.execute("print(shift({'x': 1.5}, 2))")
+    assert r.output == "{'x': 3.5, 'y': 2.0}\n"
+
+
+def test_result_that_is_not_json(tc):
+    @tc.tool
+    def thing() -> dict:
+        return {"f": object()}
+
+    r = tc.execute("try:\n    thing()\nexcept ToolError as e:\n    print(e)")
+    assert "not JSON" in r.output
+
+
+def test_session_scoped_tools_and_unregister(tc):
+    @tc.tool(session="a")
+    def only_a() -> str:
+        return "a"
+
+    assert tc.execute("print(only_a())", session="a").output == "a\n"
+    r = tc.execute("only_a()", session="b")
+    assert r.status == "error" and "NameError" in r.output
+    assert tc.unregister("only_a", session="a") == ["only_a"]
+    assert tc.execute("only_a()", session="a").status == "error"
+
+
+def test_optional_and_list_arguments(tc):
+    @tc.tool
+    def summarize(values: List[float], label: Optional[str] = None) -> dict:
+        return {"label": label, "sum": sum(values)}
+
+    r = tc.execute("print(summarize([1, 2.5]), summarize([1], label='x'))")
+    assert r.output == "{'label': None, 'sum': 3.5} {'label': 'x', 'sum': 1}\n"
+
+
+def test_a_name_that_clashes_is_refused(tc):
+    def read_file(path: str) -> str:
+        return ""
+
+    with pytest.raises(RPCError) as e:
+        tc.tool(read_file)
+    assert e.value.code == -32602 and "read_file" in e.value.message
+    assert "read_file" not in tc.tools

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Every test: the third-party programs they drive (installed when missing),
+# the workspace's tests, the crates' feature-less builds, every bench run
+# once as a test, and the Python and npm packages tested from their
+# artifacts. README and .ci/run both point here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# MCP servers from npm and PyPI, R for the R kernels: into a cache outside
+# the clone when missing.
+step "scripts/test-deps.sh"
+scripts/test-deps.sh
+
+step "cargo test --workspace"
+cargo test --workspace
+
+# The kernel crate without its default `journal` feature (no SQLite).
+step "cargo test -p toolcell-kernel --no-default-features"
+cargo test -p toolcell-kernel --no-default-features
+
+# toolcell-tools without its default features (no HTTP/TLS/HTML stack, no MCP client).
+step "cargo test -p toolcell-tools --no-default-features"
+cargo test -p toolcell-tools --no-default-features
+
+step "cargo test --benches -p toolcell-benches"
+cargo test --benches -p toolcell-benches
+
+# The Python wheel and the npm package: built, installed alone into a fresh
+# venv / temp dir, and their client tests and examples run there.
+step "scripts/packages.sh"
+scripts/packages.sh
