@@ -991,6 +991,8 @@ where
         }
     }
     drop(conn);
+    // The link holds a sender too: the writer ends when every one is gone.
+    drop(link);
     drop(tx);
     match at_eof {
         AtEof::Finish => {

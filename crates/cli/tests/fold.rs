@@ -13,9 +13,14 @@ fn exec(env: &Env, code: &str) -> Value {
     env.run(&["exec", "--json", code]).json()
 }
 
+/// An environment with folding on (it is off by default).
+fn folding() -> Env {
+    Env::with_config("[output]\nfold = true\n")
+}
+
 #[test]
 fn a_timestamped_log_with_one_error_comes_back_short() {
-    let env = Env::new();
+    let env = folding();
     let code = r#"
 import datetime
 t0 = datetime.datetime(2026, 12, 1, 18, 0, 0)
@@ -48,7 +53,7 @@ for i in range(400):
 
 #[test]
 fn two_hundred_thousand_rows_of_one_shape_fit_in_two_kilobytes() {
-    let env = Env::new();
+    let env = folding();
     let code = "for i in range(200000):\n    print(f'{i},{i * 7 % 1000},0.{i % 97},2026-01-{i % 28 + 1:02d}')\nprint('total rows: 200000')";
     let r = exec(&env, code);
     let out = r["output"].as_str().unwrap();
@@ -61,10 +66,11 @@ fn two_hundred_thousand_rows_of_one_shape_fit_in_two_kilobytes() {
 
 #[test]
 fn output_without_repetition_is_unchanged_and_fold_false_turns_it_off() {
-    let env = Env::new();
+    let env = folding();
     let code = "import json\nprint(json.dumps({'a': 1, 'b': [1, 2, 3]}, indent=2))\nfor w in ['alpha', 'beta', 'gamma']:\n    print(w.upper(), len(w))\nprint('done')";
     let on = exec(&env, code);
-    let off_env = Env::with_config("[output]\nfold = false\nmax_line_chars = 0\n");
+    // The default: off.
+    let off_env = Env::new();
     let off = exec(&off_env, code);
     assert_eq!(on["output"], off["output"]);
     assert!(on.get("stdout_lines_folded").is_none(), "{on}");
@@ -76,7 +82,7 @@ fn output_without_repetition_is_unchanged_and_fold_false_turns_it_off() {
 
 #[test]
 fn a_long_line_keeps_its_head_and_tail() {
-    let env = Env::new();
+    let env = folding();
     let r = exec(&env, "print('<' + 'x' * 9998 + '>')\nprint('after')");
     let out = r["output"].as_str().unwrap();
     assert!(out.starts_with(&format!("<{}", "x".repeat(999))), "{out}");

@@ -87,13 +87,13 @@ section! {
         watch_files: bool = true, Flag;
         /// Entries (files and directories) one scan of the working directory covers at most; beyond it the scan stops and the result says so (`files.scan_stopped`).
         watch_max_entries: usize = 20_000, Count { max: 10_000_000 };
-        /// Fold runs of same-shape lines (lines equal once numbers, hex ids, timestamps and UUIDs are masked): a run of `fold_min_run` or more keeps its first and last `fold_keep` lines and one line saying how many were omitted; the full text goes to the spill file. `false` turns folding off.
-        fold: bool = true, Flag;
-        /// The shortest run of same-shape lines that is folded.
+        /// Fold repetition out of output before the head/tail cut, for hosts whose output goes to a model: runs of `fold_min_run` or more same-shape lines (equal once numbers, hex ids, timestamps and UUIDs are masked) keep their first and last `fold_keep` lines and one line saying how many were omitted, and lines longer than `max_line_chars` keep their head and tail. The full text goes to the spill file. Off by default, so output is cut exactly as described under `max_stdout_bytes`.
+        fold: bool = false, Flag;
+        /// With `fold`: the shortest run of same-shape lines that is folded.
         fold_min_run: usize = 8, Count { max: 1_000_000 };
-        /// Lines shown at each end of a folded run (fewer than half of `fold_min_run`).
+        /// With `fold`: lines shown at each end of a folded run (fewer than half of `fold_min_run`).
         fold_keep: usize = 3, Count { max: 1_000 };
-        /// A line longer than this many characters keeps its head and tail with a note of how many characters were cut (the full line goes to the spill file); 0: no limit.
+        /// With `fold`: a line longer than this many characters keeps its head and tail with a note of how many characters were cut; 0: no limit.
         max_line_chars: u64 = 2_000, Limit { what: "a whole number of characters" };
     }
 }

@@ -182,7 +182,7 @@ impl Default for RegistryOptions {
             spill_prune_every: Duration::from_secs(3600),
             watch_files: true,
             watch_max_entries: crate::watch::DEFAULT_MAX_ENTRIES,
-            fold: crate::fold::FoldOptions::default(),
+            fold: crate::fold::FoldOptions::off(),
             passthrough: Vec::new(),
             tools: crate::config::default_tools(),
             rpc_tcp: false,
@@ -237,11 +237,16 @@ impl RegistryOptions {
             spill_prune_every: Duration::from_secs(3600),
             watch_files: config.output.watch_files,
             watch_max_entries: config.output.watch_max_entries,
-            fold: crate::fold::FoldOptions {
-                fold: config.output.fold,
-                min_run: config.output.fold_min_run,
-                keep: config.output.fold_keep,
-                max_line_chars: usize::try_from(config.output.max_line_chars).unwrap_or(usize::MAX),
+            fold: if config.output.fold {
+                crate::fold::FoldOptions {
+                    fold: true,
+                    min_run: config.output.fold_min_run,
+                    keep: config.output.fold_keep,
+                    max_line_chars: usize::try_from(config.output.max_line_chars)
+                        .unwrap_or(usize::MAX),
+                }
+            } else {
+                crate::fold::FoldOptions::off()
             },
             passthrough: config.env.passthrough.clone(),
             tools: config.tools.enabled.clone(),
