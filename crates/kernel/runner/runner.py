@@ -111,6 +111,13 @@ _calls = {}  # call id -> [lock held until the reply, reply]
 _calls_lock = _thread.allocate_lock()
 _call_seq = [0]
 _in_cell = False
+# An interrupt that arrives after a cell's execute request was read but
+# before its code started is kept for it (not lost): `_cell_queued` is set
+# by the reader when it queues an execute; under `_int_lock` the reader
+# either signals the running cell or leaves `_int_pending` for the next one.
+_cell_queued = False
+_int_pending = False
+_int_lock = _thread.allocate_lock()
 
 # Cell sources kept in linecache (for tracebacks of functions defined in old
 # cells) are bounded: the oldest are dropped past this many characters.
@@ -400,16 +407,21 @@ def _tool_reply(req):
 
 
 def _interrupt():
-    """In-band interrupt: SIGINT to our process group during a cell."""
-    if not _in_cell:
-        return
-    try:
-        if os.getpgrp() == _PID:
-            os.killpg(_PID, _SIGINT)
-        else:
-            os.kill(_PID, _SIGINT)
-    except OSError:
-        pass
+    """In-band interrupt: SIGINT to our process group during a cell; kept
+    for the cell about to start when its request was read already."""
+    global _int_pending
+    with _int_lock:
+        if not _in_cell:
+            if _cell_queued:
+                _int_pending = True
+            return
+        try:
+            if os.getpgrp() == _PID:
+                os.killpg(_PID, _SIGINT)
+            else:
+                os.kill(_PID, _SIGINT)
+        except OSError:
+            pass
 
 
 def _use_inband(module):
@@ -465,7 +477,7 @@ def _read_requests():
     EOF (or a read error) means the host is gone: kill the process group at
     once, even in the middle of a cell.
     """
-    global _shutdown_requested
+    global _shutdown_requested, _cell_queued
     buf = bytearray()
     scan = 0
     discarding = False
@@ -517,6 +529,9 @@ def _read_requests():
                 continue
             if rtype == "shutdown":
                 _shutdown_requested = True
+            if rtype == "execute":
+                with _int_lock:
+                    _cell_queued = True
             _requests.put(("req", req))
 
 
@@ -1061,16 +1076,24 @@ def _ignore_sigint():
 
 def _run_user(src, filename):
     """Run the cell with SIGINT live; return the exception it ended with."""
-    global _in_cell
+    global _in_cell, _int_pending, _cell_queued
     _signal_fn(_SIGINT, _default_int_handler)
-    _in_cell = True
+    with _int_lock:
+        _in_cell = True
+        pending = _int_pending
+        _int_pending = False
     try:
+        if pending:
+            # Interrupted before its first line ran.
+            raise KeyboardInterrupt
         _execute(src, filename)
     except BaseException as e:
-        _in_cell = False
+        with _int_lock:
+            _in_cell = _cell_queued = _int_pending = False
         _ignore_sigint()
         return e
-    _in_cell = False
+    with _int_lock:
+        _in_cell = _cell_queued = _int_pending = False
     _ignore_sigint()
     return None
 

@@ -1152,22 +1152,35 @@ impl Kernel {
         }
     }
 
-    /// SIGINT to the kernel's process group (the runner turns it into
-    /// `KeyboardInterrupt` during a cell and ignores it between cells).
+    /// Interrupts the running cell: an in-band `interrupt` request, after
+    /// which the runner sends SIGINT to its own process group (the cell gets
+    /// `KeyboardInterrupt`). In-band, it is ordered after the cell's
+    /// `execute`: an interrupt that arrives before the cell's first line ran
+    /// is kept for it, never lost. Between cells it does nothing. Should
+    /// the request channel fail, a local kernel gets SIGINT directly.
     pub fn interrupt(&self) {
-        if self.spec.remote.is_some() {
-            // In-band: the runner sends SIGINT to its own (remote) group.
+        let pipe = Arc::clone(&self.requests);
+        let direct = if self.spec.remote.is_some() {
             // Never a signal to the local command: it would end the connection.
-            let pipe = Arc::clone(&self.requests);
-            if let Ok(line) = Request::Interrupt.to_line() {
+            None
+        } else {
+            i32::try_from(self.pid).ok()
+        };
+        match Request::Interrupt.to_line() {
+            Ok(line) => {
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(Duration::from_secs(5), pipe.send(&line)).await;
+                    let sent =
+                        tokio::time::timeout(Duration::from_secs(5), pipe.send(&line)).await;
+                    if !matches!(sent, Ok(Ok(_))) && let Some(p) = direct {
+                        let _ = killpg(Pid::from_raw(p), Signal::SIGINT);
+                    }
                 });
             }
-            return;
-        }
-        if let Ok(p) = i32::try_from(self.pid) {
-            let _ = killpg(Pid::from_raw(p), Signal::SIGINT);
+            Err(_) => {
+                if let Some(p) = direct {
+                    let _ = killpg(Pid::from_raw(p), Signal::SIGINT);
+                }
+            }
         }
     }
 
