@@ -21,12 +21,12 @@ use toolcell_protocol::{CellResult, Decoder, Event, Execute, Hello, Reply, Reque
 use toolcell_redact::{Cleaner, Redactor};
 use toolcell_rpc::{CellReport, CellSpec, Dispatch, Server, ServerConfig};
 use toolcell_tools::process::Tree;
-use toolcell_tools::{DynTool, stubs};
+use toolcell_tools::DynTool;
 
 use crate::capture::{Capture, Captured, SpillTarget};
 
 /// The runner script (SPEC §2–§3), written into each kernel's directory.
-pub const RUNNER: &str = include_str!("../runner/runner.py");
+pub const RUNNER: &str = crate::language::RUNNER_PY;
 
 /// Bytes read from a pipe at a time.
 const READ_CHUNK: usize = 64 * 1024;
@@ -91,7 +91,7 @@ pub enum SpawnError {
     Stub(#[from] toolcell_tools::stubs::StubError),
     /// The kernel did not start while `[limits]` were set (likely too low).
     #[error(
-        "kernel failed to start under [limits] {limits} (a limit may be too low for Python to start, or above the hard limit the host itself runs under): {source}"
+        "kernel failed to start under [limits] {limits} (a limit may be too low for the interpreter to start, or above the hard limit the host itself runs under): {source}"
     )]
     UnderLimits {
         /// The limits in force, `key = value, …`.
@@ -165,6 +165,8 @@ pub struct KernelSpec {
     /// Confine the kernel with Landlock (`[execution] confine`): writes only
     /// beneath its private directory, `cwd` and the temp dir.
     pub confine: bool,
+    /// The kernel's language (its runner, stubs and launch command).
+    pub language: crate::language::Language,
 }
 
 impl std::fmt::Debug for KernelSpec {
@@ -492,11 +494,12 @@ impl Kernel {
         // The runner is launched from this open file (fd 4 of the child),
         // never from its path: a file swapped in after the check is never
         // what runs.
-        let runner =
-            write_in(&dir_handle, "runner.py", RUNNER).map_err(io_err("writing runner.py"))?;
-        let stub = stubs::stub_module(&spec.tools)?;
-        write_in(&dir_handle, "toolcell_tools.py", &stub)
-            .map_err(io_err("writing toolcell_tools.py"))?;
+        let (runner_name, runner_source) = spec.language.runner();
+        let runner = write_in(&dir_handle, runner_name, runner_source)
+            .map_err(io_err(format!("writing {runner_name}")))?;
+        let stub = spec.language.stub_source(&spec.tools, &[])?;
+        let stub_name = spec.language.stub_file();
+        write_in(&dir_handle, stub_name, &stub).map_err(io_err(format!("writing {stub_name}")))?;
 
         let mut cgroup = match toolcell_tools::cgroup::HostCgroup::get() {
             Some(host) => Some(host.kernel(&spec.id).map_err(io_err(
@@ -510,7 +513,7 @@ impl Kernel {
             Some(cg) => ServerConfig::default().peer_cgroup(cg.proc_path()),
             None => ServerConfig::default(),
         };
-        let server = if spec.rpc_tcp {
+        let server = if spec.rpc_tcp || spec.language.needs_tcp() {
             Server::bind_tcp(Arc::clone(&spec.dispatch), ServerConfig::default())?
         } else {
             Server::bind_unix(&dir, Arc::clone(&spec.dispatch), rpc_config)?
@@ -524,10 +527,7 @@ impl Kernel {
                 source: e.into(),
             })?;
         let mut cmd = std::process::Command::new(&spec.interpreter);
-        cmd.arg("-u")
-            .arg("-c")
-            .arg(BOOTSTRAP)
-            .arg(dir.join("runner.py"))
+        cmd.args(spec.language.launch_args(&dir.join(runner_name)))
             .current_dir(&spec.cwd)
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
@@ -807,6 +807,11 @@ impl Kernel {
         &self.spec.mode
     }
 
+    /// The kernel's language.
+    pub fn language(&self) -> crate::language::Language {
+        self.spec.language
+    }
+
     /// Cells run so far.
     pub fn execution_count(&self) -> u64 {
         self.execution_count
@@ -930,11 +935,11 @@ impl Kernel {
             return Ok(());
         }
         let (source, dispatch) = match extra.filter(|e| !e.is_empty()) {
-            None => (stubs::stub_module(&self.spec.tools)?, None),
+            None => (self.spec.language.stub_source(&self.spec.tools, &[])?, None),
             Some(e) => {
                 let mut all = self.spec.tools.clone();
                 all.extend(e.tools.iter().cloned());
-                let source = stubs::stub_module_with(&all, &e.unavailable)?;
+                let source = self.spec.language.stub_source(&all, &e.unavailable)?;
                 let dispatch: Arc<dyn Dispatch> = toolcell_tools::ToolDispatcher::over(
                     &e.tools,
                     Arc::clone(&self.spec.tool_settings),

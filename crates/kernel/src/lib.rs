@@ -96,12 +96,14 @@ pub mod interpreter;
 #[cfg(feature = "journal")]
 pub mod journal;
 pub mod kernel;
+pub mod language;
 pub mod limits;
 pub mod registry;
 pub mod result;
 mod spill;
 pub mod watch;
 
+pub use language::Language;
 pub use kernel::{
     CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, SpawnError, StreamKind,
     TimeoutPolicy,

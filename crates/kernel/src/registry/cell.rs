@@ -126,6 +126,7 @@ impl Registry {
         let info = KernelInfo {
             id: kernel.id().to_string(),
             mode: kernel.mode().to_string(),
+            language: kernel.language().as_str().to_string(),
             python: kernel.python().to_string(),
             reused: ready.reused,
             execution_count: outcome.execution_count,
@@ -185,8 +186,10 @@ impl Inner {
         extra: Option<&super::ExtraTools>,
     ) -> Result<Plan, Box<ExecuteResult>> {
         let mode = req.mode.unwrap_or(self.opts.mode);
+        let language = req.language.unwrap_or(self.opts.language);
         let blank = KernelInfo {
             mode: mode_str(mode).into(),
+            language: language.as_str().into(),
             ..KernelInfo::default()
         };
         if req.is_cancelled() {
@@ -205,7 +208,9 @@ impl Inner {
             .tools
             .select(&admitted.tools)
             .map_err(|e| error(e.to_string()))?;
-        let (interpreter, version) = self.interpreter(mode, &admitted.cwd).map_err(error)?;
+        let (interpreter, version) = self
+            .interpreter(language, mode, &admitted.cwd)
+            .map_err(error)?;
         let per_call = self.opts.kernel_mode == KernelMode::PerCall;
         // Random ids come first: a failing random source fails the cell
         // before anything starts, never a predictable id (crate::ids).
@@ -218,12 +223,14 @@ impl Inner {
         let key = SessionKey {
             owner,
             mode: mode_str(mode),
+            language,
             interpreter: interpreter.clone(),
             cwd: admitted.cwd.clone(),
             tools: admitted.tools.clone(),
         };
         let shape = Shape {
             mode,
+            language,
             interpreter,
             version,
             cwd: admitted.cwd,

@@ -21,6 +21,7 @@ use crate::kernel::{Kernel, KernelSpec};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Shape {
     pub(super) mode: Mode,
+    pub(super) language: crate::language::Language,
     pub(super) interpreter: PathBuf,
     pub(super) version: String,
     pub(super) cwd: PathBuf,
@@ -71,6 +72,7 @@ pub(super) async fn spawn_kernel(
         startup_timeout: inner.opts.startup_timeout,
         limits: inner.opts.limits,
         confine: inner.opts.confine,
+        language: shape.language,
     };
     // The first scan of the working directory (SPEC §16) runs while the
     // interpreter starts.
@@ -121,12 +123,14 @@ impl Inner {
             Mode::Strict => PathBuf::new(),
             _ => self.opts.default_cwd.clone(),
         };
-        let (interpreter, version) = self.interpreter(mode, &cwd)?;
+        let language = self.opts.language;
+        let (interpreter, version) = self.interpreter(language, mode, &cwd)?;
         let mut tools = self.opts.tools.clone();
         tools.sort();
         tools.dedup();
         Ok(Shape {
             mode,
+            language,
             interpreter,
             version,
             cwd,
