@@ -123,7 +123,8 @@ async fn errors_name_the_failing_line() {
     let r = run(&f, Language::R, "a <- 1\ng <- function(v) stop('bad value: ', v)\ng(a)").await;
     assert_eq!(r.status, Status::Error, "{}", show(&r));
     assert!(r.output.contains("Error in g(a) : bad value: 1"), "{}", show(&r));
-    assert!(r.output.contains("line 3"), "{}", show(&r));
+    assert!(r.output.contains("line 3: g(a)"), "{}", show(&r));
+    assert!(r.error.as_deref().unwrap_or("").contains("bad value: 1"), "{}", show(&r));
     let js = run(&f, Language::JavaScript, "let a = 1\nfunction g(v) { throw new Error('bad value: ' + v) }\ng(a)").await;
     assert_eq!(js.status, Status::Error, "{}", show(&js));
     assert!(js.output.contains("Error: bad value: 1"), "{}", show(&js));

@@ -561,6 +561,7 @@ impl Inner {
         );
         let interpreter = plan.shape.interpreter.display();
         let mut cx = HintContext::new(importable, format!("{interpreter} ({python})"));
+        cx.language = plan.shape.language.as_str().to_string();
         cx.limits = self
             .opts
             .limits
