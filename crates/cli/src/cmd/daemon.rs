@@ -539,6 +539,9 @@ pub fn exec_in_session(
         if let Some(t) = host::tool_list(args.overrides.tools.as_deref()) {
             params["tools"] = json!(t);
         }
+        if let Some(l) = &args.overrides.language {
+            params["language"] = json!(l);
+        }
         // Ctrl-C interrupts the cell in the daemon (the session survives).
         let sock = p.socket.clone();
         let owner = session.to_string();

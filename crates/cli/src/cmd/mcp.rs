@@ -76,7 +76,7 @@ pub struct Args {
 const EXECUTE_CODE: &str = "execute_code";
 
 /// Keys `execute_code` accepts.
-const ACCEPTED: [&str; 3] = ["code", "reset", "session"];
+const ACCEPTED: [&str; 4] = ["code", "reset", "session", "language"];
 
 /// Live chunks queued for one request's progress notifications; when the
 /// client reads slowly, chunks beyond this are dropped (the result still
@@ -372,6 +372,12 @@ fn execute_code_def(tools: &[Arc<dyn DynTool>], options: &schema::ExecuteCodeOpt
         "type": "string",
         "description": "Name of the kernel to run in (default \"default\"). Each name keeps \
                         its own kernel and state for this connection."
+    });
+    input["properties"]["language"] = json!({
+        "type": "string",
+        "enum": ["python", "r", "javascript"],
+        "description": "The language of the code (default: the configured one). Each language \
+                        has its own kernel and state in a session."
     });
     Tool::new(EXECUTE_CODE, description, object(input))
 }

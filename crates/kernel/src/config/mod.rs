@@ -838,6 +838,7 @@ impl Config {
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
             confined: self.execution.confine,
+            language: self.execution.language.as_str().to_string(),
         }
     }
 
