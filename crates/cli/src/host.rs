@@ -84,7 +84,8 @@ impl Overrides {
         }
         if let Some(l) = &self.language {
             // `js`, `R`: the spellings a person types.
-            let l = toolcell_kernel::Language::parse(l).map_or_else(|_| l.clone(), |l| l.as_str().to_string());
+            let l = toolcell_kernel::Language::parse(l)
+                .map_or_else(|_| l.clone(), |l| l.as_str().to_string());
             v.push(("execution.language", l, "--language"));
         }
         v

@@ -53,42 +53,11 @@ function rawStderr(message) {
 }
 
 // --------------------------------------------------------------------------
-// Requests: a worker reads fd 3 (blocking) and posts each line; on EOF it
-// kills our process group (the host is gone).
+// Requests: read from a private descriptor of the request pipe on the main
+// thread's event loop (EOF: the host is gone, kill our group). A busy cell
+// blocks the loop, so a watcher thread also checks every 200 ms that the
+// host (our parent) still exists, and kills the group when it does not.
 // --------------------------------------------------------------------------
-
-const READER = `
-const fs = require('fs');
-const { parentPort, workerData } = require('worker_threads');
-const fd = workerData.fd;
-const buf = Buffer.alloc(1 << 16);
-const nap = new Int32Array(new SharedArrayBuffer(4));
-let pending = [];
-let size = 0;
-for (;;) {
-  let n = 0;
-  try { n = fs.readSync(fd, buf, 0, buf.length, null); } catch (e) {
-    // Non-blocking: a blocked read could not be left when the process exits.
-    if (e.code === 'EAGAIN' || e.code === 'EINTR') { Atomics.wait(nap, 0, 0, 10); continue; }
-    n = 0;
-  }
-  if (n === 0) {
-    try { process.kill(-process.pid, 'SIGKILL'); } catch (_) {}
-    process.kill(process.pid, 'SIGKILL');
-  }
-  let chunk = Buffer.from(buf.subarray(0, n));
-  for (;;) {
-    const nl = chunk.indexOf(10);
-    if (nl < 0) { pending.push(chunk); size += chunk.length; break; }
-    pending.push(chunk.subarray(0, nl));
-    const line = Buffer.concat(pending).toString('utf8');
-    pending = []; size = 0;
-    chunk = chunk.subarray(nl + 1);
-    if (line.trim()) parentPort.postMessage(line);
-  }
-  if (size > 512 * 1024 * 1024) { pending = []; size = 0; parentPort.postMessage('{"type":"bad"}'); }
-}
-`;
 
 const queue = [];
 let waiter = null;
@@ -97,19 +66,57 @@ function nextRequest() {
   return new Promise((resolve) => { waiter = resolve; });
 }
 function onLine(line) {
+  if (!line.trim()) return;
   let req;
   try { req = JSON.parse(line); } catch (e) { rawStderr(`request line is not JSON (${e.message})`); return; }
   if (!req || typeof req !== 'object') { rawStderr('request is not a JSON object'); return; }
   if (waiter) { const w = waiter; waiter = null; w(req); } else queue.push(req);
 }
-// A private, non-blocking, close-on-exec descriptor of the request pipe;
-// fd 3 itself is closed so a cell's subprocesses never inherit it.
-const REQ_FD = fs.openSync('/proc/self/fd/3', fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
+function die() {
+  try { process.kill(-process.pid, 'SIGKILL'); } catch (_) { /* not a group leader */ }
+  process.kill(process.pid, 'SIGKILL');
+}
+// fd 3 is moved to a close-on-exec descriptor, so a cell's subprocesses
+// never inherit the request pipe.
+const REQ_FD = fs.openSync('/proc/self/fd/3', 'r');
 try { fs.closeSync(3); } catch (_) { /* already closed */ }
-const reader = new Worker(READER, { eval: true, stdout: false, stderr: false, workerData: { fd: REQ_FD } });
-reader.on('message', onLine);
-reader.on('error', (e) => { rawStderr(`request reader failed: ${e.message}`); process.kill(process.pid, 'SIGKILL'); });
-reader.unref();
+{
+  const net = require('net');
+  const requests = new net.Socket({ fd: REQ_FD, readable: true, writable: false });
+  let pending = [];
+  let size = 0;
+  requests.on('data', (chunk) => {
+    for (;;) {
+      const nl = chunk.indexOf(10);
+      if (nl < 0) {
+        pending.push(chunk);
+        size += chunk.length;
+        if (size > 512 * 1024 * 1024) { pending = []; size = 0; rawStderr('request line too long dropped'); }
+        return;
+      }
+      pending.push(chunk.subarray(0, nl));
+      const line = Buffer.concat(pending).toString('utf8');
+      pending = []; size = 0;
+      chunk = chunk.subarray(nl + 1);
+      onLine(line);
+    }
+  });
+  requests.on('end', die);
+  requests.on('error', die);
+  requests.unref();
+}
+const WATCHER = `
+const { workerData } = require('worker_threads');
+setInterval(() => {
+  if (process.ppid !== workerData.host) {
+    try { process.kill(-workerData.pid, 'SIGKILL'); } catch (_) {}
+    process.kill(workerData.pid, 'SIGKILL');
+  }
+}, 200);
+`;
+const watcher = new Worker(WATCHER, { eval: true, stdout: false, stderr: false, workerData: { host: process.ppid, pid: process.pid } });
+watcher.on('error', (e) => rawStderr(`host watcher failed: ${e.message}`));
+watcher.unref();
 
 // --------------------------------------------------------------------------
 // The cells' world

@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 use toolcell_protocol::{CellResult, Decoder, Event, Execute, Hello, Reply, Request, Sentinel};
 use toolcell_redact::{Cleaner, Redactor};
 use toolcell_rpc::{CellReport, CellSpec, Dispatch, Server, ServerConfig};
-use toolcell_tools::process::Tree;
 use toolcell_tools::DynTool;
+use toolcell_tools::process::Tree;
 
 use crate::capture::{Capture, Captured, SpillTarget};
 

@@ -103,11 +103,11 @@ pub mod result;
 mod spill;
 pub mod watch;
 
-pub use language::Language;
 pub use kernel::{
     CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, SpawnError, StreamKind,
     TimeoutPolicy,
 };
+pub use language::Language;
 pub use registry::{
     ExecuteRequest, ExtraTools, Guard, KernelMode, KeyInfo, Registry, RegistryError,
     RegistryOptions, SessionInfo, SessionKey, ToolSource,

@@ -251,6 +251,7 @@ mod tests {
             [
                 "id",
                 "mode",
+                "language",
                 "python",
                 "reused",
                 "execution_count",

@@ -16,7 +16,10 @@ use toolcell_kernel::{ExecuteRequest, ExecuteResult, Language, Status};
 
 fn require(lang: Language) {
     let (prog, install) = match lang {
-        Language::R => ("Rscript", "scripts/test-deps.sh (apt-get install r-base-core r-cran-jsonlite r-cran-ggplot2)"),
+        Language::R => (
+            "Rscript",
+            "scripts/test-deps.sh (apt-get install r-base-core r-cran-jsonlite r-cran-ggplot2)",
+        ),
         Language::JavaScript => ("node", "apt-get install nodejs (node 18 or later)"),
         _ => return,
     };
@@ -43,9 +46,18 @@ const LANGS: [Language; 3] = [Language::Python, Language::R, Language::JavaScrip
 /// (set x, read x): state survives the cell.
 fn state_cells(lang: Language) -> (&'static str, &'static str) {
     match lang {
-        Language::R => ("x <- c(1, 2, 3)\nf <- function() sum(x)", "x <- c(x, 4)\ncat(f(), '\\n')"),
-        Language::JavaScript => ("let x = [1, 2, 3]\nconst f = () => x.reduce((a, b) => a + b)", "x.push(4)\nconsole.log(f())"),
-        _ => ("x = [1, 2, 3]\ndef f(): return sum(x)", "x.append(4)\nprint(f())"),
+        Language::R => (
+            "x <- c(1, 2, 3)\nf <- function() sum(x)",
+            "x <- c(x, 4)\ncat(f(), '\\n')",
+        ),
+        Language::JavaScript => (
+            "let x = [1, 2, 3]\nconst f = () => x.reduce((a, b) => a + b)",
+            "x.push(4)\nconsole.log(f())",
+        ),
+        _ => (
+            "x = [1, 2, 3]\ndef f(): return sum(x)",
+            "x.append(4)\nprint(f())",
+        ),
     }
 }
 
@@ -120,12 +132,30 @@ async fn javascript_top_level_await_keeps_declarations() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_name_the_failing_line() {
     let f = Fixture::new();
-    let r = run(&f, Language::R, "a <- 1\ng <- function(v) stop('bad value: ', v)\ng(a)").await;
+    let r = run(
+        &f,
+        Language::R,
+        "a <- 1\ng <- function(v) stop('bad value: ', v)\ng(a)",
+    )
+    .await;
     assert_eq!(r.status, Status::Error, "{}", show(&r));
-    assert!(r.output.contains("Error in g(a) : bad value: 1"), "{}", show(&r));
+    assert!(
+        r.output.contains("Error in g(a) : bad value: 1"),
+        "{}",
+        show(&r)
+    );
     assert!(r.output.contains("line 3: g(a)"), "{}", show(&r));
-    assert!(r.error.as_deref().unwrap_or("").contains("bad value: 1"), "{}", show(&r));
-    let js = run(&f, Language::JavaScript, "let a = 1\nfunction g(v) { throw new Error('bad value: ' + v) }\ng(a)").await;
+    assert!(
+        r.error.as_deref().unwrap_or("").contains("bad value: 1"),
+        "{}",
+        show(&r)
+    );
+    let js = run(
+        &f,
+        Language::JavaScript,
+        "let a = 1\nfunction g(v) { throw new Error('bad value: ' + v) }\ng(a)",
+    )
+    .await;
     assert_eq!(js.status, Status::Error, "{}", show(&js));
     assert!(js.output.contains("Error: bad value: 1"), "{}", show(&js));
     assert!(js.output.contains("cell-"), "{}", show(&js));
@@ -140,15 +170,33 @@ async fn errors_name_the_failing_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stderr_is_its_own_stream() {
     let f = Fixture::new();
-    let r = run(&f, Language::R, "message('to stderr')\nwarning('careful')\ncat('to stdout\\n')").await;
+    let r = run(
+        &f,
+        Language::R,
+        "message('to stderr')\nwarning('careful')\ncat('to stdout\\n')",
+    )
+    .await;
     ok(&r);
     let (out, err) = r.output.split_once("--- stderr ---").expect("stderr part");
     assert!(out.contains("to stdout"), "{}", show(&r));
-    assert!(err.contains("to stderr") && err.contains("careful"), "{}", show(&r));
-    let js = run(&f, Language::JavaScript, "console.error('to stderr')\nconsole.log('to stdout')").await;
+    assert!(
+        err.contains("to stderr") && err.contains("careful"),
+        "{}",
+        show(&r)
+    );
+    let js = run(
+        &f,
+        Language::JavaScript,
+        "console.error('to stderr')\nconsole.log('to stdout')",
+    )
+    .await;
     ok(&js);
     let (out, err) = js.output.split_once("--- stderr ---").expect("stderr part");
-    assert!(out.contains("to stdout") && err.contains("to stderr"), "{}", show(&js));
+    assert!(
+        out.contains("to stdout") && err.contains("to stderr"),
+        "{}",
+        show(&js)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,7 +210,11 @@ async fn stdin_is_refused_at_once() {
         let r = run(&f, lang, code).await;
         assert_eq!(r.status, Status::Error, "{}", show(&r));
         assert!(r.stdin_requested, "{}", show(&r));
-        assert!(r.output.contains("interactive input is not supported"), "{}", show(&r));
+        assert!(
+            r.output.contains("interactive input is not supported"),
+            "{}",
+            show(&r)
+        );
         assert!(r.duration_seconds < 5.0);
     }
 }
@@ -171,13 +223,29 @@ async fn stdin_is_refused_at_once() {
 async fn a_timeout_interrupts_a_busy_loop_and_keeps_state() {
     let f = Fixture::new();
     for (lang, set, busy, get, want) in [
-        (Language::R, "kept <- 'yes'", "i <- 0\nwhile (TRUE) i <- i + 1", "kept", "[1] \"yes\"\n"),
-        (Language::JavaScript, "var kept = 'yes'", "let i = 0\nwhile (true) { i++ }", "kept", "'yes'\n"),
+        (
+            Language::R,
+            "kept <- 'yes'",
+            "i <- 0\nwhile (TRUE) i <- i + 1",
+            "kept",
+            "[1] \"yes\"\n",
+        ),
+        (
+            Language::JavaScript,
+            "var kept = 'yes'",
+            "let i = 0\nwhile (true) { i++ }",
+            "kept",
+            "'yes'\n",
+        ),
     ] {
         ok(&run(&f, lang, set).await);
         let r = f
             .reg
-            .execute(ExecuteRequest::new(busy).language(lang).timeout(Duration::from_millis(1500)))
+            .execute(
+                ExecuteRequest::new(busy)
+                    .language(lang)
+                    .timeout(Duration::from_millis(1500)),
+            )
             .await;
         assert_eq!(r.status, Status::Timeout, "{}", show(&r));
         assert_eq!(r.kernel.state_kept, Some(true), "{}", show(&r));
@@ -192,7 +260,12 @@ async fn a_timeout_interrupts_a_busy_loop_and_keeps_state() {
 async fn tool_calls_return_structured_results() {
     let f = Fixture::new();
     std::fs::write(f.work().join("note.txt"), "alpha\nbeta\n").unwrap();
-    let r = run(&f, Language::R, "res <- read_file(path = 'note.txt')\ncat(res$total_lines, res$content, sep = '|')").await;
+    let r = run(
+        &f,
+        Language::R,
+        "res <- read_file(path = 'note.txt')\ncat(res$total_lines, res$content, sep = '|')",
+    )
+    .await;
     ok(&r);
     assert!(r.output.starts_with("2|"), "{}", show(&r));
     assert!(r.output.contains("alpha"), "{}", show(&r));
@@ -200,7 +273,12 @@ async fn tool_calls_return_structured_results() {
     let r = run(&f, Language::R, "e <- tryCatch(read_file(path = 'missing.txt'), ToolError = function(e) e)\ncat(class(e)[1], conditionMessage(e))").await;
     ok(&r);
     assert!(r.output.starts_with("ToolError read_file:"), "{}", show(&r));
-    let js = run(&f, Language::JavaScript, "const res = await read_file({path: 'note.txt'})\nres.total_lines").await;
+    let js = run(
+        &f,
+        Language::JavaScript,
+        "const res = await read_file({path: 'note.txt'})\nres.total_lines",
+    )
+    .await;
     ok(&js);
     assert_eq!(js.output, "2\n", "{}", show(&js));
     // Parallel calls.
@@ -226,7 +304,12 @@ async fn tool_calls_return_structured_results() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_prints_factors_and_data_frames() {
     let f = Fixture::new();
-    let r = run(&f, Language::R, "df <- data.frame(name = c('a', 'b'), n = 1:2)\ndf").await;
+    let r = run(
+        &f,
+        Language::R,
+        "df <- data.frame(name = c('a', 'b'), n = 1:2)\ndf",
+    )
+    .await;
     ok(&r);
     assert_eq!(r.output, "  name n\n1    a 1\n2    b 2\n", "{}", show(&r));
     let r = run(&f, Language::R, "factor(c('lo', 'hi', 'lo'))").await;
@@ -240,7 +323,11 @@ async fn r_missing_package_gets_an_install_hint() {
     let r = run(&f, Language::R, "library(surelynotapkg)").await;
     assert_eq!(r.status, Status::Error, "{}", show(&r));
     let hint = r.hint.clone().unwrap_or_default();
-    assert!(hint.contains("install.packages(\"surelynotapkg\")"), "{}", show(&r));
+    assert!(
+        hint.contains("install.packages(\"surelynotapkg\")"),
+        "{}",
+        show(&r)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,10 +356,20 @@ async fn r_plots_come_back_as_png_figures() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn javascript_unhandled_rejection_fails_the_cell() {
     let f = Fixture::new();
-    let js = run(&f, Language::JavaScript, "Promise.reject(new Error('nobody caught me'))\n1").await;
+    let js = run(
+        &f,
+        Language::JavaScript,
+        "Promise.reject(new Error('nobody caught me'))\n1",
+    )
+    .await;
     assert_eq!(js.status, Status::Error, "{}", show(&js));
     assert!(js.output.contains("nobody caught me"), "{}", show(&js));
-    let js = run(&f, Language::JavaScript, "await Promise.reject(new Error('awaited'))").await;
+    let js = run(
+        &f,
+        Language::JavaScript,
+        "await Promise.reject(new Error('awaited'))",
+    )
+    .await;
     assert_eq!(js.status, Status::Error, "{}", show(&js));
     assert!(js.output.contains("awaited"), "{}", show(&js));
 }
@@ -284,7 +381,11 @@ async fn javascript_process_exit_ends_the_kernel_and_the_next_cell_is_fresh() {
     let js = run(&f, Language::JavaScript, "process.exit(3)").await;
     assert_eq!(js.status, Status::Error, "{}", show(&js));
     assert_eq!(js.kernel.ended, Some(true), "{}", show(&js));
-    assert!(js.error.as_deref().unwrap_or("").contains("status 3"), "{}", show(&js));
+    assert!(
+        js.error.as_deref().unwrap_or("").contains("status 3"),
+        "{}",
+        show(&js)
+    );
     let next = run(&f, Language::JavaScript, "typeof keep").await;
     ok(&next);
     assert_eq!(next.output, "'undefined'\n", "{}", show(&next));

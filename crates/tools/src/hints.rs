@@ -69,7 +69,8 @@ static R_NO_PACKAGE: LazyLock<Regex> = LazyLock::new(|| {
         .unwrap_or_else(|_| unreachable_regex())
 });
 static R_NO_FUNCTION: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"could not find function "([A-Za-z0-9._]+)""#).unwrap_or_else(|_| unreachable_regex())
+    Regex::new(r#"could not find function "([A-Za-z0-9._]+)""#)
+        .unwrap_or_else(|_| unreachable_regex())
 });
 static JS_NO_MODULE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"Cannot find module '([^'./][^']*)'").unwrap_or_else(|_| unreachable_regex())

@@ -620,7 +620,12 @@ fn other_language_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOpti
              object of named arguments; each resolves to an object:\n",
         );
         for t in tools {
-            let _ = writeln!(d, "- await {}: {}", js_signature(t.as_ref()), summary(t.as_ref()));
+            let _ = writeln!(
+                d,
+                "- await {}: {}",
+                js_signature(t.as_ref()),
+                summary(t.as_ref())
+            );
         }
         d.push_str(
             "A refused or failed call rejects with a ToolError (e.code says why); calls may \

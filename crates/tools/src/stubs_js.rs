@@ -20,18 +20,70 @@ pub const PRELUDE: &str = include_str!("stub/prelude.js");
 pub const HELPERS: [&str; 4] = ["ToolError", "json_parse", "shell_quote", "retry"];
 
 const JS_RESERVED: [&str; 48] = [
-    "await", "break", "case", "catch", "class", "const", "continue", "debugger", "default",
-    "delete", "do", "else", "enum", "export", "extends", "false", "finally", "for", "function",
-    "if", "implements", "import", "in", "instanceof", "interface", "let", "new", "null",
-    "package", "private", "protected", "public", "return", "static", "super", "switch", "this",
-    "throw", "true", "try", "typeof", "var", "void", "while", "with", "yield", "arguments",
+    "await",
+    "break",
+    "case",
+    "catch",
+    "class",
+    "const",
+    "continue",
+    "debugger",
+    "default",
+    "delete",
+    "do",
+    "else",
+    "enum",
+    "export",
+    "extends",
+    "false",
+    "finally",
+    "for",
+    "function",
+    "if",
+    "implements",
+    "import",
+    "in",
+    "instanceof",
+    "interface",
+    "let",
+    "new",
+    "null",
+    "package",
+    "private",
+    "protected",
+    "public",
+    "return",
+    "static",
+    "super",
+    "switch",
+    "this",
+    "throw",
+    "true",
+    "try",
+    "typeof",
+    "var",
+    "void",
+    "while",
+    "with",
+    "yield",
+    "arguments",
     "eval",
 ];
 
 /// Globals a tool function must not replace.
 const JS_GLOBALS: [&str; 12] = [
-    "console", "process", "require", "module", "exports", "globalThis", "Buffer", "Promise",
-    "Object", "JSON", "setTimeout", "undefined",
+    "console",
+    "process",
+    "require",
+    "module",
+    "exports",
+    "globalThis",
+    "Buffer",
+    "Promise",
+    "Object",
+    "JSON",
+    "setTimeout",
+    "undefined",
 ];
 
 /// `name` as a JavaScript identifier: characters outside `[A-Za-z0-9_$]`
@@ -74,7 +126,11 @@ fn doc_comment(tool: &dyn DynTool, indent: &str) -> String {
         text = format!("Call the host tool {}.", tool.name());
     }
     for p in schema::params(tool) {
-        let desc = p.description.split_whitespace().collect::<Vec<_>>().join(" ");
+        let desc = p
+            .description
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         let default = p
             .default
             .as_ref()
@@ -172,7 +228,11 @@ pub fn stub_module(
         if spaces.contains_key(u.namespace.as_str()) {
             continue;
         }
-        let ident = claim("", js_identifier(&u.namespace), &format!("source {}", u.namespace))?;
+        let ident = claim(
+            "",
+            js_identifier(&u.namespace),
+            &format!("source {}", u.namespace),
+        )?;
         let _ = writeln!(
             out,
             "\nmodule.exports.{ident} = unavailable({}, {});",

@@ -22,8 +22,26 @@ pub const PRELUDE: &str = include_str!("stub/prelude.R");
 pub const HELPERS: [&str; 4] = ["ToolError", "json_parse", "shell_quote", "retry"];
 
 const R_RESERVED: [&str; 20] = [
-    "if", "else", "repeat", "while", "function", "for", "next", "break", "TRUE", "FALSE", "NULL",
-    "Inf", "NaN", "NA", "NA_integer_", "NA_real_", "NA_character_", "NA_complex_", "in", "T",
+    "if",
+    "else",
+    "repeat",
+    "while",
+    "function",
+    "for",
+    "next",
+    "break",
+    "TRUE",
+    "FALSE",
+    "NULL",
+    "Inf",
+    "NaN",
+    "NA",
+    "NA_integer_",
+    "NA_real_",
+    "NA_character_",
+    "NA_complex_",
+    "in",
+    "T",
 ];
 
 /// `name` as an R name: characters outside `[A-Za-z0-9._]` become `_`, a
@@ -117,7 +135,11 @@ fn function(tool: &dyn DynTool, ident: &str, indent: &str) -> Result<String, Stu
     }
     let mut text = doc;
     for (p, n) in params.iter().zip(&names) {
-        let desc = p.description.split_whitespace().collect::<Vec<_>>().join(" ");
+        let desc = p
+            .description
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         let _ = write!(text, "\n@param {n} {desc}");
     }
     let _ = write!(
@@ -220,7 +242,10 @@ pub fn stub_module(
     for (ns, members) in &spaces {
         let ident = claim("", r_identifier(ns), &format!("source {ns}"))?;
         let _ = writeln!(out, "\n# Tools of {ns}: {ident}$tool(...)");
-        let _ = writeln!(out, "{ident} <- local({{\n  .ns <- new.env(parent = parent.frame())");
+        let _ = writeln!(
+            out,
+            "{ident} <- local({{\n  .ns <- new.env(parent = parent.frame())"
+        );
         let mut sorted = members.clone();
         sorted.sort_by(|a, b| a.name().cmp(b.name()));
         for t in sorted {
@@ -234,7 +259,11 @@ pub fn stub_module(
         if spaces.contains_key(u.namespace.as_str()) {
             continue;
         }
-        let ident = claim("", r_identifier(&u.namespace), &format!("source {}", u.namespace))?;
+        let ident = claim(
+            "",
+            r_identifier(&u.namespace),
+            &format!("source {}", u.namespace),
+        )?;
         let _ = writeln!(
             out,
             "\n{ident} <- .toolcell_unavailable({}, {})",

@@ -350,6 +350,7 @@ mod tests {
     fn only_the_pooled_shape_takes_a_pooled_kernel() {
         let shape = Shape {
             mode: Mode::Project,
+            language: crate::language::Language::Python,
             interpreter: PathBuf::from("/usr/bin/python3"),
             version: "3.11.7".into(),
             cwd: PathBuf::from("/w"),

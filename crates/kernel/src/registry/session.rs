@@ -356,6 +356,7 @@ mod tests {
         SessionKey {
             owner: owner.into(),
             mode,
+            language: crate::language::Language::Python,
             interpreter: PathBuf::from("/usr/bin/python3"),
             cwd: PathBuf::from(cwd),
             tools: tools.iter().map(|t| (*t).to_string()).collect(),
