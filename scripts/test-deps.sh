@@ -63,3 +63,23 @@ if [[ ! -x "$DEPS/venv/bin/python" || ! -f "$py_stamp" || "$(cat "$py_stamp")" !
     printf '%s' "$want_py" >"$py_stamp"
 fi
 
+# R and its packages for the R kernel tests (crates/kernel/tests/languages.rs):
+# Debian's packages (CRAN itself need not be reachable). node 18+ must be on PATH
+# already (the npm step above needs it too).
+r_missing=()
+command -v Rscript >/dev/null || r_missing+=(r-base-core)
+if command -v Rscript >/dev/null; then
+    Rscript -e 'library(jsonlite)' >/dev/null 2>&1 || r_missing+=(r-cran-jsonlite)
+    Rscript -e 'library(ggplot2)' >/dev/null 2>&1 || r_missing+=(r-cran-ggplot2)
+else
+    r_missing+=(r-cran-jsonlite r-cran-ggplot2)
+fi
+if ((${#r_missing[@]})); then
+    command -v apt-get >/dev/null || fail "R packages missing (${r_missing[*]}) and no apt-get: install them by hand"
+    sudo=()
+    [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+    {
+        "${sudo[@]}" apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${r_missing[@]}"
+    } >>"$log" 2>&1 || fail "apt-get install ${r_missing[*]} failed"
+fi

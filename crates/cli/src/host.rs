@@ -56,6 +56,9 @@ pub struct Overrides {
     /// The Python interpreter ([execution] python).
     #[arg(long, value_name = "PATH")]
     pub python: Option<String>,
+    /// The cells' language: python, r or javascript ([execution] language).
+    #[arg(long, value_name = "python|r|javascript")]
+    pub language: Option<String>,
 }
 
 impl Overrides {
@@ -78,6 +81,12 @@ impl Overrides {
                 p.clone()
             };
             v.push(("execution.python", p, "--python"));
+        }
+        if let Some(l) = &self.language {
+            // `js`, `R`: the spellings a person types.
+            let l = toolcell_kernel::Language::parse(l)
+                .map_or_else(|_| l.clone(), |l| l.as_str().to_string());
+            v.push(("execution.language", l, "--language"));
         }
         v
     }

@@ -180,8 +180,8 @@ pub(crate) struct ExecParams {
     pub(crate) stream: bool,
 }
 
-const EXECUTE_PARAMS: [&str; 9] = [
-    "code", "session", "reset", "timeout", "mode", "tools", "cwd", "stream", "remote",
+const EXECUTE_PARAMS: [&str; 10] = [
+    "code", "session", "reset", "timeout", "mode", "language", "tools", "cwd", "stream", "remote",
 ];
 
 fn execute_params(
@@ -279,6 +279,12 @@ fn execute_params_for(
             return Err(bad(format!(
                 "{method}: `mode` must be \"project\" or \"strict\", got \"{other}\""
             )));
+        }
+    }
+    if let Some(l) = opt_str(p, "language", method)? {
+        match toolcell_kernel::Language::parse(l) {
+            Ok(l) => req = req.language(l),
+            Err(e) => return Err(bad(format!("{method}: {e}"))),
         }
     }
     match p.get("tools") {

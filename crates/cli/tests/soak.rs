@@ -362,7 +362,14 @@ fn check_result_shape(r: &Value) -> Result<(), String> {
                 .all(|x| x["mime"].is_string() && x["path"].is_string())
         })
     })?;
-    const KNOWN: [&str; 17] = [
+    maybe("files", |f| {
+        f["created"].is_array()
+            && f["modified"].is_array()
+            && f["deleted"].is_array()
+            && f["truncated"].is_boolean()
+    })?;
+    // `files` is SPEC §16; the folding counts appear only with `[output] fold`.
+    const KNOWN: [&str; 22] = [
         "status",
         "output",
         "exit_code",
@@ -380,6 +387,11 @@ fn check_result_shape(r: &Value) -> Result<(), String> {
         "stdin_requested",
         "usage",
         "display",
+        "files",
+        "stdout_lines_folded",
+        "stdout_lines_cut",
+        "stderr_lines_folded",
+        "stderr_lines_cut",
     ];
     if let Some(k) = o.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(format!("field `{k}` is not in SPEC §6"));

@@ -694,6 +694,53 @@ fn parse_probe_output(stdout: &str) -> Result<Probe, Reason> {
     })
 }
 
+/// The interpreter of an R or JavaScript kernel (SPEC §15): `explicit`
+/// (`[execution] r` / `node`) when set — a path, or a program name looked
+/// up on `PATH` — else the language's program (`Rscript`, `node`) on
+/// `PATH`. The version is empty here: the runner's `ready` says it.
+///
+/// # Errors
+/// A sentence naming what was looked for and how to install it.
+pub fn resolve_program(
+    language: crate::language::Language,
+    explicit: &str,
+) -> Result<(PathBuf, String), String> {
+    let wanted = if explicit.trim().is_empty() {
+        language.default_program()
+    } else {
+        explicit.trim()
+    };
+    let key = language.config_key();
+    let found = if wanted.contains('/') {
+        let p = PathBuf::from(wanted);
+        is_executable(&p).then_some(p)
+    } else {
+        std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join(wanted))
+                .find(|p| is_executable(p))
+        })
+    };
+    match found {
+        Some(p) => Ok((std::fs::canonicalize(&p).unwrap_or(p), String::new())),
+        None => Err(format!(
+            "no {} interpreter: `{wanted}` {} (install it: {}; or set [execution] {key} to its path)",
+            language.label(),
+            if wanted.contains('/') {
+                "is not an executable file"
+            } else {
+                "is not on PATH"
+            },
+            language.install_hint(),
+        )),
+    }
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,13 +20,13 @@ use tokio_util::sync::CancellationToken;
 use toolcell_protocol::{CellResult, Decoder, Event, Execute, Hello, Reply, Request, Sentinel};
 use toolcell_redact::{Cleaner, Redactor};
 use toolcell_rpc::{CellReport, CellSpec, Dispatch, InbandCaller, Server, ServerConfig};
+use toolcell_tools::DynTool;
 use toolcell_tools::process::Tree;
-use toolcell_tools::{DynTool, stubs};
 
 use crate::capture::{Capture, Captured, SpillTarget};
 
 /// The runner script (SPEC §2–§3), written into each kernel's directory.
-pub const RUNNER: &str = include_str!("../runner/runner.py");
+pub const RUNNER: &str = crate::language::RUNNER_PY;
 
 /// Bytes read from a pipe at a time.
 const READ_CHUNK: usize = 64 * 1024;
@@ -185,7 +185,7 @@ pub enum SpawnError {
     Stub(#[from] toolcell_tools::stubs::StubError),
     /// The kernel did not start while `[limits]` were set (likely too low).
     #[error(
-        "kernel failed to start under [limits] {limits} (a limit may be too low for Python to start, or above the hard limit the host itself runs under): {source}"
+        "kernel failed to start under [limits] {limits} (a limit may be too low for the interpreter to start, or above the hard limit the host itself runs under): {source}"
     )]
     UnderLimits {
         /// The limits in force, `key = value, …`.
@@ -283,6 +283,8 @@ pub struct KernelSpec {
     /// Tool calls travel in-band on the request pipe instead of the socket
     /// (always so for a remote kernel).
     pub inband_tools: bool,
+    /// The kernel's language (its runner, stubs and launch command).
+    pub language: crate::language::Language,
 }
 
 impl std::fmt::Debug for KernelSpec {
@@ -617,7 +619,15 @@ impl Kernel {
         let cleanup = DirGuard(Some(dir.clone()));
         write_in(&dir_handle, "owner.pid", &std::process::id().to_string())
             .map_err(io_err("writing owner.pid"))?;
-        let stub = stubs::stub_module(&spec.tools)?;
+        let stub = spec.language.stub_source(&spec.tools, &[])?;
+        if spec.remote.is_some() && spec.language != crate::language::Language::Python {
+            return Err(SpawnError::Io {
+                what: format!("starting a {} kernel on a remote", spec.language.as_str()),
+                source: std::io::Error::other(
+                    "remote kernels run Python only for now; use a local kernel for R and JavaScript",
+                ),
+            });
+        }
         let launched = match spec.remote.clone() {
             Some((name, remote)) => Self::launch_remote(&spec, &dir, &name, &remote, &stub)?,
             None => Self::launch_local(&spec, &dir, &dir_handle, &stub).await?,
@@ -785,10 +795,11 @@ impl Kernel {
         // The runner is launched from this open file (fd 4 of the child),
         // never from its path: a file swapped in after the check is never
         // what runs.
-        let runner =
-            write_in(dir_handle, "runner.py", RUNNER).map_err(io_err("writing runner.py"))?;
-        write_in(dir_handle, "toolcell_tools.py", stub)
-            .map_err(io_err("writing toolcell_tools.py"))?;
+        let (runner_name, runner_source) = spec.language.runner();
+        let runner = write_in(dir_handle, runner_name, runner_source)
+            .map_err(io_err(format!("writing {runner_name}")))?;
+        let stub_name = spec.language.stub_file();
+        write_in(dir_handle, stub_name, stub).map_err(io_err(format!("writing {stub_name}")))?;
         let dir = dir.to_path_buf();
         let mut cgroup = match toolcell_tools::cgroup::HostCgroup::get() {
             Some(host) => Some(host.kernel(&spec.id).map_err(io_err(
@@ -802,7 +813,7 @@ impl Kernel {
             Some(cg) => ServerConfig::default().peer_cgroup(cg.proc_path()),
             None => ServerConfig::default(),
         };
-        let server = if spec.rpc_tcp {
+        let server = if spec.rpc_tcp || spec.language.needs_tcp() {
             Server::bind_tcp(Arc::clone(&spec.dispatch), ServerConfig::default())?
         } else {
             Server::bind_unix(&dir, Arc::clone(&spec.dispatch), rpc_config)?
@@ -816,10 +827,7 @@ impl Kernel {
                 source: e.into(),
             })?;
         let mut cmd = std::process::Command::new(&spec.interpreter);
-        cmd.arg("-u")
-            .arg("-c")
-            .arg(BOOTSTRAP)
-            .arg(dir.join("runner.py"))
+        cmd.args(spec.language.launch_args(&dir.join(runner_name)))
             .current_dir(&spec.cwd)
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
@@ -1169,9 +1177,10 @@ impl Kernel {
         match Request::Interrupt.to_line() {
             Ok(line) => {
                 tokio::spawn(async move {
-                    let sent =
-                        tokio::time::timeout(Duration::from_secs(5), pipe.send(&line)).await;
-                    if !matches!(sent, Ok(Ok(_))) && let Some(p) = direct {
+                    let sent = tokio::time::timeout(Duration::from_secs(5), pipe.send(&line)).await;
+                    if !matches!(sent, Ok(Ok(_)))
+                        && let Some(p) = direct
+                    {
                         let _ = killpg(Pid::from_raw(p), Signal::SIGINT);
                     }
                 });
@@ -1182,6 +1191,11 @@ impl Kernel {
                 }
             }
         }
+    }
+
+    /// The kernel's language.
+    pub fn language(&self) -> crate::language::Language {
+        self.spec.language
     }
 
     /// The remote this kernel runs on (`None`: local).
@@ -1242,11 +1256,11 @@ impl Kernel {
             return Ok(());
         }
         let (source, dispatch) = match extra.filter(|e| !e.is_empty()) {
-            None => (stubs::stub_module(&self.spec.tools)?, None),
+            None => (self.spec.language.stub_source(&self.spec.tools, &[])?, None),
             Some(e) => {
                 let mut all = self.spec.tools.clone();
                 all.extend(e.tools.iter().cloned());
-                let source = stubs::stub_module_with(&all, &e.unavailable)?;
+                let source = self.spec.language.stub_source(&all, &e.unavailable)?;
                 let dispatch: Arc<dyn Dispatch> = toolcell_tools::ToolDispatcher::over(
                     &e.tools,
                     Arc::clone(&self.spec.tool_settings),

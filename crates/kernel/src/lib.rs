@@ -97,6 +97,7 @@ pub mod interpreter;
 #[cfg(feature = "journal")]
 pub mod journal;
 pub mod kernel;
+pub mod language;
 pub mod limits;
 pub mod registry;
 pub mod remote;
@@ -108,6 +109,7 @@ pub use kernel::{
     CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, SpawnError, StreamKind,
     TimeoutPolicy,
 };
+pub use language::Language;
 pub use registry::{
     ExecuteRequest, ExtraTools, Guard, KernelMode, KeyInfo, Registry, RegistryError,
     RegistryOptions, SessionInfo, SessionKey, ToolSource,

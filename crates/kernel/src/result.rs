@@ -43,6 +43,9 @@ pub struct KernelInfo {
     pub id: String,
     /// `project` or `strict`.
     pub mode: String,
+    /// `python`, `r` or `javascript` (SPEC §15): present in every result.
+    #[serde(default)]
+    pub language: String,
     /// The interpreter's version, e.g. `3.11.7`.
     pub python: String,
     /// True when the kernel already existed before this cell.
@@ -271,6 +274,7 @@ mod tests {
             [
                 "id",
                 "mode",
+                "language",
                 "python",
                 "reused",
                 "execution_count",

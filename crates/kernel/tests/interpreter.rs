@@ -532,5 +532,6 @@ fn resolve_for_host_finds_the_hosts_python() {
     assert!(found.executable.is_absolute());
     let again = resolve_for_host("", Mode::Strict, dir.path()).unwrap();
     assert_eq!(found, again);
-    assert!(ProbeCache::global().probe_count() >= 1);
+    // At most one probe for both (none when an earlier process left it on disk).
+    assert!(ProbeCache::global().probe_count() <= 1);
 }

@@ -30,8 +30,16 @@ async fn an_interrupt_at_once_interrupts_the_cell_and_keeps_the_kernel() {
             }
         );
         assert_eq!(r.status, Status::Interrupted, "round {round}: {}", show(&r));
-        assert_eq!(r.kernel.id, kernel, "round {round}: the kernel was replaced");
-        assert_eq!(r.kernel.state_kept, Some(true), "round {round}: {}", show(&r));
+        assert_eq!(
+            r.kernel.id, kernel,
+            "round {round}: the kernel was replaced"
+        );
+        assert_eq!(
+            r.kernel.state_kept,
+            Some(true),
+            "round {round}: {}",
+            show(&r)
+        );
         assert!(t0.elapsed() < Duration::from_secs(10), "round {round}");
     }
     // Never more than one increment per round, and the state is there.

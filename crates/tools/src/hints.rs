@@ -49,6 +49,8 @@ pub struct HintContext {
     /// Non-empty when the kernel is confined (`[execution] confine = true`):
     /// the directories it may write beneath.
     pub confined_writable: Vec<String>,
+    /// The kernel's language: `python` (or empty), `r`, `javascript`.
+    pub language: String,
 }
 
 impl HintContext {
@@ -59,6 +61,54 @@ impl HintContext {
             interpreter: interpreter.into(),
             ..Self::default()
         }
+    }
+}
+
+static R_NO_PACKAGE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"there is no package called [‘'`]([A-Za-z0-9._]+)[’'`]")
+        .unwrap_or_else(|_| unreachable_regex())
+});
+static R_NO_FUNCTION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"could not find function "([A-Za-z0-9._]+)""#)
+        .unwrap_or_else(|_| unreachable_regex())
+});
+static JS_NO_MODULE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"Cannot find module '([^'./][^']*)'").unwrap_or_else(|_| unreachable_regex())
+});
+
+/// Hints for an R or JavaScript kernel's well-known failures (SPEC §15).
+fn language_hint(traceback: &str, cx: &HintContext) -> Option<String> {
+    match cx.language.as_str() {
+        "r" => {
+            if let Some(c) = R_NO_PACKAGE.captures(traceback) {
+                let pkg = &c[1];
+                return Some(format!(
+                    "The R package `{pkg}` is not installed for {}. Install it in a cell with                      install.packages(\"{pkg}\") (needs a CRAN mirror), or on Debian with                      apt-get install r-cran-{}; then run library({pkg}) again.",
+                    cx.interpreter,
+                    pkg.to_ascii_lowercase()
+                ));
+            }
+            if let Some(c) = R_NO_FUNCTION.captures(traceback) {
+                let name = &c[1];
+                if name.contains('_') && !cx.importable.is_empty() {
+                    return Some(format!(
+                        "`{name}` is not defined. The tool functions of this kernel are: {}.",
+                        cx.importable.join(", ")
+                    ));
+                }
+            }
+            None
+        }
+        "javascript" => {
+            if let Some(c) = JS_NO_MODULE.captures(traceback) {
+                let module = &c[1];
+                return Some(format!(
+                    "The npm package `{module}` is not installed where this kernel looks                      (its working directory's node_modules). Install it with a shell command:                      npm install {module}; then require('{module}') again. Node's built-in                      modules (fs, path, child_process, …) need no install."
+                ));
+            }
+            None
+        }
+        _ => None,
     }
 }
 
@@ -157,6 +207,9 @@ fn pip_name(module: &str) -> &str {
 
 /// The hint for a failed cell, if a rule matches.
 pub fn hint(traceback: &str, cx: &HintContext) -> Option<String> {
+    if let Some(h) = language_hint(traceback, cx) {
+        return Some(h);
+    }
     let importable = || {
         if cx.importable.is_empty() {
             "nothing is enabled".to_string()

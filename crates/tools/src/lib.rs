@@ -159,6 +159,8 @@ mod registry;
 pub mod schema;
 mod schema_tool;
 pub mod stubs;
+pub mod stubs_js;
+pub mod stubs_r;
 mod tool;
 
 #[doc(hidden)]

@@ -397,6 +397,8 @@ pub struct ExecuteCodeOptions {
     /// Writes outside the kernel's private and temp directories fail
     /// (`[execution] confine`).
     pub confined: bool,
+    /// The kernel's language: `python` (or empty), `r`, `javascript`.
+    pub language: String,
 }
 
 impl Default for ExecuteCodeOptions {
@@ -411,6 +413,7 @@ impl Default for ExecuteCodeOptions {
             interrupt_grace_secs: 2.0,
             resource_limits: Vec::new(),
             confined: false,
+            language: String::new(),
         }
     }
 }
@@ -479,6 +482,9 @@ fn seconds(s: f64) -> String {
 /// their signatures and result shapes, the configured limits, the cwd rule
 /// of the mode, that state persists, and what a timeout does to it.
 pub fn execute_code_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOptions) -> String {
+    if matches!(opts.language.as_str(), "r" | "javascript") {
+        return other_language_description(tools, opts);
+    }
     let mut d = String::new();
     d.push_str(
         "Run Python code in a persistent Python kernel. Variables, imports and loaded data \
@@ -569,6 +575,129 @@ pub fn execute_code_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOp
         "\n\nThe code runs with the user's rights on this machine; it is not isolated from it.",
     );
     d
+}
+
+/// The `execute_code` description for an R or JavaScript kernel: the
+/// tools with that language's signatures, the same limits.
+fn other_language_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOptions) -> String {
+    let r = opts.language == "r";
+    let mut d = String::new();
+    if r {
+        d.push_str(
+            "Run R code in a persistent R session (Rscript). Objects, loaded packages and data \
+             persist from one call to the next in the same conversation; pass reset=true to \
+             start over in a fresh session. Visible values are printed as at the R console \
+             (a data frame or a ggplot as the last line shows); message() and warnings go to \
+             stderr; every plot the code draws comes back as a PNG figure. A missing package \
+             is installed with install.packages(\"name\").\n\n",
+        );
+    } else {
+        d.push_str(
+            "Run JavaScript code in a persistent Node.js context. Variables (let, const, var, \
+             functions, classes) persist from one call to the next in the same conversation; \
+             pass reset=true to start over in a fresh context. The value of the last \
+             expression is printed (unless undefined), top-level `await` works, console.log \
+             goes to stdout and console.error to stderr, require() loads Node's built-in \
+             modules and packages installed with npm in the working directory.\n\n",
+        );
+    }
+    match opts.mode {
+        Mode::Project => d.push_str("The working directory is the project directory.\n\n"),
+        Mode::Strict => d.push_str(
+            "The working directory is a private temporary directory (not the project).\n\n",
+        ),
+    }
+    if tools.is_empty() {
+        d.push_str("No host tools are enabled.\n\n");
+    } else if r {
+        d.push_str(
+            "These host tools are R functions already defined in the session; each returns a \
+             list:\n",
+        );
+        for t in tools {
+            let _ = writeln!(d, "- {}: {}", r_signature(t.as_ref()), summary(t.as_ref()));
+        }
+        d.push_str(
+            "A refused or failed call stops with a ToolError condition \
+             (tryCatch(..., ToolError = function(e) ...)).\n\n",
+        );
+    } else {
+        d.push_str(
+            "These host tools are async functions already defined in the context, taking one \
+             object of named arguments; each resolves to an object:\n",
+        );
+        for t in tools {
+            let _ = writeln!(
+                d,
+                "- await {}: {}",
+                js_signature(t.as_ref()),
+                summary(t.as_ref())
+            );
+        }
+        d.push_str(
+            "A refused or failed call rejects with a ToolError (e.code says why); calls may \
+             run in parallel with Promise.all.\n\n",
+        );
+    }
+    let _ = write!(
+        d,
+        "Limits per call: {} seconds; at most {} tool calls; stdout beyond {} bytes and stderr \
+         beyond {} bytes is cut (head and tail kept) and the full output is saved to a file whose \
+         path is returned. ",
+        seconds(opts.timeout_secs),
+        opts.max_tool_calls,
+        opts.max_stdout_bytes,
+        opts.max_stderr_bytes,
+    );
+    match opts.on_timeout {
+        OnTimeout::Interrupt => {
+            let _ = write!(
+                d,
+                "On timeout the code is interrupted (SIGINT); if it stops within {} seconds the \
+                 session and its state are kept, otherwise it is killed and all state is lost.",
+                seconds(opts.interrupt_grace_secs)
+            );
+        }
+        OnTimeout::Kill => d.push_str("On timeout the kernel is killed and all state is lost."),
+    }
+    d.push_str(
+        "\n\nThe code runs with the user's rights on this machine; it is not isolated from it.",
+    );
+    d
+}
+
+/// A tool's R signature: `read_file(path, offset = 1, limit = 2000)`.
+pub fn r_signature(tool: &dyn DynTool) -> String {
+    let name = crate::stubs_r::r_identifier(tool.name());
+    let params: Vec<String> = params(tool)
+        .iter()
+        .map(|p| {
+            let n = crate::stubs_r::r_identifier(&p.key);
+            match &p.default {
+                Some(Value::String(s)) => format!("{n} = {}", crate::stubs_r::r_string(s)),
+                Some(Value::Bool(b)) => format!("{n} = {}", if *b { "TRUE" } else { "FALSE" }),
+                Some(Value::Number(x)) => format!("{n} = {x}"),
+                Some(_) => format!("{n} = NULL"),
+                None if p.omit_if_none || p.hint.starts_with("Optional[") => format!("{n} = NULL"),
+                None => n,
+            }
+        })
+        .collect();
+    format!("{name}({})", params.join(", "))
+}
+
+/// A tool's JavaScript signature: `read_file({path, offset = 1, limit = 2000})`.
+pub fn js_signature(tool: &dyn DynTool) -> String {
+    let name = crate::stubs_js::js_identifier(tool.name());
+    let params: Vec<String> = params(tool)
+        .iter()
+        .map(|p| match &p.default {
+            Some(v) => format!("{} = {v}", p.key),
+            None if p.omit_if_none || p.hint.starts_with("Optional[") => format!("{}?", p.key),
+            None => p.key.clone(),
+        })
+        .collect();
+    format!("{name}({{{}}})", params.join(", "))
 }
 
 /// The `execute_code` parameters schema (`code` required, `reset`).

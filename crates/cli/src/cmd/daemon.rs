@@ -542,6 +542,9 @@ pub fn exec_in_session(
         if let Some(r) = &args.remote {
             params["remote"] = json!(r);
         }
+        if let Some(l) = &args.overrides.language {
+            params["language"] = json!(l);
+        }
         // Ctrl-C interrupts the cell in the daemon (the session survives).
         let sock = p.socket.clone();
         let owner = session.to_string();

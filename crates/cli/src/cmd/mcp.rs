@@ -76,7 +76,7 @@ pub struct Args {
 const EXECUTE_CODE: &str = "execute_code";
 
 /// Keys `execute_code` accepts.
-const ACCEPTED: [&str; 4] = ["code", "reset", "session", "remote"];
+const ACCEPTED: [&str; 5] = ["code", "reset", "session", "remote", "language"];
 
 /// Live chunks queued for one request's progress notifications; when the
 /// client reads slowly, chunks beyond this are dropped (the result still
@@ -390,6 +390,12 @@ fn execute_code_def(
             "description": "Where the kernel runs: one of the configured remote machines or                             containers, or \"\" for this machine. Each remote keeps its own                             kernel and state; tools still run on this machine."
         });
     }
+    input["properties"]["language"] = json!({
+        "type": "string",
+        "enum": ["python", "r", "javascript"],
+        "description": "The language of the code (default: the configured one). Each language \
+                        has its own kernel and state in a session."
+    });
     Tool::new(EXECUTE_CODE, description, object(input))
 }
 

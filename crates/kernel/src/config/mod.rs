@@ -166,6 +166,16 @@ pub trait Named: Sized + Copy + 'static {
 
 pub use toolcell_tools::schema::{Mode, OnTimeout};
 
+impl Named for crate::language::Language {
+    const NAMES: &'static [&'static str] = &["python", "r", "javascript"];
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+    fn from_name(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.as_str() == text)
+    }
+}
+
 impl Named for Mode {
     const NAMES: &'static [&'static str] = &["project", "strict"];
     fn name(self) -> &'static str {
@@ -832,6 +842,7 @@ impl Config {
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
             confined: self.execution.confine,
+            language: self.execution.language.as_str().to_string(),
         }
     }
 

@@ -24,6 +24,12 @@ section! {
         mode: Mode = Mode::Project, Choice;
         /// The interpreter to run, as a path or a name looked up on `PATH`; empty picks one by `mode`. A relative path is taken from the config file's directory.
         python: String = String::new(), Text::Program;
+        /// The language of a cell that names none: `"python"`, `"r"` (R through `Rscript`) or `"javascript"` (`node`). Each language's kernels are separate sessions.
+        language: crate::language::Language = crate::language::Language::Python, Choice;
+        /// The R interpreter (`Rscript`), as a path or a name looked up on `PATH`; empty: `Rscript` on `PATH`.
+        r: String = String::new(), Text::Program;
+        /// The JavaScript interpreter (node 18 or later), as a path or a name looked up on `PATH`; empty: `node` on `PATH`.
+        node: String = String::new(), Text::Program;
         /// What a timeout does: `"interrupt"` raises `KeyboardInterrupt` in the cell and keeps the kernel; `"kill"` ends the kernel.
         on_timeout: OnTimeout = OnTimeout::Interrupt, Choice;
         /// Seconds to wait for a result after interrupting a timed-out cell before killing its kernel.

@@ -126,6 +126,7 @@ impl Registry {
         let info = KernelInfo {
             id: kernel.id().to_string(),
             mode: kernel.mode().to_string(),
+            language: kernel.language().as_str().to_string(),
             python: kernel.python().to_string(),
             reused: ready.reused,
             execution_count: outcome.execution_count,
@@ -186,8 +187,10 @@ impl Inner {
         extra: Option<&super::ExtraTools>,
     ) -> Result<Plan, Box<ExecuteResult>> {
         let mode = req.mode.unwrap_or(self.opts.mode);
+        let language = req.language.unwrap_or(self.opts.language);
         let blank = KernelInfo {
             mode: mode_str(mode).into(),
+            language: language.as_str().into(),
             ..KernelInfo::default()
         };
         if req.is_cancelled() {
@@ -212,7 +215,9 @@ impl Inner {
             // The remote's interpreter is whatever `python` names there;
             // its version comes with the runner's `ready`.
             Some((_, r)) => (std::path::PathBuf::from(&r.python), String::new()),
-            None => self.interpreter(mode, &admitted.cwd).map_err(error)?,
+            None => self
+                .interpreter(language, mode, &admitted.cwd)
+                .map_err(error)?,
         };
         let per_call = self.opts.kernel_mode == KernelMode::PerCall;
         // Random ids come first: a failing random source fails the cell
@@ -226,6 +231,7 @@ impl Inner {
         let key = SessionKey {
             owner,
             mode: mode_str(mode),
+            language,
             interpreter: interpreter.clone(),
             cwd: admitted.cwd.clone(),
             tools: admitted.tools.clone(),
@@ -233,6 +239,7 @@ impl Inner {
         };
         let shape = Shape {
             mode,
+            language,
             interpreter,
             version,
             cwd: admitted.cwd,
@@ -567,6 +574,7 @@ impl Inner {
         );
         let interpreter = plan.shape.interpreter.display();
         let mut cx = HintContext::new(importable, format!("{interpreter} ({python})"));
+        cx.language = plan.shape.language.as_str().to_string();
         cx.limits = self
             .opts
             .limits

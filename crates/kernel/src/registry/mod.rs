@@ -86,7 +86,7 @@ fn verified_root(configured: Option<&Path>) -> Result<PathBuf, RegistryError> {
 }
 
 /// `(mode, cwd)`: what interpreter resolution depends on besides the host.
-type InterpreterKey = (&'static str, PathBuf);
+type InterpreterKey = (crate::language::Language, &'static str, PathBuf);
 
 /// What the registry's handles, background tasks and cells share.
 struct Inner {
@@ -544,8 +544,13 @@ impl Drop for Registry {
 impl Inner {
     /// The interpreter of `mode` in `cwd` and its version, resolved once
     /// per `(mode, cwd)`.
-    fn interpreter(&self, mode: Mode, cwd: &Path) -> Result<(PathBuf, String), String> {
-        let key = (mode_str(mode), cwd.to_path_buf());
+    fn interpreter(
+        &self,
+        language: crate::language::Language,
+        mode: Mode,
+        cwd: &Path,
+    ) -> Result<(PathBuf, String), String> {
+        let key = (language, mode_str(mode), cwd.to_path_buf());
         let cached = self
             .interpreters
             .lock()
@@ -557,6 +562,20 @@ impl Inner {
         }
         // A first probe runs the interpreter (up to seconds through a
         // version-manager shim): keep it off the async workers.
+        if language != crate::language::Language::Python {
+            // R and node: the configured path or the program on PATH; the
+            // runner's `ready` says the version.
+            let explicit = match language {
+                crate::language::Language::R => &self.opts.r,
+                _ => &self.opts.node,
+            };
+            let found = crate::interpreter::resolve_program(language, explicit)?;
+            self.interpreters
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(key, found.clone());
+            return Ok(found);
+        }
         let explicit = self.opts.python.clone();
         let dir = cwd.to_path_buf();
         let resolve = || crate::interpreter::resolve_for_host(&explicit, mode, &dir);

@@ -32,6 +32,12 @@ pub struct RegistryOptions {
     pub mode: Mode,
     /// Explicit interpreter (empty: resolve per SPEC §4).
     pub python: String,
+    /// The language of a cell that names none (SPEC §15).
+    pub language: crate::language::Language,
+    /// The R interpreter (`Rscript`; empty: `Rscript` on `PATH`).
+    pub r: String,
+    /// The JavaScript interpreter (empty: `node` on `PATH`).
+    pub node: String,
     /// What a timeout does.
     pub on_timeout: TimeoutPolicy,
     /// Grace after SIGINT.
@@ -168,6 +174,9 @@ impl Default for RegistryOptions {
             max_tool_calls: 50,
             mode: Mode::Project,
             python: String::new(),
+            language: crate::language::Language::Python,
+            r: String::new(),
+            node: String::new(),
             on_timeout: TimeoutPolicy::Interrupt,
             interrupt_grace: Duration::from_secs(2),
             kill_grace: Duration::from_secs(2),
@@ -220,6 +229,9 @@ impl RegistryOptions {
             max_tool_calls: config.execution.max_tool_calls,
             mode: config.execution.mode,
             python: config.execution.python.clone(),
+            language: config.execution.language,
+            r: config.execution.r.clone(),
+            node: config.execution.node.clone(),
             on_timeout: match config.execution.on_timeout {
                 toolcell_tools::schema::OnTimeout::Kill => TimeoutPolicy::Kill,
                 _ => TimeoutPolicy::Interrupt,

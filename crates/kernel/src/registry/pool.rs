@@ -21,6 +21,7 @@ use crate::kernel::{Kernel, KernelSpec};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Shape {
     pub(super) mode: Mode,
+    pub(super) language: crate::language::Language,
     pub(super) interpreter: PathBuf,
     pub(super) version: String,
     pub(super) cwd: PathBuf,
@@ -75,6 +76,7 @@ pub(super) async fn spawn_kernel(
         confine: inner.opts.confine && shape.remote.is_none(),
         remote: shape.remote.clone(),
         inband_tools: inner.opts.inband_tools,
+        language: shape.language,
     };
     // The first scan of the working directory (SPEC §16) runs while the
     // interpreter starts.
@@ -125,16 +127,18 @@ impl Inner {
             Mode::Strict => PathBuf::new(),
             _ => self.opts.default_cwd.clone(),
         };
+        let language = self.opts.language;
         let remote = self.opts.remote_named(&self.opts.remote)?;
         let (interpreter, version) = match &remote {
             Some((_, r)) => (PathBuf::from(&r.python), String::new()),
-            None => self.interpreter(mode, &cwd)?,
+            None => self.interpreter(language, mode, &cwd)?,
         };
         let mut tools = self.opts.tools.clone();
         tools.sort();
         tools.dedup();
         Ok(Shape {
             mode,
+            language,
             interpreter,
             version,
             cwd,
@@ -355,6 +359,7 @@ mod tests {
     fn only_the_pooled_shape_takes_a_pooled_kernel() {
         let shape = Shape {
             mode: Mode::Project,
+            language: crate::language::Language::Python,
             interpreter: PathBuf::from("/usr/bin/python3"),
             version: "3.11.7".into(),
             cwd: PathBuf::from("/w"),

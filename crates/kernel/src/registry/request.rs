@@ -62,6 +62,9 @@ pub struct ExecuteRequest {
     pub timeout: Option<Duration>,
     /// Override the mode.
     pub mode: Option<Mode>,
+    /// The cell's language (default: the registry's, Python unless
+    /// configured). Part of the session key.
+    pub language: Option<crate::language::Language>,
     /// Override the enabled tools.
     pub tools: Option<Vec<String>>,
     /// Override the working directory (project mode).
@@ -85,6 +88,7 @@ impl std::fmt::Debug for ExecuteRequest {
             .field("reset", &self.reset)
             .field("timeout", &self.timeout)
             .field("mode", &self.mode)
+            .field("language", &self.language)
             .field("tools", &self.tools)
             .field("cwd", &self.cwd)
             .field("extra_tools", &self.extra_tools)
@@ -103,6 +107,7 @@ impl ExecuteRequest {
             reset: false,
             timeout: None,
             mode: None,
+            language: None,
             tools: None,
             cwd: None,
             live: None,
@@ -120,6 +125,13 @@ impl ExecuteRequest {
     #[must_use]
     pub fn extra_tools(mut self, tools: Arc<ExtraTools>) -> Self {
         self.extra_tools = Some(tools);
+        self
+    }
+
+    /// Sets the language (SPEC §15).
+    #[must_use]
+    pub fn language(mut self, language: crate::language::Language) -> Self {
+        self.language = Some(language);
         self
     }
 

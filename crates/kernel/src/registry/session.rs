@@ -25,6 +25,8 @@ pub struct SessionKey {
     pub owner: String,
     /// The mode.
     pub mode: &'static str,
+    /// The language (SPEC §15).
+    pub language: crate::language::Language,
     /// The interpreter.
     pub interpreter: PathBuf,
     /// The working directory (empty for strict mode: a private one per kernel).
@@ -40,6 +42,7 @@ pub struct SessionKey {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum KeyPart {
     Mode,
+    Language,
     Interpreter,
     Cwd,
     Tools,
@@ -47,10 +50,11 @@ enum KeyPart {
 }
 
 impl KeyPart {
-    const ALL: [KeyPart; 5] = [
+    const ALL: [KeyPart; 6] = [
         KeyPart::Remote,
         KeyPart::Cwd,
         KeyPart::Mode,
+        KeyPart::Language,
         KeyPart::Interpreter,
         KeyPart::Tools,
     ];
@@ -59,6 +63,7 @@ impl KeyPart {
     fn name(self) -> &'static str {
         match self {
             KeyPart::Mode => "mode",
+            KeyPart::Language => "language",
             KeyPart::Interpreter => "interpreter",
             KeyPart::Cwd => "cwd",
             KeyPart::Tools => "tools",
@@ -70,6 +75,7 @@ impl KeyPart {
     fn label(self) -> &'static str {
         match self {
             KeyPart::Mode => "mode",
+            KeyPart::Language => "language",
             KeyPart::Interpreter => "interpreter",
             KeyPart::Cwd => "working directory",
             KeyPart::Tools => "tool set",
@@ -80,6 +86,7 @@ impl KeyPart {
     fn of(self, key: &KeyInfo) -> String {
         match self {
             KeyPart::Mode => key.mode.clone(),
+            KeyPart::Language => key.language.clone(),
             KeyPart::Interpreter => key.interpreter.clone(),
             KeyPart::Cwd if key.cwd.is_empty() => "a private one".into(),
             KeyPart::Cwd => key.cwd.clone(),
@@ -93,6 +100,7 @@ impl KeyPart {
     fn differs(self, a: &KeyInfo, b: &KeyInfo) -> bool {
         match self {
             KeyPart::Mode => a.mode != b.mode,
+            KeyPart::Language => a.language != b.language,
             KeyPart::Interpreter => a.interpreter != b.interpreter,
             KeyPart::Cwd => a.cwd != b.cwd,
             KeyPart::Tools => a.tools != b.tools,
@@ -188,6 +196,8 @@ pub struct KeyInfo {
     pub owner: String,
     /// `project` or `strict`.
     pub mode: String,
+    /// `python`, `r` or `javascript`.
+    pub language: String,
     /// Interpreter path.
     pub interpreter: String,
     /// Working directory (empty in strict mode: a private one per kernel).
@@ -241,6 +251,7 @@ impl From<&SessionKey> for KeyInfo {
                 .unwrap_or_default()
                 .to_string(),
             mode: k.mode.to_string(),
+            language: k.language.as_str().to_string(),
             interpreter: k.interpreter.display().to_string(),
             cwd: k.cwd.display().to_string(),
             tools: k.tools.clone(),
@@ -358,6 +369,7 @@ mod tests {
         SessionKey {
             owner: owner.into(),
             mode,
+            language: crate::language::Language::Python,
             interpreter: PathBuf::from("/usr/bin/python3"),
             cwd: PathBuf::from(cwd),
             tools: tools.iter().map(|t| (*t).to_string()).collect(),

@@ -1,0 +1,542 @@
+// toolcell kernel runner for JavaScript (node 18+, no packages).
+//
+// Same protocol as runner.py (see README.md beside this file): requests are
+// JSON lines on fd 3 (read by a worker thread, which kills the process group
+// at once when the host goes away, even during a busy cell); frames
+// "\n" SENTINEL " " <length> "\n" <JSON> go to private descriptors of the
+// stdout and stderr pipes. Cells run in the one global context
+// (vm.runInThisContext), so globals, and let/const/class/function
+// declarations (rewritten to var), persist from cell to cell.
+'use strict';
+
+const fs = require('fs');
+const path = require('path');
+const vm = require('vm');
+const util = require('util');
+const { Worker } = require('worker_threads');
+
+const PROTOCOL = 1;
+const KDIR = path.dirname(__filename);
+const ARTIFACTS = path.join(KDIR, 'artifacts');
+
+let MARK = null;
+// Private descriptors of the stdout and stderr pipes (a cell that closes or
+// redirects fd 1 or 2 cannot cut the frame channel).
+const OUT_FD = fs.openSync('/proc/self/fd/1', 'w');
+const ERR_FD = fs.openSync('/proc/self/fd/2', 'w');
+
+function writeAll(fd, buf) {
+  let off = 0;
+  while (off < buf.length) {
+    try {
+      off += fs.writeSync(fd, buf, off, buf.length - off);
+    } catch (e) {
+      if (e.code !== 'EAGAIN') throw e;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+    }
+  }
+}
+
+function send(fd, obj) {
+  const body = Buffer.from(JSON.stringify(obj), 'utf8');
+  const header = Buffer.from(MARK + body.length + '\n', 'utf8');
+  if (header.length + body.length <= 4096) {
+    writeAll(fd, Buffer.concat([header, body]));
+  } else {
+    writeAll(fd, header); // one atomic write: a reader never sees half a marker
+    writeAll(fd, body);
+  }
+}
+
+function rawStderr(message) {
+  try { writeAll(ERR_FD, Buffer.from(`toolcell runner: ${message}\n`)); } catch (_) { /* gone */ }
+}
+
+// --------------------------------------------------------------------------
+// Requests: read from a private descriptor of the request pipe on the main
+// thread's event loop (EOF: the host is gone, kill our group). A busy cell
+// blocks the loop, so a watcher thread also checks every 200 ms that the
+// host (our parent) still exists, and kills the group when it does not.
+// --------------------------------------------------------------------------
+
+const queue = [];
+let waiter = null;
+function nextRequest() {
+  if (queue.length) return Promise.resolve(queue.shift());
+  return new Promise((resolve) => { waiter = resolve; });
+}
+function onLine(line) {
+  if (!line.trim()) return;
+  let req;
+  try { req = JSON.parse(line); } catch (e) { rawStderr(`request line is not JSON (${e.message})`); return; }
+  if (!req || typeof req !== 'object') { rawStderr('request is not a JSON object'); return; }
+  if (waiter) { const w = waiter; waiter = null; w(req); } else queue.push(req);
+}
+function die() {
+  try { process.kill(-process.pid, 'SIGKILL'); } catch (_) { /* not a group leader */ }
+  process.kill(process.pid, 'SIGKILL');
+}
+// fd 3 is moved to a close-on-exec descriptor, so a cell's subprocesses
+// never inherit the request pipe.
+const REQ_FD = fs.openSync('/proc/self/fd/3', 'r');
+try { fs.closeSync(3); } catch (_) { /* already closed */ }
+{
+  const net = require('net');
+  const requests = new net.Socket({ fd: REQ_FD, readable: true, writable: false });
+  let pending = [];
+  let size = 0;
+  requests.on('data', (chunk) => {
+    for (;;) {
+      const nl = chunk.indexOf(10);
+      if (nl < 0) {
+        pending.push(chunk);
+        size += chunk.length;
+        if (size > 512 * 1024 * 1024) { pending = []; size = 0; rawStderr('request line too long dropped'); }
+        return;
+      }
+      pending.push(chunk.subarray(0, nl));
+      const line = Buffer.concat(pending).toString('utf8');
+      pending = []; size = 0;
+      chunk = chunk.subarray(nl + 1);
+      onLine(line);
+    }
+  });
+  requests.on('end', die);
+  requests.on('error', die);
+  requests.unref();
+}
+const WATCHER = `
+const { workerData } = require('worker_threads');
+setInterval(() => {
+  if (process.ppid !== workerData.host) {
+    try { process.kill(-workerData.pid, 'SIGKILL'); } catch (_) {}
+    process.kill(workerData.pid, 'SIGKILL');
+  }
+}, 200);
+`;
+const watcher = new Worker(WATCHER, { eval: true, stdout: false, stderr: false, workerData: { host: process.ppid, pid: process.pid } });
+watcher.on('error', (e) => rawStderr(`host watcher failed: ${e.message}`));
+watcher.unref();
+
+// --------------------------------------------------------------------------
+// The cells' world
+// --------------------------------------------------------------------------
+
+const STDIN_MESSAGE = 'interactive input is not supported: a toolcell cell cannot read stdin ' +
+  '(process.stdin, readline). Pass the data in the code itself, or write it to a file and read the file.';
+let stdinRequested = false;
+function refuseStdin() {
+  stdinRequested = true;
+  const e = new Error(STDIN_MESSAGE);
+  e.code = 'ERR_TOOLCELL_NO_STDIN';
+  throw e;
+}
+Object.defineProperty(process, 'stdin', { configurable: true, enumerable: true, get: refuseStdin });
+{
+  const realReadFileSync = fs.readFileSync;
+  fs.readFileSync = function readFileSync(file, ...rest) {
+    if (file === 0 || file === '/dev/stdin' || file === '/proc/self/fd/0') refuseStdin();
+    return realReadFileSync.call(this, file, ...rest);
+  };
+  const realReadSync = fs.readSync;
+  fs.readSync = function readSync(fd, ...rest) {
+    if (fd === 0) refuseStdin();
+    return realReadSync.call(this, fd, ...rest);
+  };
+}
+
+// `require` for cells resolves from the working directory.
+const { createRequire } = require('module');
+globalThis.require = createRequire(path.join(process.cwd(), '[toolcell-cell]'));
+globalThis.module = { exports: {}, id: '[toolcell-cell]' };
+globalThis.exports = globalThis.module.exports;
+globalThis.__filename = path.join(process.cwd(), '[toolcell-cell]');
+globalThis.__dirname = process.cwd();
+
+// Tools: the generated module's exports become globals; the names of the
+// last set are removed when a new set is loaded.
+let toolNames = [];
+function loadStubs(source, filename) {
+  const m = { exports: {} };
+  const fn = vm.runInThisContext(require('module').wrap(source), { filename });
+  fn(m.exports, require, m, filename, KDIR);
+  for (const n of toolNames) { if (!(n in m.exports)) delete globalThis[n]; }
+  toolNames = Object.keys(m.exports);
+  for (const n of toolNames) globalThis[n] = m.exports[n];
+  globalThis.toolcell_tools = m.exports;
+}
+try {
+  const stubPath = path.join(KDIR, 'toolcell_tools.js');
+  loadStubs(fs.readFileSync(stubPath, 'utf8'), stubPath);
+} catch (e) {
+  rawStderr(`cannot load the tool functions: ${e.message}`);
+}
+
+// Errors thrown outside the cell's own flow (timers, rejected promises no one
+// awaited) while a cell runs belong to it; between cells they are printed.
+let current = null;
+function describe(err) {
+  if (err instanceof Error || (err && typeof err.stack === 'string')) return cleanStack(err);
+  return `Uncaught ${util.inspect(err)}`;
+}
+process.on('uncaughtException', (err) => {
+  const text = `Uncaught ${describe(err)}\n`;
+  if (current) { current.errors.push(text); } else { try { process.stderr.write(text); } catch (_) {} }
+});
+process.on('unhandledRejection', (err) => {
+  const text = `Uncaught (in promise) ${describe(err)}\n`;
+  if (current) { current.errors.push(text); } else { try { process.stderr.write(text); } catch (_) {} }
+});
+// SIGINT: interrupts a running cell (a busy loop through breakOnSigint, an
+// awaiting cell through this handler); ignored between cells.
+process.on('SIGINT', () => { if (current && current.interrupt) current.interrupt(); });
+
+// --------------------------------------------------------------------------
+// Source rewriting: top-level declarations become globals that a later cell
+// may declare again, and top-level await runs in an async wrapper whose
+// last expression is the completion value.
+// --------------------------------------------------------------------------
+
+const KEYWORD_BEFORE_REGEX = new Set(['return', 'typeof', 'instanceof', 'in', 'of', 'new', 'delete',
+  'void', 'throw', 'case', 'do', 'else', 'yield', 'await']);
+
+// Top-level tokens: [{t: 'id'|'punct'|'other', v, start, end, depth, nl}]
+function scan(src) {
+  const toks = [];
+  let depth = 0;
+  let i = 0;
+  let nl = true;
+  const stack = [];
+  let last = null;
+  const push = (t, v, start, end) => {
+    const tok = { t, v, start, end, depth, nl };
+    toks.push(tok);
+    last = tok;
+    nl = false;
+  };
+  const n = src.length;
+  while (i < n) {
+    const c = src[i];
+    if (c === '\n') { nl = true; i++; continue; }
+    if (c === ' ' || c === '\t' || c === '\r') { i++; continue; }
+    if (c === '/' && src[i + 1] === '/') { while (i < n && src[i] !== '\n') i++; continue; }
+    if (c === '/' && src[i + 1] === '*') { const e = src.indexOf('*/', i + 2); i = e < 0 ? n : e + 2; continue; }
+    if (c === '"' || c === "'") {
+      const s = i; i++;
+      while (i < n && src[i] !== c && src[i] !== '\n') { if (src[i] === '\\') i++; i++; }
+      i++; push('str', '', s, i); continue;
+    }
+    if (c === '`') {
+      const s = i; i++;
+      let inner = 0;
+      while (i < n) {
+        if (src[i] === '\\') { i += 2; continue; }
+        if (src[i] === '`' && inner === 0) { i++; break; }
+        if (src[i] === '$' && src[i + 1] === '{') { inner++; i += 2; continue; }
+        if (src[i] === '}' && inner > 0) { inner--; i++; continue; }
+        i++;
+      }
+      push('str', '', s, i); continue;
+    }
+    if (/[A-Za-z_$\u0080-\uffff]/.test(c)) {
+      const s = i;
+      while (i < n && /[A-Za-z0-9_$\u0080-\uffff]/.test(src[i])) i++;
+      push('id', src.slice(s, i), s, i); continue;
+    }
+    if (/[0-9]/.test(c)) {
+      const s = i;
+      while (i < n && /[0-9A-Za-z_.]/.test(src[i])) i++;
+      push('num', '', s, i); continue;
+    }
+    if (c === '/') {
+      const regexOk = !last || (last.t === 'punct' && !')]}'.includes(last.v)) ||
+        (last.t === 'id' && KEYWORD_BEFORE_REGEX.has(last.v));
+      if (regexOk) {
+        const s = i; i++;
+        let cls = false;
+        while (i < n && src[i] !== '\n') {
+          if (src[i] === '\\') { i += 2; continue; }
+          if (src[i] === '[') cls = true; else if (src[i] === ']') cls = false;
+          else if (src[i] === '/' && !cls) { i++; break; }
+          i++;
+        }
+        while (i < n && /[a-z]/.test(src[i])) i++;
+        push('regex', '', s, i); continue;
+      }
+    }
+    if ('([{'.includes(c)) { push('punct', c, i, i + 1); stack.push(c); depth++; i++; continue; }
+    if (')]}'.includes(c)) { depth = Math.max(0, depth - 1); stack.pop(); push('punct', c, i, i + 1); i++; continue; }
+    push('punct', c, i, i + 1); i++;
+  }
+  return toks;
+}
+
+// Starts of top-level statements: indexes into toks.
+function statementStarts(toks) {
+  const starts = [];
+  let prev = null;
+  const CONT = new Set(['.', ',', '=', '+', '-', '*', '/', '%', '&', '|', '^', '?', ':', '<', '>', '!', '(', '[', '{']);
+  for (let k = 0; k < toks.length; k++) {
+    const t = toks[k];
+    if (t.depth !== 0 && !(t.t === 'punct' && '}])'.includes(t.v) && t.depth === 0)) { prev = t; continue; }
+    let start = false;
+    if (!prev) start = true;
+    else if (prev.depth === 0 && prev.t === 'punct' && prev.v === ';') start = true;
+    else if (t.nl && prev.depth === 0) {
+      const prevEnds = !(prev.t === 'punct' && CONT.has(prev.v)) &&
+        !(prev.t === 'id' && KEYWORD_BEFORE_REGEX.has(prev.v));
+      const nextCont = t.t === 'punct' && '.,=+-*/%&|^?:<>)]}'.includes(t.v) ||
+        (t.t === 'id' && (t.v === 'in' || t.v === 'of' || t.v === 'instanceof'));
+      if (prevEnds && !nextCont) start = true;
+      if (prev.t === 'punct' && prev.v === '}' && !nextCont) start = true;
+    } else if (prev.depth === 0 && prev.t === 'punct' && prev.v === '}' && t.depth === 0 &&
+      t.t === 'id' && /^(let|const|var|class|function|async|if|for|while|return)$/.test(t.v)) start = true;
+    if (start && t.depth === 0) starts.push(k);
+    prev = t;
+  }
+  return starts;
+}
+
+const NO_VALUE = /^(var|let|const|function|async\s+function|class|if|for|while|do|switch|try|return|throw|break|continue|import|export|debugger|with)\b/;
+
+function transform(src) {
+  const toks = scan(src);
+  const starts = statementStarts(toks);
+  const edits = []; // [start, end, text]
+  let hasAwait = false;
+  for (const t of toks) if (t.t === 'id' && t.v === 'await' && t.depth >= 0) { hasAwait = true; break; }
+  for (const k of starts) {
+    const t = toks[k];
+    if (t.t !== 'id') continue;
+    if (t.v === 'let' || t.v === 'const') {
+      const nx = toks[k + 1];
+      if (nx && (nx.t === 'id' || (nx.t === 'punct' && (nx.v === '{' || nx.v === '[')))) edits.push([t.start, t.end, 'var']);
+    } else if (t.v === 'class') {
+      const nx = toks[k + 1];
+      if (nx && nx.t === 'id' && nx.v !== 'extends') edits.push([t.start, t.start, `var ${nx.v} = `]);
+    }
+  }
+  let out = src;
+  for (const [s, e, text] of edits.sort((a, b) => b[0] - a[0])) out = out.slice(0, s) + text + out.slice(e);
+  return { code: out, hasAwait, toks, starts };
+}
+
+// The async form: declarations become assignments to globals (sloppy mode),
+// and the last statement, when an expression, is returned.
+function asyncForm(src) {
+  const toks = scan(src);
+  const starts = statementStarts(toks);
+  const edits = [];
+  for (let si = 0; si < starts.length; si++) {
+    const k = starts[si];
+    const t = toks[k];
+    const endTok = si + 1 < starts.length ? toks[starts[si + 1] - 1] : toks[toks.length - 1];
+    let stmtEnd = endTok.end;
+    if (endTok.t === 'punct' && endTok.v === ';') stmtEnd = endTok.start;
+    if (t.t === 'id' && (t.v === 'let' || t.v === 'const' || t.v === 'var')) {
+      const nx = toks[k + 1];
+      if (nx && nx.t === 'punct' && (nx.v === '{' || nx.v === '[')) {
+        edits.push([t.start, nx.start, '(']);
+        edits.push([stmtEnd, stmtEnd, ')']);
+      } else {
+        // `let a = 1, b` -> `void (a = 1, b = void 0)` is not needed: a bare
+        // name is kept defined by assigning it when it has no initializer.
+        edits.push([t.start, t.end, 'void (']);
+        edits.push([stmtEnd, stmtEnd, ')']);
+        // names without initializer: `x` -> `x = undefined`
+        let d = 0;
+        for (let j = k + 1; j < toks.length && toks[j].start < stmtEnd; j++) {
+          const tj = toks[j];
+          if (tj.t === 'punct' && '([{'.includes(tj.v)) d++;
+          if (tj.t === 'punct' && ')]}'.includes(tj.v)) d--;
+          if (d !== 0) continue;
+          const prevT = toks[j - 1];
+          const nextT = toks[j + 1];
+          const declStart = prevT === t || (prevT.t === 'punct' && prevT.v === ',');
+          const noInit = !nextT || nextT.start >= stmtEnd || (nextT.t === 'punct' && nextT.v === ',');
+          if (tj.t === 'id' && declStart && noInit) edits.push([tj.end, tj.end, ' = undefined']);
+        }
+      }
+    } else if (t.t === 'id' && t.v === 'class') {
+      const nx = toks[k + 1];
+      if (nx && nx.t === 'id') edits.push([t.start, t.start, `${nx.v} = `]);
+    } else if (t.t === 'id' && (t.v === 'function' || (t.v === 'async' && toks[k + 1] && toks[k + 1].v === 'function'))) {
+      let j = k + 1;
+      if (toks[j] && toks[j].v === 'function') j++;
+      if (toks[j] && toks[j].v === '*') j++;
+      if (toks[j] && toks[j].t === 'id') edits.push([t.start, t.start, `${toks[j].v} = `]);
+    }
+  }
+  // The completion value: the last statement, when it is an expression.
+  let ret = null;
+  if (starts.length) {
+    const k = starts[starts.length - 1];
+    const text = src.slice(toks[k].start);
+    if (!NO_VALUE.test(text) && !(toks[k].t === 'punct' && toks[k].v === '{')) {
+      const lastTok = toks[toks.length - 1];
+      const end = lastTok.t === 'punct' && lastTok.v === ';' ? lastTok.start : lastTok.end;
+      ret = [toks[k].start, end];
+    }
+  }
+  const apply = (withReturn) => {
+    const all = edits.slice();
+    if (withReturn && ret) {
+      all.push([ret[0], ret[0], 'return (']);
+      all.push([ret[1], ret[1], ')']);
+    }
+    let out = src;
+    for (const [s, e, text] of all.sort((a, b) => b[0] - a[0] || b[1] - a[1])) out = out.slice(0, s) + text + out.slice(e);
+    return '(async () => {' + out + '\n})()';
+  };
+  return [apply(true), apply(false)];
+}
+
+function compile(src, filename) {
+  const { code, hasAwait } = transform(src);
+  try {
+    return { script: new vm.Script(code, { filename }), isAsync: false };
+  } catch (e) {
+    if (!(e instanceof SyntaxError) || !hasAwait) throw e;
+    const forms = asyncForm(src);
+    for (const form of forms) {
+      try { return { script: new vm.Script(form, { filename }), isAsync: true }; } catch (_) { /* next */ }
+    }
+    throw e;
+  }
+}
+
+// --------------------------------------------------------------------------
+// Running a cell
+// --------------------------------------------------------------------------
+
+function cleanStack(err) {
+  let stack = typeof err.stack === 'string' ? err.stack : String(err);
+  const lines = stack.split('\n');
+  const kept = lines.filter((l) => !(/^\s+at /.test(l) && (l.includes(__filename) ||
+    l.includes('node:internal') || l.includes('node:vm') || /\(vm\.js|\[eval\]/.test(l) ||
+    /at (Script\.runInThisContext|runCell|handleExecute|main)\b/.test(l))));
+  return kept.join('\n');
+}
+
+function errorText(err, filename, src) {
+  let text = err instanceof Error || (err && typeof err.stack === 'string') ? cleanStack(err) : `Uncaught ${util.inspect(err)}`;
+  const stack = (err && typeof err.stack === 'string') ? err.stack : '';
+  const re = new RegExp(filename.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') + ':(\\d+)');
+  const m = re.exec(stack);
+  if (m) {
+    const n = Number(m[1]);
+    const line = src.split('\n')[n - 1];
+    if (line !== undefined && !text.includes(`${filename}:${n}`)) text += `\n    at ${filename}:${n}`;
+    if (line !== undefined) text += `\n  line ${n}: ${line.trim()}`;
+  } else if (err instanceof SyntaxError && stack) {
+    // vm puts the offending line on top of a SyntaxError's stack.
+    text = stack.split('\n').filter((l) => !/^\s+at /.test(l)).join('\n');
+  }
+  return text + '\n';
+}
+
+let execCount = 0;
+
+function cpuNow() {
+  const u = process.resourceUsage();
+  return (u.userCPUTime + u.systemCPUTime) / 1e6;
+}
+
+function childCpu() {
+  try {
+    const f = fs.readFileSync('/proc/self/stat', 'utf8');
+    const parts = f.slice(f.lastIndexOf(')') + 2).split(' ');
+    const hz = 100;
+    return (Number(parts[13]) + Number(parts[14])) / hz; // cutime, cstime
+  } catch (_) { return 0; }
+}
+
+async function runCell(src, filename, state) {
+  const compiled = compile(src, filename);
+  let value = compiled.script.runInThisContext({ breakOnSigint: true, displayErrors: false });
+  if (compiled.isAsync) {
+    value = await Promise.race([value, new Promise((_, reject) => {
+      state.interrupt = () => { const e = new Error('Script execution interrupted.'); e.code = 'ERR_SCRIPT_EXECUTION_INTERRUPTED'; reject(e); };
+    })]);
+  }
+  return value;
+}
+
+async function handleExecute(req) {
+  const rid = req.id;
+  if (typeof rid !== 'string') { rawStderr('execute request without a string id ignored'); return; }
+  execCount += 1;
+  const count = execCount;
+  const filename = `cell-${count}`;
+  const t0 = process.hrtime.bigint();
+  const cpu0 = cpuNow() + childCpu();
+  stdinRequested = false;
+  let status = 'ok';
+  let traceback = '';
+  const state = { errors: [], interrupt: null };
+  current = state;
+  try {
+    if (typeof req.stubs === 'string') loadStubs(req.stubs, path.join(KDIR, 'toolcell_tools.js'));
+    if (typeof req.code !== 'string') throw new TypeError('execute request: code must be a string');
+    const value = await runCell(req.code, filename, state);
+    if (value !== undefined) {
+      globalThis._ = value;
+      process.stdout.write(util.inspect(value, { colors: false }) + '\n');
+    }
+  } catch (err) {
+    if (err && err.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') {
+      status = 'interrupted';
+      traceback = `Interrupted: the cell was stopped (SIGINT) at ${filename}; the kernel and its state are kept\n`;
+    } else {
+      status = 'error';
+      traceback = errorText(err, filename, typeof req.code === 'string' ? req.code : '');
+    }
+  }
+  // Let rejections no one handled surface (they are reported a tick later).
+  await new Promise((r) => setImmediate(r));
+  current = null;
+  state.interrupt = null;
+  if (state.errors.length) {
+    if (status === 'ok') status = 'error';
+    traceback += state.errors.join('');
+  }
+  const result = {
+    type: 'result', id: rid, status, traceback, execution_count: count,
+    stdin_requested: stdinRequested,
+    usage: {
+      cpu_seconds: Math.round((cpuNow() + childCpu() - cpu0) * 1e6) / 1e6,
+      peak_rss_kb: process.resourceUsage().maxRSS,
+      wall_seconds: Number(process.hrtime.bigint() - t0) / 1e9,
+    },
+    display: [],
+  };
+  send(ERR_FD, { type: 'end', id: rid });
+  send(OUT_FD, result);
+}
+
+async function main() {
+  // Nothing else may keep the event loop alive (the reader worker is
+  // unref'd): a cell awaiting a promise that never settles must still wait.
+  setInterval(() => {}, 1 << 30);
+  const hello = await nextRequest();
+  if (hello.type !== 'hello') { rawStderr('the first request must be hello'); process.exit(2); }
+  if (hello.protocol !== PROTOCOL) { rawStderr(`unsupported protocol ${hello.protocol}`); process.exit(2); }
+  if (typeof hello.sentinel !== 'string' || !/^[!-~]+$/.test(hello.sentinel)) {
+    rawStderr('the sentinel must be non-empty printable ASCII without whitespace');
+    process.exit(2);
+  }
+  MARK = '\n' + hello.sentinel + ' ';
+  send(OUT_FD, { type: 'ready', protocol: PROTOCOL, pid: process.pid, python: process.versions.node, executable: process.execPath });
+  for (;;) {
+    const req = await nextRequest();
+    if (req.type === 'execute') {
+      try { await handleExecute(req); } catch (e) { rawStderr(`internal error: ${e && e.stack}`); }
+    } else if (req.type === 'shutdown') {
+      process.exit(0);
+    } else {
+      rawStderr(`unknown request type ${JSON.stringify(req.type)} ignored`);
+    }
+  }
+}
+
+main().catch((e) => { rawStderr(`main loop failed: ${e && e.stack}`); process.exit(70); });

@@ -1,0 +1,295 @@
+//! The generated R stub module (`toolcell_tools.R`, SPEC §15): the prelude
+//! (`stub/prelude.R`: `ToolError`, the TCP client, `json_parse`,
+//! `shell_quote`, `retry`) and one function per enabled tool, its formals
+//! and defaults from the tool's JSON Schema: `read_file(path = "x")`
+//! returns the result as a list. Tools of an outside source `NAME` are the
+//! members of an environment `NAME` (`NAME$tool(...)`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::schema::{self, Param};
+use crate::stubs::{StubError, Unavailable};
+use crate::tool::DynTool;
+
+/// The hand-written part of the module.
+pub const PRELUDE: &str = include_str!("stub/prelude.R");
+
+/// Names the module defines besides the tools.
+pub const HELPERS: [&str; 4] = ["ToolError", "json_parse", "shell_quote", "retry"];
+
+const R_RESERVED: [&str; 20] = [
+    "if",
+    "else",
+    "repeat",
+    "while",
+    "function",
+    "for",
+    "next",
+    "break",
+    "TRUE",
+    "FALSE",
+    "NULL",
+    "Inf",
+    "NaN",
+    "NA",
+    "NA_integer_",
+    "NA_real_",
+    "NA_character_",
+    "NA_complex_",
+    "in",
+    "T",
+];
+
+/// `name` as an R name: characters outside `[A-Za-z0-9._]` become `_`, a
+/// name not starting with a letter gets a `t` prefix, a reserved word (or
+/// a helper's name) gets a `_` suffix.
+pub fn r_identifier(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if !out.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        out.insert(0, 't');
+    }
+    while R_RESERVED.contains(&out.as_str()) || HELPERS.contains(&out.as_str()) {
+        out.push('_');
+    }
+    out
+}
+
+/// A JSON value as an R literal (scalars; `NULL` for anything else, which
+/// then is not sent and the tool's own default applies).
+fn r_literal(v: &Value) -> String {
+    match v {
+        Value::Bool(true) => "TRUE".into(),
+        Value::Bool(false) => "FALSE".into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => r_string(s),
+        _ => "NULL".into(),
+    }
+}
+
+/// An R string literal (double quotes, escapes for `\`, `"` and controls).
+pub fn r_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn comment(text: &str, out: &mut String) {
+    for line in text.lines() {
+        let line: String = line.chars().filter(|c| !c.is_control()).collect();
+        let _ = writeln!(out, "#' {}", line.trim_end());
+    }
+}
+
+fn is_array(p: &Param) -> bool {
+    let h = p.hint.to_ascii_lowercase();
+    h.starts_with("list[") || h.starts_with("optional[list[") || h == "list"
+}
+
+fn function(tool: &dyn DynTool, ident: &str, indent: &str) -> Result<String, StubError> {
+    let params = schema::params(tool);
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    let mut names = Vec::new();
+    for p in &params {
+        let n = r_identifier(&p.key);
+        if let Some(first) = seen.insert(n.clone(), p.key.clone()) {
+            return Err(StubError::SameIdentifier {
+                what: format!("properties of tool `{}`", tool.name()),
+                first,
+                second: p.key.clone(),
+                ident: n,
+            });
+        }
+        names.push(n);
+    }
+    let mut f = String::new();
+    let mut doc = tool.doc().trim().to_string();
+    if doc.is_empty() {
+        doc = format!("Call the host tool {}.", tool.name());
+    }
+    let mut text = doc;
+    for (p, n) in params.iter().zip(&names) {
+        let desc = p
+            .description
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let _ = write!(text, "\n@param {n} {desc}");
+    }
+    let _ = write!(
+        text,
+        "\n@return {}\n@section Errors: stops with a ToolError condition when the host refuses the call or the tool fails.",
+        schema::shape(&tool.output_schema())
+    );
+    let mut c = String::new();
+    comment(&text, &mut c);
+    for line in c.lines() {
+        let _ = writeln!(f, "{indent}{line}");
+    }
+    let formals: Vec<String> = params
+        .iter()
+        .zip(&names)
+        .map(|(p, n)| match &p.default {
+            Some(d) => format!("{n} = {}", r_literal(d)),
+            None if p.omit_if_none || p.hint.starts_with("Optional[") => format!("{n} = NULL"),
+            None => n.clone(),
+        })
+        .collect();
+    let sent: Vec<String> = params
+        .iter()
+        .zip(&names)
+        .map(|(p, n)| {
+            let v = if is_array(p) {
+                format!("if (is.null({n})) NULL else I({n})")
+            } else {
+                n.clone()
+            };
+            format!("{} = {v}", r_name_literal(&p.key))
+        })
+        .collect();
+    let _ = writeln!(
+        f,
+        "{indent}{ident} <- function({}) {{\n{indent}  .toolcell_call({}, list({}))\n{indent}}}",
+        formals.join(", "),
+        r_string(tool.name()),
+        sent.join(", ")
+    );
+    Ok(f)
+}
+
+/// A list element name: bare when it is a syntactic name, else backquoted.
+fn r_name_literal(key: &str) -> String {
+    if r_identifier(key) == key {
+        key.to_string()
+    } else {
+        format!("`{}`", key.replace('\\', "\\\\").replace('`', "\\`"))
+    }
+}
+
+/// The local part of a namespaced tool's name (`fs.read` → `read`).
+fn local_name<'a>(tool: &'a dyn DynTool, ns: &str) -> &'a str {
+    tool.name()
+        .strip_prefix(ns)
+        .and_then(|r| r.strip_prefix('.'))
+        .unwrap_or(tool.name())
+}
+
+/// Generates `toolcell_tools.R` for `tools` and the outside sources that
+/// are down (`unavailable`: `NAME$anything(...)` stops with its message).
+///
+/// # Errors
+/// [`StubError::SameIdentifier`] when two tools (or two parameters of a
+/// tool, or a source and a tool) map to one R name.
+pub fn stub_module(
+    tools: &[Arc<dyn DynTool>],
+    unavailable: &[Unavailable],
+) -> Result<String, StubError> {
+    let mut out = String::with_capacity(PRELUDE.len() + tools.len() * 1024);
+    out.push_str(PRELUDE);
+    let mut seen: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut claim = |module: &str, ident: String, what: &str| -> Result<String, StubError> {
+        if let Some(first) = seen.insert((module.to_string(), ident.clone()), what.to_string()) {
+            return Err(StubError::SameIdentifier {
+                what: if module.is_empty() {
+                    "tools".into()
+                } else {
+                    format!("tools of `{module}`")
+                },
+                first,
+                second: what.to_string(),
+                ident,
+            });
+        }
+        Ok(ident)
+    };
+    let mut spaces: BTreeMap<&str, Vec<&Arc<dyn DynTool>>> = BTreeMap::new();
+    for t in tools {
+        match t.namespace() {
+            None => {
+                let ident = claim("", r_identifier(t.name()), t.name())?;
+                out.push('\n');
+                out.push_str(&function(t.as_ref(), &ident, "")?);
+            }
+            Some(ns) => spaces.entry(ns).or_default().push(t),
+        }
+    }
+    for (ns, members) in &spaces {
+        let ident = claim("", r_identifier(ns), &format!("source {ns}"))?;
+        let _ = writeln!(out, "\n# Tools of {ns}: {ident}$tool(...)");
+        let _ = writeln!(
+            out,
+            "{ident} <- local({{\n  .ns <- new.env(parent = parent.frame())"
+        );
+        let mut sorted = members.clone();
+        sorted.sort_by(|a, b| a.name().cmp(b.name()));
+        for t in sorted {
+            let local = claim(ns, r_identifier(local_name(t.as_ref(), ns)), t.name())?;
+            let body = function(t.as_ref(), &format!(".ns${local}"), "  ")?;
+            out.push_str(&body);
+        }
+        out.push_str("  .ns\n})\n");
+    }
+    for u in unavailable {
+        if spaces.contains_key(u.namespace.as_str()) {
+            continue;
+        }
+        let ident = claim(
+            "",
+            r_identifier(&u.namespace),
+            &format!("source {}", u.namespace),
+        )?;
+        let _ = writeln!(
+            out,
+            "\n{ident} <- .toolcell_unavailable({}, {})",
+            r_string(&u.namespace),
+            r_string(&u.message)
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers() {
+        assert_eq!(r_identifier("read_file"), "read_file");
+        assert_eq!(r_identifier("get-user"), "get_user");
+        assert_eq!(r_identifier("2fa"), "t2fa");
+        assert_eq!(r_identifier("_x"), "t_x");
+        assert_eq!(r_identifier("if"), "if_");
+        assert_eq!(r_identifier("retry"), "retry_");
+    }
+
+    #[test]
+    fn strings_escape() {
+        assert_eq!(r_string("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
+    }
+}
