@@ -1367,6 +1367,8 @@ impl Kernel {
         let mut result: Option<CellResult> = None;
         let mut got_end = false;
         let mut phase = Phase::Running;
+        // The interrupt is repeated once, halfway through the grace.
+        let mut reminded = false;
         let mut timer = deadline;
         let mut end_wait: Option<Instant> = None;
         let mut died: Option<String> = None;
@@ -1447,11 +1449,21 @@ impl Kernel {
                         Phase::Running if opts.on_timeout == TimeoutPolicy::Interrupt => {
                             self.interrupt();
                             phase = Phase::Interrupting { by_caller: false };
-                            timer = Instant::now() + opts.interrupt_grace;
+                            timer = Instant::now() + opts.interrupt_grace / 2;
                         }
                         Phase::Running => {
                             phase = Phase::Killed { by_caller: false };
                             break;
+                        }
+                        Phase::Interrupting { by_caller } if !reminded => {
+                            // Halfway through the grace with no answer: say
+                            // it once more (an interrupt that met the cell
+                            // in a moment it could not be delivered), then
+                            // wait out the rest.
+                            reminded = true;
+                            self.interrupt();
+                            phase = Phase::Interrupting { by_caller };
+                            timer = Instant::now() + opts.interrupt_grace / 2;
                         }
                         Phase::Interrupting { by_caller } => {
                             phase = Phase::Killed { by_caller };
@@ -1463,7 +1475,7 @@ impl Kernel {
                 () = opts.interrupt.cancelled(), if phase == Phase::Running => {
                     self.interrupt();
                     phase = Phase::Interrupting { by_caller: true };
-                    timer = Instant::now() + opts.interrupt_grace;
+                    timer = Instant::now() + opts.interrupt_grace / 2;
                 },
             }
         }

@@ -32,7 +32,7 @@ section! {
         node: String = String::new(), Text::Program;
         /// What a timeout does: `"interrupt"` raises `KeyboardInterrupt` in the cell and keeps the kernel; `"kill"` ends the kernel.
         on_timeout: OnTimeout = OnTimeout::Interrupt, Choice;
-        /// Seconds to wait for a result after interrupting a timed-out cell before killing its kernel.
+        /// Seconds to wait for a result after interrupting a cell (timed out, or interrupted by the caller) before killing its kernel; the interrupt is sent again once, halfway through.
         interrupt_grace: f64 = 2.0, Seconds { zero: true };
         /// Seconds between asking a kernel to stop (SIGTERM) and killing it (SIGKILL).
         kill_grace: f64 = 2.0, Seconds { zero: true };
