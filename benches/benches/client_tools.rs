@@ -10,28 +10,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
-
-fn toolcell_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let bin = profile_dir.join("toolcell");
-    if !bin.exists() {
-        let release = profile_dir.file_name().is_some_and(|n| n == "release");
-        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.args(["build", "-p", "toolcell-cli"]);
-        if release {
-            cmd.arg("--release");
-        }
-        assert!(cmd.status().unwrap().success(), "building toolcell failed");
-    }
-    bin
-}
 
 struct Serve {
     child: Child,
@@ -127,7 +111,7 @@ fn median(mut v: Vec<Duration>) -> f64 {
 }
 
 fn bench(c: &mut Criterion) {
-    let bin = toolcell_binary();
+    let bin = toolcell_benches::toolcell_binary();
     let mut serve = Serve::start(&bin);
     let r = serve.call(
         "tools/register",

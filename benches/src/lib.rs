@@ -35,3 +35,30 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// The `toolcell` binary of the running bench's profile
+/// (`target/<profile>/toolcell`, next to `deps/`), built with cargo if it
+/// is missing (`--release` for a release or bench profile).
+///
+/// # Panics
+/// When the bench's own path has no parent or the build fails: a bench
+/// cannot run without the binary.
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+pub fn toolcell_binary() -> std::path::PathBuf {
+    use std::path::Path;
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<bench>-<hash> → target/<profile>/toolcell
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let bin = profile_dir.join("toolcell");
+    if !bin.exists() {
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let mut cmd =
+            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.args(["build", "-p", "toolcell-cli"]);
+        if release {
+            cmd.arg("--release");
+        }
+        assert!(cmd.status().unwrap().success(), "building toolcell failed");
+    }
+    bin
+}

@@ -450,6 +450,44 @@ pub(crate) fn check_params(tool: &str, params: &[Param]) -> Result<(), StubError
     Ok(())
 }
 
+/// The names a generated module hands out, per module (`""` = the top
+/// level): a second claim of one name is an error naming both claimants.
+/// Shared by the Python, R and JavaScript generators.
+#[derive(Debug, Default)]
+pub(crate) struct NameClaims {
+    seen: std::collections::HashMap<(String, String), String>,
+}
+
+impl NameClaims {
+    /// Claims `ident` in `module` for `what` (a tool or source name).
+    ///
+    /// # Errors
+    /// [`StubError::SameIdentifier`] when it was claimed already.
+    pub(crate) fn claim(
+        &mut self,
+        module: &str,
+        ident: String,
+        what: &str,
+    ) -> Result<String, StubError> {
+        if let Some(first) = self
+            .seen
+            .insert((module.to_string(), ident.clone()), what.to_string())
+        {
+            return Err(StubError::SameIdentifier {
+                what: if module.is_empty() {
+                    "tools".into()
+                } else {
+                    format!("tools of `{module}`")
+                },
+                first,
+                second: what.to_string(),
+                ident,
+            });
+        }
+        Ok(ident)
+    }
+}
+
 /// A source of tools whose tools are not known now (an MCP server that
 /// failed to start): its submodule raises `ToolError` with `message` for any
 /// name taken from it.
@@ -495,27 +533,12 @@ pub fn stub_module_with(
     tools: &[Arc<dyn DynTool>],
     unavailable: &[Unavailable],
 ) -> Result<String, StubError> {
-    use std::collections::{BTreeMap, HashMap};
+    use std::collections::BTreeMap;
     let mut out = String::with_capacity(PRELUDE.len() + tools.len() * 1024);
     out.push_str(PRELUDE);
     let mut all: Vec<String> = HELPERS.iter().map(|h| (*h).to_string()).collect();
-    // Python name → what took it, per module ("" = the top level).
-    let mut seen: HashMap<(String, String), String> = HashMap::new();
-    let mut claim = |module: &str, ident: String, what: &str| -> Result<String, StubError> {
-        if let Some(first) = seen.insert((module.to_string(), ident.clone()), what.to_string()) {
-            return Err(StubError::SameIdentifier {
-                what: if module.is_empty() {
-                    "tools".into()
-                } else {
-                    format!("tools of `{module}`")
-                },
-                first,
-                second: what.to_string(),
-                ident,
-            });
-        }
-        Ok(ident)
-    };
+    let mut names = NameClaims::default();
+    let mut claim = |module: &str, ident: String, what: &str| names.claim(module, ident, what);
     // Each tool with its Python function name.
     type Named<'a> = (&'a Arc<dyn DynTool>, String);
     let mut top: Vec<Named<'_>> = Vec::new();

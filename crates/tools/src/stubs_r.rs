@@ -212,22 +212,8 @@ pub fn stub_module(
 ) -> Result<String, StubError> {
     let mut out = String::with_capacity(PRELUDE.len() + tools.len() * 1024);
     out.push_str(PRELUDE);
-    let mut seen: BTreeMap<(String, String), String> = BTreeMap::new();
-    let mut claim = |module: &str, ident: String, what: &str| -> Result<String, StubError> {
-        if let Some(first) = seen.insert((module.to_string(), ident.clone()), what.to_string()) {
-            return Err(StubError::SameIdentifier {
-                what: if module.is_empty() {
-                    "tools".into()
-                } else {
-                    format!("tools of `{module}`")
-                },
-                first,
-                second: what.to_string(),
-                ident,
-            });
-        }
-        Ok(ident)
-    };
+    let mut names = crate::stubs::NameClaims::default();
+    let mut claim = |module: &str, ident: String, what: &str| names.claim(module, ident, what);
     let mut spaces: BTreeMap<&str, Vec<&Arc<dyn DynTool>>> = BTreeMap::new();
     for t in tools {
         match t.namespace() {
