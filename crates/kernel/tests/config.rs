@@ -86,6 +86,9 @@ timeout = 12.5
 max_tool_calls = 7
 mode = "strict"
 python = "/opt/py/bin/python3"
+language = "r"
+r = "/opt/R/bin/Rscript"
+node = "/opt/node/bin/node"
 on_timeout = "kill"
 interrupt_grace = 0
 kill_grace = 0.25
@@ -384,7 +387,7 @@ fn unknown_keys_list_the_known_ones_and_suggest_a_near_miss() {
         msg,
         format!(
             "{}: unknown key `execution.timout` (known keys in [execution]: timeout, \
-             max_tool_calls, mode, python, on_timeout, interrupt_grace, kill_grace, \
+             max_tool_calls, mode, python, language, r, node, on_timeout, interrupt_grace, kill_grace, \
              kernel_mode, confine); did you mean `execution.timeout`?",
             path.display()
         )
