@@ -1165,8 +1165,16 @@ impl Kernel {
     /// `KeyboardInterrupt`). In-band, it is ordered after the cell's
     /// `execute`: an interrupt that arrives before the cell's first line ran
     /// is kept for it, never lost. Between cells it does nothing. Should
-    /// the request channel fail, a local kernel gets SIGINT directly.
+    /// the request channel fail, a local kernel gets SIGINT directly (as R
+    /// and JavaScript kernels always do).
     pub fn interrupt(&self) {
+        if self.spec.language != crate::language::Language::Python {
+            // The R and JavaScript runners take SIGINT itself.
+            if let Ok(p) = i32::try_from(self.pid) {
+                let _ = killpg(Pid::from_raw(p), Signal::SIGINT);
+            }
+            return;
+        }
         let pipe = Arc::clone(&self.requests);
         let direct = if self.spec.remote.is_some() {
             // Never a signal to the local command: it would end the connection.
