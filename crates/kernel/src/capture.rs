@@ -209,6 +209,10 @@ impl Capture {
             self.kept.push(text);
             return;
         }
+        // Where in `text` the spill file's share starts (written in one go
+        // at the end: one write per push, not one per line).
+        let mut spill_from = self.spill.is_some().then_some(0);
+        let mut offset = 0;
         for segment in text.split_inclusive('\n') {
             // Before anything is left out (cut by the cap, folded, or a
             // long line cut), the whole text so far is in `kept` and the
@@ -218,14 +222,20 @@ impl Capture {
                 let omits = over_cap || self.folder.as_mut().is_some_and(|f| f.will_omit(segment));
                 if omits {
                     self.start_spill("");
+                    if self.spill.is_some() {
+                        spill_from = Some(offset);
+                    }
                 }
             }
             self.raw_total += segment.len() as u64;
-            self.write_spill(segment);
+            offset += segment.len();
             if let Some(folder) = &mut self.folder {
                 let out = &mut self.folded;
                 folder.push_segment(segment, &mut |s| out.push_str(s));
             }
+        }
+        if let Some(from) = spill_from {
+            self.write_spill(&text[from..]);
         }
         let folded = std::mem::take(&mut self.folded);
         self.kept.push(&folded);

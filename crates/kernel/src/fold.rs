@@ -200,6 +200,15 @@ impl Folder {
             self.partial_chars += body.chars().count();
             return;
         }
+        if self.long_head.is_none() {
+            // The common case: the line stays under the cap; no per-char work.
+            let n = body.chars().count();
+            if self.partial_chars + n <= max {
+                self.partial.push_str(body);
+                self.partial_chars += n;
+                return;
+            }
+        }
         for c in body.chars() {
             self.partial_chars += 1;
             if self.long_head.is_none() {
