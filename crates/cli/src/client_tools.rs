@@ -28,6 +28,11 @@ pub const MAX_CLIENT_TOOLS: usize = 1024;
 /// Largest `tool/call` answer accepted (its JSON line), in bytes.
 pub const MAX_RESULT_BYTES: usize = 16 * 1024 * 1024;
 
+/// Largest schema (input or output) of one client tool, as JSON bytes: with
+/// [`MAX_CLIENT_TOOLS`], what one connection can make the host hold stays
+/// bounded.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+
 /// Most sessions whose tool sets are kept built between cells.
 const MAX_CACHED: usize = 256;
 
@@ -169,6 +174,14 @@ impl Link {
                     "{M}: tool `{name}`: missing `input_schema` (a JSON Schema object schema)"
                 ));
             };
+            for key in ["input_schema", "output_schema"] {
+                let size = o.get(key).map_or(0, |v| v.to_string().len());
+                if size > MAX_SCHEMA_BYTES {
+                    return Err(format!(
+                        "{M}: tool `{name}`: `{key}` is {size} bytes, over the limit of {MAX_SCHEMA_BYTES}"
+                    ));
+                }
+            }
             let mut tool = SchemaTool::new(name, description, input.clone(), |_args, _cx| async {
                 Err(ToolError::failed("a client tool runs in the client"))
             })

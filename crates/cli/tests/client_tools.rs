@@ -373,6 +373,10 @@ fn bad_registrations_are_errors_naming_the_tool_and_the_problem() {
         ),
         (json!({"tools": "add"}), "`tools` must be an array"),
         (
+            json!({"tools": [{"name": "big", "input_schema": {"type": "object", "description": "x".repeat(70_000)}}]}),
+            "`input_schema` is 70",
+        ),
+        (
             json!({"tools": [{"name": "a b", "input_schema": {"type": "object"}}]}),
             "cannot be used",
         ),
