@@ -5,11 +5,11 @@
 //! the warm pool holds a kernel (≤ 2 ms, issue 9).
 //!
 //! `cargo bench -p toolcell-benches --bench kernel`
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use toolcell_kernel::{ExecuteRequest, Registry, RegistryOptions, Status};
 
 struct Env {
@@ -132,4 +132,39 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+/// `TOOLCELL_BENCH_CELLS=N`: run N warm `x += 1` cells (after one that
+/// starts the kernel) and exit, for `perf stat`. The CPU of one cell is the
+/// difference of two such runs (N = 3200 and N = 200) divided by 3000, so
+/// the start and the exit cancel out:
+///
+/// ```sh
+/// B=$(ls -t target/release/deps/kernel-* | grep -v '\.d$' | head -1)
+/// for n in 200 3200; do TOOLCELL_BENCH_CELLS=$n perf stat -e task-clock,context-switches $B --bench; done
+/// ```
+fn cells_only() -> bool {
+    let Some(n) = std::env::var("TOOLCELL_BENCH_CELLS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return false;
+    };
+    let e = env();
+    run(&e, ExecuteRequest::new("x = 0"));
+    let t = Instant::now();
+    for _ in 0..n {
+        run(&e, ExecuteRequest::new("x += 1"));
+    }
+    let per = t.elapsed() / u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+    eprintln!("{n} warm cells: {per:?} per cell (wall)");
+    e.rt.block_on(e.reg.shutdown_all());
+    true
+}
+
+fn main() {
+    if cells_only() {
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

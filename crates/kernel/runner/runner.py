@@ -146,6 +146,7 @@ _frame_lock = _thread.allocate_lock()
 # POSIX guarantees atomic pipe writes up to PIPE_BUF bytes (4096 on Linux).
 _PIPE_BUF = 4096
 _requests = _SimpleQueue()
+_rbuf = bytearray()  # request bytes read but not yet parsed
 _shutdown_requested = False
 
 _ns = {}  # the cells' namespace (the __main__ module's dict)
@@ -477,11 +478,20 @@ def _read_requests():
     EOF (or a read error) means the host is gone: kill the process group at
     once, even in the middle of a cell.
     """
-    global _shutdown_requested, _cell_queued
-    buf = bytearray()
-    scan = 0
-    discarding = False
+    buf = bytearray(_rbuf)  # what main read along with hello
+    del _rbuf[:]
     while True:
+        for kind, req in _lines(buf):
+            if kind == "req":
+                rtype = req.get("type")
+                if rtype == "tool_reply":
+                    _tool_reply(req)
+                    continue
+                if rtype == "interrupt":
+                    _interrupt()
+                    continue
+                _note_request(rtype)
+            _requests.put((kind, req))
         try:
             chunk = os.read(_REQ_FD, 1 << 16)
         except InterruptedError:
@@ -494,45 +504,247 @@ def _read_requests():
                 time.sleep(1.0)
             _die()
         buf += chunk
+
+
+def _note_request(rtype):
+    global _shutdown_requested, _cell_queued
+    if rtype == "shutdown":
+        _shutdown_requested = True
+    elif rtype == "execute":
+        with _int_lock:
+            _cell_queued = True
+
+
+_discarding = [False]
+
+
+def _lines(buf):
+    """The complete request lines in buf (taken out of it), parsed:
+    ("req", dict) or ("bad", message). A line longer than _MAX_REQUEST is
+    dropped, and reported once its end arrives."""
+    out = []
+    start = 0
+    while True:
+        nl = buf.find(b"\n", start)
+        if nl < 0:
+            break
+        line = bytes(buf[start:nl])
+        start = nl + 1
+        if _discarding[0]:
+            _discarding[0] = False
+            out.append(("bad", "request line longer than %d bytes dropped" % _MAX_REQUEST))
+            continue
+        if not line.strip():
+            continue
+        try:
+            req = _loads(line)
+        except BaseException as e:
+            out.append(("bad", "request line is not JSON (%s)" % e))
+            continue
+        if not isinstance(req, dict):
+            out.append(("bad", "request is not a JSON object"))
+            continue
+        out.append(("req", req))
+    if start:
+        del buf[:start]
+    if len(buf) > _MAX_REQUEST:
+        del buf[:]
+        _discarding[0] = True
+    return out
+
+
+# --------------------------------------------------------------------------
+# Direct mode (local kernels): the main thread reads its own requests
+# --------------------------------------------------------------------------
+#
+# A request reader thread costs a thread hand-off per cell (the reader wakes,
+# queues, the main thread wakes). A local kernel without in-band tool calls
+# needs the request channel only for execute, interrupt and shutdown, so the
+# main thread reads it itself between cells; during a cell the kernel sends
+# SIGIO when a request arrives (O_ASYNC), and the handler, which runs in the
+# main thread, reads it: an interrupt interrupts. A watcher thread only
+# polls for the pipe's hang-up (the host is gone) and never reads.
+
+_direct = False
+_queued = []  # requests read by the SIGIO handler for the main loop, in order
+_FIONREAD = 0x541B  # Linux
+
+
+def _pending_bytes():
+    try:
+        return _unpack_int(fcntl.ioctl(_REQ_FD, _FIONREAD, b"\0\0\0\0"))
+    except BaseException:
+        return 0
+
+
+def _unpack_int(b):
+    return int.from_bytes(b, sys.byteorder, signed=True)
+
+
+_reading = [False]  # the request buffer is being read or parsed
+_missed = [False]  # a SIGIO came while it was
+
+
+def _drain(read):
+    """Parse the complete request lines read so far (after reading what
+    waits on the request fd without blocking, when `read`): interrupts act
+    now, everything else is queued for the main loop, in order.
+
+    Runs in the main thread only, from the main loop or the SIGIO handler,
+    which may nest: a nested call while the buffer is busy only notes that
+    it came, and the outer call reads again before it returns.
+    """
+    if _reading[0]:
+        _missed[0] = True
+        return
+    _reading[0] = True
+    fire = False
+    try:
         while True:
-            nl = buf.find(b"\n", scan)
-            if nl < 0:
-                scan = len(buf)
-                if scan > _MAX_REQUEST:
-                    del buf[:]
-                    scan = 0
-                    discarding = True
+            _missed[0] = False
+            if read:
+                n = _pending_bytes()
+                if n > 0:
+                    try:
+                        _rbuf.extend(os.read(_REQ_FD, n))
+                    except OSError:
+                        pass
+            for kind, req in _lines(_rbuf):
+                if kind == "req":
+                    rtype = req.get("type")
+                    if rtype == "interrupt":
+                        fire = _interrupt_direct() or fire
+                        continue
+                    _note_request_direct(rtype)
+                _queued.append((kind, req))
+            if not _missed[0]:
                 break
-            line = bytes(buf[:nl])
-            del buf[: nl + 1]
-            scan = 0
-            if discarding:
-                discarding = False
-                _requests.put(("bad", "request line longer than %d bytes dropped" % _MAX_REQUEST))
-                continue
-            if not line.strip():
-                continue
+            read = True
+    finally:
+        _reading[0] = False
+    if fire:
+        # Last: the KeyboardInterrupt this raises may land right here.
+        _signal_group()
+
+
+def _note_request_direct(rtype):
+    global _shutdown_requested, _cell_queued
+    if rtype == "shutdown":
+        _shutdown_requested = True
+    elif rtype == "execute":
+        _cell_queued = True
+
+
+def _interrupt_direct():
+    """As _interrupt, in the main thread: whether to signal the running
+    cell now (else the interrupt is kept for the queued cell, or dropped)."""
+    global _int_pending
+    if _in_cell:
+        return True
+    if _cell_queued:
+        _int_pending = True
+    return False
+
+
+def _signal_group():
+    try:
+        if os.getpgrp() == _PID:
+            os.killpg(_PID, _SIGINT)
+        else:
+            os.kill(_PID, _SIGINT)
+    except OSError:
+        pass
+
+
+def _on_sigio(signum, frame):
+    # Between cells the main loop reads requests itself.
+    if (_in_cell or _cell_queued) and os.getpid() == _PID:
+        _drain(True)
+
+
+def _next_direct():
+    """The next request for the main loop (blocking between cells)."""
+    global _cell_queued, _int_pending
+    while True:
+        if _queued:
+            item = _queued.pop(0)
+            if item[0] == "req" and item[1].get("type") == "execute":
+                # An interrupt that came before this cell was marked queued
+                # raised a SIGIO that was ignored: read it now.
+                _drain(True)
+            return item
+        # Idle: no cell is queued, and only this read takes requests.
+        _cell_queued = _int_pending = False
+        _reading[0] = True
+        try:
+            chunk = os.read(_REQ_FD, 1 << 16)
+        except InterruptedError:
+            continue
+        except OSError:
+            chunk = b""
+        finally:
+            _reading[0] = False
+        if not chunk:
+            if _shutdown_requested:
+                _exit(0)
+            _die()
+        _rbuf.extend(chunk)
+        _drain(False)
+
+
+def _watch_hangup():
+    """The watcher thread: the host closing the request pipe is its death."""
+    # Signals stay unblocked here, as in the reader thread: a cell that
+    # blocks SIGINT or SIGIO in the main thread still gets them through
+    # this one (Python runs the handlers in the main thread all the same).
+    try:
+        import select
+
+        p = select.poll()
+        p.register(_REQ_FD, 0)  # POLLHUP and POLLERR are always reported
+        while True:
             try:
-                req = _loads(line)
-            except BaseException as e:
-                _requests.put(("bad", "request line is not JSON (%s)" % e))
+                if p.poll():
+                    break
+            except InterruptedError:
                 continue
-            if not isinstance(req, dict):
-                _requests.put(("bad", "request is not a JSON object"))
-                continue
-            rtype = req.get("type")
-            if rtype == "tool_reply":
-                _tool_reply(req)
-                continue
-            if rtype == "interrupt":
-                _interrupt()
-                continue
-            if rtype == "shutdown":
-                _shutdown_requested = True
-            if rtype == "execute":
-                with _int_lock:
-                    _cell_queued = True
-            _requests.put(("req", req))
+        if _shutdown_requested or (not _in_cell and _pending_bytes() > 0):
+            # The main thread is about to read a shutdown and exit 0.
+            time.sleep(1.0)
+    except BaseException as e:
+        _raw_stderr("hang-up watcher failed: %s: %s" % (type(e).__name__, e))
+    _die()
+
+
+def _start_direct():
+    global _direct
+    _direct = True
+    _signal_fn(_signal.SIGIO, _on_sigio)
+    fcntl.fcntl(_REQ_FD, fcntl.F_SETOWN, _PID)
+    flags = fcntl.fcntl(_REQ_FD, fcntl.F_GETFL)
+    fcntl.fcntl(_REQ_FD, fcntl.F_SETFL, flags | os.O_ASYNC)
+    _thread.start_new_thread(_watch_hangup, ())
+
+
+def _read_hello():
+    """The first request, read by the main thread itself."""
+    while True:
+        got = _lines(_rbuf)
+        if got:
+            kind, req = got[0]
+            # Anything after hello stays for whoever reads next.
+            for item in reversed(got[1:]):
+                _queued.insert(0, item)
+            return kind, req
+        try:
+            chunk = os.read(_REQ_FD, 1 << 16)
+        except InterruptedError:
+            continue
+        except OSError:
+            chunk = b""
+        if not chunk:
+            _die()
+        _rbuf.extend(chunk)
 
 
 # --------------------------------------------------------------------------
@@ -1378,6 +1590,10 @@ def _handle_execute(req):
             _ignore_sigint()
         if os.getpid() != _PID:
             _forked_child_exit(exc)
+        if _direct and _signal.getsignal(_signal.SIGIO) is not _on_sigio:
+            # The cell took SIGIO over (its default action ends the process):
+            # requests must keep reaching us.
+            _signal_fn(_signal.SIGIO, _on_sigio)
         result = _finish_cell(rid, count, filename, exc, ru0, rc0, t0)
         exit_code = result.get("exit_code")
     except BaseException as err:
@@ -1466,9 +1682,7 @@ def main():
             sys.stderr.write("toolcell runner: %s\n" % e)
             sys.exit(2)
     _reserve_spare()
-    _thread.start_new_thread(_reader, ())
-
-    kind, hello = _requests.get()
+    kind, hello = _read_hello()
     if kind != "req" or hello.get("type") != "hello":
         _raw_stderr("the first request must be hello")
         os._exit(2)
@@ -1481,6 +1695,15 @@ def main():
         os._exit(2)
     _MARK = b"\n" + sentinel.encode("ascii") + b" "
     _INBAND_TOOLS = bool(hello.get("inband_tools"))
+    if _REMOTE or _INBAND_TOOLS:
+        # In-band tool replies arrive while the cell's threads wait: a
+        # reader thread takes every request.
+        for item in _queued:
+            _requests.put(item)
+        del _queued[:]
+        _thread.start_new_thread(_reader, ())
+    else:
+        _start_direct()
     cwd = hello.get("cwd")
     del sentinel
     if isinstance(cwd, str) and cwd:
@@ -1504,7 +1727,7 @@ def main():
         },
     )
 
-    get = _requests.get
+    get = _next_direct if _direct else _requests.get
     while True:
         try:
             kind, req = get()

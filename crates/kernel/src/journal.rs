@@ -23,7 +23,8 @@
 //!   writer thread through a bounded queue with `try_send`: when the queue
 //!   is full (a disk slower than the cells) the row is dropped and counted
 //!   ([`Journal::dropped`]); the cell's result is never delayed. The writer
-//!   batches what is queued into one transaction.
+//!   wakes once per batch: it lets rows gather for a few milliseconds after
+//!   the first, then writes them in one transaction (group commit).
 //! - **It can be read while written.** The database is in WAL mode;
 //!   [`Journal::history`] opens it read-only, so `toolcell history` works
 //!   while a daemon or `serve` is recording.
@@ -92,6 +93,11 @@ pub const DEFAULT_QUEUE: usize = 1024;
 
 /// Rows the writer puts in one transaction, at most.
 const BATCH: usize = 256;
+
+/// How long the writer lets rows gather after the first of a batch, so a
+/// busy host commits once per batch instead of once per cell (a cell's
+/// result is never delayed by it; [`Journal::flush`] may wait this long).
+const GROUP_WAIT: Duration = Duration::from_millis(4);
 
 /// How long a connection waits for another one's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -681,6 +687,10 @@ struct Writer {
 impl Writer {
     fn run(mut self, rx: Receiver<CellRecord>) {
         while let Ok(first) = rx.recv() {
+            // Group commit: rows that arrive within GROUP_WAIT share one
+            // transaction. A sleep, not a timed receive: each send would
+            // wake a timed receive, and the point is one wake-up per batch.
+            std::thread::sleep(GROUP_WAIT);
             let mut batch = vec![first];
             while batch.len() < BATCH {
                 match rx.try_recv() {

@@ -13,7 +13,7 @@ use toolcell_rpc::private_dir::PrivateDir;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -466,85 +466,178 @@ fn idx(s: StreamKind) -> usize {
     }
 }
 
-async fn pump(
-    mut rd: impl AsyncRead + Unpin,
+/// One side (stdout or stderr) of a kernel's output, read by [`pump`].
+struct Side {
     which: StreamKind,
+    fd: Option<tokio::io::unix::AsyncFd<OwnedFd>>,
+    dec: Decoder,
+    /// When the bytes the decoder holds back are released as output.
+    release_at: Option<Instant>,
+}
+
+impl Side {
+    fn new(fd: Option<OwnedFd>, which: StreamKind, sentinel: &Sentinel) -> Self {
+        Self {
+            which,
+            fd: fd.and_then(|fd| {
+                // tokio hands the pipe back in blocking mode.
+                use nix::fcntl::{FcntlArg, OFlag, fcntl};
+                let flags = OFlag::from_bits_truncate(fcntl(&fd, FcntlArg::F_GETFL).ok()?);
+                fcntl(&fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).ok()?;
+                // SAFETY: `fd` is an `OwnedFd` moved into the AsyncFd, which
+                // owns it until it is dropped; nothing else closes it.
+                unsafe { tokio::io::unix::AsyncFd::register(fd) }.ok()
+            }),
+            dec: Decoder::new(sentinel),
+            release_at: None,
+        }
+    }
+}
+
+impl Side {
+    /// The pipe ended (or failed): what the decoder holds is output.
+    fn close(&mut self, batch: &mut Vec<Ev>) {
+        self.fd = None;
+        self.release_at = None;
+        if let Some(ev) = self.dec.finish() {
+            batch.push(Ev::Raw(self.which, ev.bytes().to_vec()));
+        }
+        batch.push(Ev::Eof(self.which));
+    }
+}
+
+/// What a non-blocking read of one side gave.
+enum Got {
+    Bytes(usize),
+    Nothing,
+    Eof,
+}
+
+fn read_now(fd: &tokio::io::unix::AsyncFd<OwnedFd>, buf: &mut [u8]) -> Got {
+    loop {
+        match nix::unistd::read(fd.get_ref(), buf) {
+            Ok(0) => return Got::Eof,
+            Ok(n) => return Got::Bytes(n),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => return Got::Nothing,
+            Err(_) => return Got::Eof,
+        }
+    }
+}
+
+/// Reads a kernel's stdout and stderr pipes, decodes their frames, and sends
+/// the events to the kernel's channel, until both pipes reach EOF.
+///
+/// One task reads both pipes, and after every wake-up it reads whatever is
+/// ready on either before it sends and sleeps again: the `end` frame
+/// (stderr) and the `result` frame (stdout) a runner writes back to back
+/// cost one wake-up of this task and one of the cell's, not two each.
+async fn pump(
+    out: Option<OwnedFd>,
+    err: Option<OwnedFd>,
     sentinel: Sentinel,
     tx: mpsc::Sender<Ev>,
     busy: Arc<AtomicUsize>,
     inband: Option<Inband>,
 ) {
-    let mut dec = Decoder::new(&sentinel);
+    let mut sides = [
+        Side::new(out, StreamKind::Stdout, &sentinel),
+        Side::new(err, StreamKind::Stderr, &sentinel),
+    ];
     let mut buf = vec![0u8; READ_CHUNK];
-    loop {
-        // Output ending in `\n` leaves the decoder holding it (it could start
-        // a frame marker). The runner writes every frame header atomically,
-        // so if nothing follows within IDLE_RELEASE it is plain output:
-        // release it, and live output is not a line behind.
-        let read = if dec.scan_held().is_some_and(|h| h > 0) {
-            match tokio::time::timeout(IDLE_RELEASE, rd.read(&mut buf)).await {
-                Ok(r) => r,
-                Err(_) => {
-                    if let Some(ev) = dec.release_held()
-                        && tx.send(Ev::Raw(which, ev.bytes().to_vec())).await.is_err()
-                    {
-                        return;
+    let mut batch: Vec<Ev> = Vec::new();
+    while sides.iter().any(|s| s.fd.is_some()) {
+        // Read every side until neither has anything (a chunk per side per
+        // round, so one busy pipe cannot starve the other or hold a batch).
+        let mut read_any = false;
+        for side in &mut sides {
+            let Some(fd) = &side.fd else { continue };
+            match read_now(fd, &mut buf) {
+                Got::Nothing => {}
+                Got::Bytes(n) => {
+                    read_any = true;
+                    // Read from the pipe but not yet in the channel: a cell
+                    // about to start waits for this to reach zero (see
+                    // `Kernel::execute`).
+                    busy.fetch_add(1, Ordering::SeqCst);
+                    let mut raw: Vec<u8> = Vec::new();
+                    for ev in side.dec.feed(&buf[..n]) {
+                        match ev {
+                            Event::Frame(body) => {
+                                if !raw.is_empty() {
+                                    batch.push(Ev::Raw(side.which, std::mem::take(&mut raw)));
+                                }
+                                if let Some(ib) = &inband
+                                    && side.which == StreamKind::Stdout
+                                    && is_frame_of(&body, "tool_call")
+                                {
+                                    ib.take(&body).await;
+                                    continue;
+                                }
+                                batch.push(Ev::Frame(side.which, body));
+                            }
+                            other => raw.extend_from_slice(other.bytes()),
+                        }
                     }
-                    continue;
+                    if !raw.is_empty() {
+                        batch.push(Ev::Raw(side.which, raw));
+                    }
+                    // Output ending in `\n` leaves the decoder holding it (it
+                    // could start a frame marker). The runner writes every
+                    // frame header atomically, so if nothing follows within
+                    // IDLE_RELEASE it is plain output: release it then, and
+                    // live output is not a line behind.
+                    side.release_at = side
+                        .dec
+                        .scan_held()
+                        .is_some_and(|h| h > 0)
+                        .then(|| Instant::now() + IDLE_RELEASE);
+                }
+                Got::Eof => {
+                    read_any = true;
+                    busy.fetch_add(1, Ordering::SeqCst);
+                    side.close(&mut batch);
                 }
             }
-        } else {
-            rd.read(&mut buf).await
-        };
-        let n = match read {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        // Read from the pipe but not yet in the channel: a cell about to
-        // start waits for this to reach zero (see `Kernel::execute`).
-        busy.fetch_add(1, Ordering::SeqCst);
-        let _in_flight = InFlight(&busy);
-        let mut raw: Vec<u8> = Vec::new();
-        for ev in dec.feed(&buf[..n]) {
-            match ev {
-                Event::Frame(body) => {
-                    if !raw.is_empty()
-                        && tx
-                            .send(Ev::Raw(which, std::mem::take(&mut raw)))
-                            .await
-                            .is_err()
-                    {
-                        return;
-                    }
-                    if let Some(ib) = &inband
-                        && is_frame_of(&body, "tool_call")
-                    {
-                        ib.take(&body).await;
-                        continue;
-                    }
-                    if tx.send(Ev::Frame(which, body)).await.is_err() {
-                        return;
+        }
+        if read_any {
+            for ev in batch.drain(..) {
+                if tx.send(ev).await.is_err() {
+                    busy.store(0, Ordering::SeqCst);
+                    return;
+                }
+            }
+            // Every chunk read this round is in the channel now.
+            busy.store(0, Ordering::SeqCst);
+            continue;
+        }
+        let release_at = sides.iter().filter_map(|s| s.release_at).min();
+        let [a, b] = &mut sides;
+        tokio::select! {
+            // Readiness is cleared before the next round reads, so data
+            // arriving after that read wakes us again.
+            r = async { a.fd.as_ref()?.readable().await.ok() }, if a.fd.is_some() => {
+                if let Some(mut g) = r { g.clear_ready(); } else { a.close(&mut batch); }
+            }
+            r = async { b.fd.as_ref()?.readable().await.ok() }, if b.fd.is_some() => {
+                if let Some(mut g) = r { g.clear_ready(); } else { b.close(&mut batch); }
+            }
+            () = async {
+                if let Some(t) = release_at { tokio::time::sleep_until(t).await }
+            }, if release_at.is_some() => {
+                let now = Instant::now();
+                for side in &mut sides {
+                    if side.release_at.is_some_and(|t| t <= now) {
+                        side.release_at = None;
+                        if let Some(ev) = side.dec.release_held()
+                            && tx.send(Ev::Raw(side.which, ev.bytes().to_vec())).await.is_err()
+                        {
+                            return;
+                        }
                     }
                 }
-                other => raw.extend_from_slice(other.bytes()),
             }
         }
-        if !raw.is_empty() && tx.send(Ev::Raw(which, raw)).await.is_err() {
-            return;
-        }
-    }
-    if let Some(ev) = dec.finish() {
-        let _ = tx.send(Ev::Raw(which, ev.bytes().to_vec())).await;
-    }
-    let _ = tx.send(Ev::Eof(which)).await;
-}
-
-/// Decrements a pump's in-flight count when a chunk's events are sent.
-struct InFlight<'a>(&'a AtomicUsize);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -653,32 +746,23 @@ impl Kernel {
             slots: Arc::new(tokio::sync::Semaphore::new(INBAND_CALLS)),
         });
         let busy = Arc::new(AtomicUsize::new(0));
-        if let Some(out) = child.stdout.take() {
-            if let Ok(fd) = nix::unistd::dup(&out) {
-                watch.push(fd);
+        // The pipes leave tokio's process types for raw non-blocking fds,
+        // which the one reader polls itself (see `pump`).
+        let out = child.stdout.take().and_then(|p| p.into_owned_fd().ok());
+        let err = child.stderr.take().and_then(|p| p.into_owned_fd().ok());
+        for fd in [&out, &err].into_iter().flatten() {
+            if let Ok(d) = nix::unistd::dup(fd) {
+                watch.push(d);
             }
-            tokio::spawn(pump(
-                out,
-                StreamKind::Stdout,
-                sentinel.clone(),
-                tx.clone(),
-                Arc::clone(&busy),
-                inband,
-            ));
         }
-        if let Some(err) = child.stderr.take() {
-            if let Ok(fd) = nix::unistd::dup(&err) {
-                watch.push(fd);
-            }
-            tokio::spawn(pump(
-                err,
-                StreamKind::Stderr,
-                sentinel.clone(),
-                tx,
-                Arc::clone(&busy),
-                None,
-            ));
-        }
+        tokio::spawn(pump(
+            out,
+            err,
+            sentinel.clone(),
+            tx,
+            Arc::clone(&busy),
+            inband,
+        ));
         let tool_names = spec.tools.iter().map(|t| t.name().to_string()).collect();
         let mut kernel = Kernel {
             dir: dir.clone(),

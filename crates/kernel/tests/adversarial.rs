@@ -545,6 +545,40 @@ async fn a_cell_that_ignores_sigint_and_sigterm_is_killed_at_the_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_taking_sigio_over_does_not_kill_the_kernel_or_its_interrupts() {
+    // Between cells the runner learns of requests by SIGIO, whose default
+    // action ends a process: a cell that resets it must not turn the next
+    // request into the kernel's death, and a later interrupt still works.
+    let f = Fixture::with(|o| {
+        o.interrupt_grace = Duration::from_secs(5);
+        o.kill_grace = Duration::from_millis(300);
+    });
+    let r = f
+        .run(
+            "import signal
+signal.signal(signal.SIGIO, signal.SIG_DFL)
+x = 5",
+        )
+        .await;
+    assert_success(&r);
+    let n = f.run("print(x)").await;
+    assert_success(&n);
+    assert_eq!(n.output, "5\n");
+    assert_eq!(n.kernel.id, r.kernel.id);
+    let t = f
+        .reg
+        .execute(ExecuteRequest::new("while True:\n    pass").timeout(Duration::from_millis(800)))
+        .await;
+    assert_eq!(t.status, Status::Timeout, "{}", show(&t));
+    assert_eq!(t.kernel.state_kept, Some(true), "{}", show(&t));
+    let m = f.run("print(x + 1)").await;
+    assert_success(&m);
+    assert_eq!(m.output, "6\n");
+    assert_eq!(m.kernel.id, r.kernel.id);
+    shut_down_and_check(&f).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_sigint_and_sigterm_in_the_cells_thread_does_not_stop_the_interrupt() {
     // pthread_sigmask blocks a signal for the calling thread only: the
     // process-directed SIGINT is taken by another thread of the runner, and
