@@ -714,7 +714,7 @@ mod tests {
                         0 => format!("{v} ab {v:08x}-cafe"),
                         1 => format!("x{v}"),
                         2 => format!("beef{v} step"),
-                        _ => format!("{}", "c".repeat((v % 3) as usize)),
+                        _ => "c".repeat((v % 3) as usize),
                     });
                 }
             }
