@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use crate::simd::{self, is_special};
+
 /// Size at which the held (still erasable) current line is committed to the
 /// output even without a newline. The decision depends only on the byte
 /// sequence, so streaming output does not depend on chunk boundaries.
@@ -107,8 +109,6 @@ impl Default for AnsiStripper {
         Self::new()
     }
 }
-
-use crate::simd::{self, is_special};
 
 /// Length of the longest prefix of `bytes` (which starts with a non-ASCII
 /// byte) that is visible text: complete valid UTF-8 characters other than

@@ -796,6 +796,18 @@ mod tests {
     }
 
     #[test]
+    fn value_stop_table_is_the_value_rule() {
+        for c in 0..=255u8 {
+            let rule = c.is_ascii_whitespace()
+                || matches!(
+                    c,
+                    b'"' | b'\'' | b'`' | b',' | b';' | b'&' | b')' | b']' | b'}'
+                );
+            assert_eq!(VALUE_STOP[usize::from(c)], rule, "byte {c:#x}");
+        }
+    }
+
+    #[test]
     fn header_names_end_as_the_separator_prefilter_expects() {
         for h in HEADER_NAMES {
             assert!(
