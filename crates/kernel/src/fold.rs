@@ -89,17 +89,29 @@ pub struct Folder {
     long_head: Option<String>,
     /// Tail window of an over-long current line.
     long_tail: VecDeque<char>,
-    /// The shape of the current run and its length.
+    /// The last line of the current run (without its `\n`); every line of
+    /// a run has the run's shape. A line that differs from it only in its
+    /// digits has that shape too, without shaping either.
+    run_last: String,
+    /// The run's shape, when `run_shape_ok` (computed only when needed).
     run_shape: Vec<u8>,
+    run_shape_ok: bool,
+    /// Scratch: the shape of the line being judged.
+    shape_buf: Vec<u8>,
     run_len: usize,
     /// Lines of the current run past the first `keep`, not yet shown: all of
     /// them while the run is shorter than `min_run`, then the last `keep`.
     held: VecDeque<String>,
+    /// Emptied held lines, reused for the next held ones (at most
+    /// `min_run + keep`, each of at most [`SPARE_MAX_CAPACITY`]).
+    spare: Vec<String>,
     /// Omitted so far in the current run: lines and bytes.
     run_omitted: (u64, u64),
     stats: FoldStats,
-    shape_buf: Vec<u8>,
 }
+
+/// Largest buffer kept for reuse once a held line is given out.
+const SPARE_MAX_CAPACITY: usize = 16 * 1024;
 
 impl Folder {
     /// A folder with `opts`.
@@ -110,12 +122,15 @@ impl Folder {
             partial_chars: 0,
             long_head: None,
             long_tail: VecDeque::new(),
+            run_last: String::new(),
             run_shape: Vec::new(),
+            run_shape_ok: false,
+            shape_buf: Vec::new(),
             run_len: 0,
             held: VecDeque::new(),
+            spare: Vec::new(),
             run_omitted: (0, 0),
             stats: FoldStats::default(),
-            shape_buf: Vec::new(),
         }
     }
 
@@ -139,11 +154,14 @@ impl Folder {
     /// line, or the first omission of a run. Lets the caller save the whole
     /// text before anything is lost.
     pub fn will_omit(&mut self, segment: &str) -> bool {
-        if self.opts.max_line_chars > 0
+        let max = self.opts.max_line_chars;
+        // Bytes bound characters: a short segment needs no count.
+        if max > 0
             && (self.long_head.is_some()
-                || self.partial_chars + segment.chars().count()
-                    - usize::from(segment.ends_with('\n'))
-                    > self.opts.max_line_chars)
+                || (self.partial.len() + segment.len() > max
+                    && self.partial_chars + segment.chars().count()
+                        - usize::from(segment.ends_with('\n'))
+                        > max))
         {
             return true;
         }
@@ -153,11 +171,40 @@ impl Folder {
         if self.run_len + 1 < self.opts.min_run || self.run_len == 0 {
             return false;
         }
+        if self.partial.is_empty() {
+            return self.judge(segment.trim_end_matches('\n')) == Judged::Same;
+        }
         let mut line = String::with_capacity(self.partial.len() + segment.len());
         line.push_str(&self.partial);
         line.push_str(segment);
-        shape_into(line.trim_end_matches('\n'), &mut self.shape_buf);
-        self.shape_buf == self.run_shape
+        self.judge(line.trim_end_matches('\n')) == Judged::Same
+    }
+
+    /// Whether `body` has the current run's shape (a run must exist). Only
+    /// caches the run's own shape; the run itself does not change.
+    fn judge(&mut self, body: &str) -> Judged {
+        if digits_only_differ(self.run_last.as_bytes(), body.as_bytes()) {
+            return Judged::Same;
+        }
+        // The first bytes of the shapes differ: surely another shape (most
+        // lines of prose and code end here, after a few bytes).
+        const PREFIX: usize = 16;
+        if !Shape::new(self.run_last.as_bytes())
+            .take(PREFIX)
+            .eq(Shape::new(body.as_bytes()).take(PREFIX))
+        {
+            return Judged::Other { shaped: false };
+        }
+        if !self.run_shape_ok {
+            shape_into(&self.run_last, &mut self.run_shape);
+            self.run_shape_ok = true;
+        }
+        shape_into(body, &mut self.shape_buf);
+        if self.shape_buf == self.run_shape {
+            Judged::Same
+        } else {
+            Judged::Other { shaped: true }
+        }
     }
 
     /// Takes in `text` (any split), giving out folded text through `out`.
@@ -173,10 +220,20 @@ impl Folder {
             Some(b) => (b, true),
             None => (segment, false),
         };
+        // The common case: a whole line in one piece, under the cap (its
+        // bytes bound its characters): judged in place, never copied.
+        if complete
+            && self.partial.is_empty()
+            && self.long_head.is_none()
+            && (self.opts.max_line_chars == 0 || body.len() <= self.opts.max_line_chars)
+        {
+            self.line(segment, out);
+            return;
+        }
         self.add_to_line(body);
         if complete {
             let line = self.take_line();
-            self.line(line, out);
+            self.line(&line, out);
         }
     }
 
@@ -264,34 +321,61 @@ impl Folder {
         }
     }
 
-    fn line(&mut self, line: String, out: &mut dyn FnMut(&str)) {
+    /// One finished line, with its `\n`.
+    fn line(&mut self, line: &str, out: &mut dyn FnMut(&str)) {
         if !self.opts.folds() {
-            out(&line);
+            out(line);
             return;
         }
-        shape_into(line.trim_end_matches('\n'), &mut self.shape_buf);
-        if self.run_len > 0 && self.shape_buf == self.run_shape {
+        let body = line.trim_end_matches('\n');
+        let judged = if self.run_len > 0 {
+            self.judge(body)
+        } else {
+            Judged::Other { shaped: false }
+        };
+        if judged == Judged::Same {
+            self.run_last.clear();
+            self.run_last.push_str(body);
             self.run_len += 1;
             if self.run_len <= self.opts.keep {
-                out(&line);
+                out(line);
                 return;
             }
-            self.held.push_back(line);
+            let mut held = self.spare.pop().unwrap_or_default();
+            held.push_str(line);
+            self.held.push_back(held);
             if self.run_len >= self.opts.min_run {
                 // A folded run: only the last `keep` lines stay held.
                 while self.held.len() > self.opts.keep {
                     if let Some(dropped) = self.held.pop_front() {
                         self.run_omitted.0 += 1;
                         self.run_omitted.1 += dropped.len() as u64;
+                        self.recycle(dropped);
                     }
                 }
             }
             return;
         }
         self.end_run(out);
-        std::mem::swap(&mut self.run_shape, &mut self.shape_buf);
+        self.run_last.clear();
+        self.run_last.push_str(body);
+        // The new run's shape, if `judge` just computed it.
+        self.run_shape_ok = judged == Judged::Other { shaped: true };
+        if self.run_shape_ok {
+            std::mem::swap(&mut self.run_shape, &mut self.shape_buf);
+        }
         self.run_len = 1;
-        out(&line);
+        out(line);
+    }
+
+    /// Keeps an emptied held line's buffer for the next one (bounded).
+    fn recycle(&mut self, mut s: String) {
+        if s.capacity() <= SPARE_MAX_CAPACITY
+            && self.spare.len() < self.opts.min_run + self.opts.keep
+        {
+            s.clear();
+            self.spare.push(s);
+        }
     }
 
     /// The current run ends: its marker (when folded) and held lines.
@@ -301,7 +385,9 @@ impl Folder {
             self.stats.lines_folded += lines;
             self.stats.runs_folded += 1;
             self.stats.bytes_omitted += bytes;
-            let shape = String::from_utf8_lossy(&self.run_shape);
+            let mut shape_buf = Vec::new();
+            shape_into(&self.run_last, &mut shape_buf);
+            let shape = String::from_utf8_lossy(&shape_buf);
             let shape = if shape.len() > MAX_SHAPE_SHOWN {
                 let mut end = MAX_SHAPE_SHOWN;
                 while !shape.is_char_boundary(end) {
@@ -315,11 +401,116 @@ impl Folder {
                 "... [{lines} similar lines omitted ({bytes} bytes), shaped like: {shape}; the full text is in the spill file] ...\n"
             ));
         }
-        for l in self.held.drain(..) {
+        while let Some(l) = self.held.pop_front() {
             out(&l);
+            self.recycle(l);
         }
         self.run_len = 0;
-        self.run_shape.clear();
+        self.run_last.clear();
+        self.run_shape_ok = false;
+    }
+}
+
+/// How a line compares with the current run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Judged {
+    Same,
+    /// Another shape; `shaped` when the line's shape is in `shape_buf`.
+    Other {
+        shaped: bool,
+    },
+}
+
+/// True when `a` and `b` are equal but for digits replaced by other
+/// digits: then they have the same shape, since every shaping decision
+/// looks only at whether a byte is a digit, a hex letter, `-` or
+/// alphanumeric, and digits never appear in a shape (they become `#`).
+fn digits_only_differ(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    const W: usize = 32;
+    let same = |x: &u8, y: &u8| (x == y) | (x.is_ascii_digit() & y.is_ascii_digit());
+    let mut ca = a.chunks_exact(W);
+    let mut cb = b.chunks_exact(W);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        // Branch-free within a block, so that it vectorizes.
+        if !x.iter().zip(y).fold(true, |ok, (x, y)| ok & same(x, y)) {
+            return false;
+        }
+    }
+    ca.remainder()
+        .iter()
+        .zip(cb.remainder())
+        .all(|(x, y)| same(x, y))
+}
+
+/// Whether two lines have the same shape ([`shape_into`]) (the reference
+/// for [`Folder`]'s shortcuts, in tests).
+#[cfg(test)]
+fn same_shape(a: &str, b: &str) -> bool {
+    Shape::new(a.as_bytes()).eq(Shape::new(b.as_bytes()))
+}
+
+/// The bytes of a line's shape, one at a time: what [`shape_into`] writes.
+struct Shape<'a> {
+    b: &'a [u8],
+    i: usize,
+    /// End of the `[0-9a-fA-F-]` token being given out (not an id: its
+    /// digit runs are masked one at a time).
+    tok_end: usize,
+}
+
+impl<'a> Shape<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        Self {
+            b,
+            i: 0,
+            tok_end: 0,
+        }
+    }
+}
+
+impl Iterator for Shape<'_> {
+    type Item = u8;
+
+    #[inline]
+    fn next(&mut self) -> Option<u8> {
+        let b = self.b;
+        let mut i = self.i;
+        if i >= self.tok_end {
+            let &c = b.get(i)?;
+            if !(c.is_ascii_hexdigit() || c == b'-') {
+                self.i = i + 1;
+                return Some(c);
+            }
+            // A token of [0-9a-fA-F-]: a hex id when 8+ long with a digit,
+            // and a whole word.
+            let start = i;
+            let mut digit = false;
+            while i < b.len() && (b[i].is_ascii_hexdigit() || b[i] == b'-') {
+                digit |= b[i].is_ascii_digit();
+                i += 1;
+            }
+            let word_start = start == 0 || !b[start - 1].is_ascii_alphanumeric();
+            let word_end = i == b.len() || !b[i].is_ascii_alphanumeric();
+            if digit && i - start >= 8 && word_start && word_end {
+                self.i = i;
+                return Some(b'#');
+            }
+            self.tok_end = i;
+            i = start;
+        }
+        // Inside a token that is not an id: digit runs become `#`.
+        if b[i].is_ascii_digit() {
+            while i < self.tok_end && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            self.i = i;
+            return Some(b'#');
+        }
+        self.i = i + 1;
+        Some(b[i])
     }
 }
 
@@ -490,6 +681,62 @@ mod tests {
             let whole = fold_all(FoldOptions::default(), &[&text]).0;
             let split = fold_all(FoldOptions::default(), &[&text[..cut], &text[cut..]]).0;
             prop_assert_eq!(whole, split);
+        }
+
+        #[test]
+        fn shape_walk_matches_shape_into(a in "[0-9a-gA-Gx: .-]{0,40}", b in "[0-9a-gA-Gx: .-]{0,40}") {
+            let (mut sa, mut sb) = (Vec::new(), Vec::new());
+            shape_into(&a, &mut sa);
+            shape_into(&b, &mut sb);
+            prop_assert_eq!(Shape::new(a.as_bytes()).collect::<Vec<u8>>(), sa.clone());
+            prop_assert_eq!(same_shape(&a, &b), sa == sb);
+            // Every line has its own shape.
+            prop_assert!(same_shape(&a, &a));
+        }
+
+        #[test]
+        fn lines_differing_in_digits_only_have_one_shape(a in "[0-9a-gA-Gx: .-]{0,60}", digits in proptest::collection::vec(0u8..10, 60)) {
+            // Replace every digit of `a` by another digit.
+            let b: String = a.chars().zip(digits.iter().cycle()).map(|(c, d)| if c.is_ascii_digit() { char::from(b'0' + d) } else { c }).collect();
+            prop_assert!(digits_only_differ(a.as_bytes(), b.as_bytes()));
+            prop_assert!(same_shape(&a, &b));
+        }
+
+        #[test]
+        fn folding_matches_the_plain_shape_rule(groups in proptest::collection::vec((0usize..4, 1usize..14, 0u64..100_000), 0..12)) {
+            // Groups of lines from a few templates; digits vary (and change
+            // length) within a group, so some runs are long enough to fold.
+            let mut lines: Vec<String> = Vec::new();
+            for (t, n, seed) in groups {
+                for k in 0..n as u64 {
+                    let v = seed.wrapping_mul(k + 7) % (10u64.pow((k % 5) as u32 + 1));
+                    lines.push(match t {
+                        0 => format!("{v} ab {v:08x}-cafe"),
+                        1 => format!("x{v}"),
+                        2 => format!("beef{v} step"),
+                        _ => "c".repeat((v % 3) as usize),
+                    });
+                }
+            }
+            // The folder's runs are exactly the maximal runs of lines of one
+            // shape (checked through what it omits).
+            let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            let (_, stats) = fold_all(FoldOptions::default(), &[&text]);
+            let mut expect = FoldStats::default();
+            let mut i = 0;
+            while i < lines.len() {
+                let mut j = i + 1;
+                while j < lines.len() && shape(&lines[j]) == shape(&lines[i]) {
+                    j += 1;
+                }
+                if j - i >= 8 {
+                    expect.runs_folded += 1;
+                    expect.lines_folded += (j - i - 6) as u64;
+                    expect.bytes_omitted += lines[i + 3..j - 3].iter().map(|l| l.len() as u64 + 1).sum::<u64>();
+                }
+                i = j;
+            }
+            prop_assert_eq!(stats, expect);
         }
 
         #[test]

@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use crate::simd::{self, is_special};
+
 /// Size at which the held (still erasable) current line is committed to the
 /// output even without a newline. The decision depends only on the byte
 /// sequence, so streaming output does not depend on chunk boundaries.
@@ -108,53 +110,23 @@ impl Default for AnsiStripper {
     }
 }
 
-/// True for bytes the fast path cannot copy verbatim: C0 controls other than
-/// `\n`/`\t`, DEL, and every non-ASCII byte.
-#[inline(always)]
-fn is_special(b: u8) -> bool {
-    (b < 0x20 && b != b'\n' && b != b'\t') || b >= 0x7f
-}
-
-/// Length of the longest prefix of `bytes` made of printable ASCII, `\n` and `\t`.
+/// Length of the longest prefix of `bytes` (which starts with a non-ASCII
+/// byte) that is visible text: complete valid UTF-8 characters other than
+/// C1 controls (U+0080–U+009F), printable ASCII, `\n` and `\t`. Validated
+/// in bulk with `str::from_utf8`; whatever is left (escapes, controls,
+/// invalid or incomplete UTF-8, C1) goes through the byte state machine.
 #[inline]
-fn clean_prefix_len(bytes: &[u8]) -> usize {
-    const W: usize = 32;
-    let mut i = 0;
-    for chunk in bytes.chunks_exact(W) {
-        // Written as a branch-free fold so that it vectorizes.
-        let any = chunk.iter().fold(false, |acc, &b| acc | is_special(b));
-        if any {
-            break;
-        }
-        i += W;
-    }
-    while i < bytes.len() && !is_special(bytes[i]) {
-        i += 1;
-    }
-    i
-}
-
-/// Length of the longest prefix of `bytes` that is visible text: printable
-/// ASCII, `\n`, `\t` and complete valid UTF-8 characters other than C1
-/// controls (U+0080–U+009F). Non-ASCII stretches are validated in bulk with
-/// `str::from_utf8`; whatever is left (escapes, controls, invalid or
-/// incomplete UTF-8, C1) goes through the byte state machine.
-#[inline]
-fn clean_run_len(bytes: &[u8]) -> usize {
-    let i = clean_prefix_len(bytes);
-    if i == bytes.len() || bytes[i] < 0x80 {
-        return i;
-    }
-    let end = bytes[i..]
+fn utf8_run_len(bytes: &[u8]) -> usize {
+    let end = bytes
         .iter()
         .position(|&b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f)
-        .map_or(bytes.len(), |p| i + p);
-    let mut valid = match std::str::from_utf8(&bytes[i..end]) {
+        .unwrap_or(bytes.len());
+    let mut valid = match std::str::from_utf8(&bytes[..end]) {
         Ok(_) => end,
-        Err(e) => i + e.valid_up_to(),
+        Err(e) => e.valid_up_to(),
     };
     // U+0080–U+009F (C2 80..C2 9F) are C1 controls: stop before the first.
-    let mut k = i;
+    let mut k = 0;
     while let Some(p) = memchr::memchr(0xc2, &bytes[k..valid]) {
         let q = k + p;
         if q + 1 < valid && bytes[q + 1] <= 0x9f {
@@ -216,29 +188,46 @@ impl AnsiStripper {
         let mut i = 0;
         while i < input.len() {
             if self.state == State::Ground && self.utf8_len == 0 {
-                let n = clean_run_len(&input[i..]);
-                if n > 0 {
-                    // `clean_run_len` only accepts printable ASCII, `\n`, `\t`
-                    // and complete valid UTF-8 characters.
-                    let bytes = &input[i..i + n];
-                    debug_assert!(std::str::from_utf8(bytes).is_ok());
-                    // SAFETY: `clean_run_len` only accepts printable ASCII,
-                    // `\n`, `\t` and complete characters that passed
-                    // `str::from_utf8`, so `bytes` is valid UTF-8.
-                    let run = unsafe { std::str::from_utf8_unchecked(bytes) };
-                    self.text(run, out);
-                    i += n;
-                    continue;
-                }
-                // Fast path for a complete CSI sequence (the bulk of colored
-                // output): skip parameters and intermediates in a tight loop.
-                if input[i] == 0x1b && input.get(i + 1) == Some(&b'[') {
-                    let mut j = i + 2;
-                    while j < input.len() && (0x20..=0x3f).contains(&input[j]) {
-                        j += 1;
+                // Clean runs and complete CSI sequences (the bulk of colored
+                // output) in a tight loop: the state stays Ground.
+                loop {
+                    let first = input[i];
+                    if !is_special(first) {
+                        // Printable ASCII, `\n`, `\t`: checked and copied in one pass.
+                        self.resolve_cr(first, out);
+                        i += simd::copy_clean_prefix(&input[i..], out);
+                    } else if first == 0x1b && input.get(i + 1) == Some(&b'[') {
+                        let mut j = i + 2;
+                        while j < input.len() && (0x20..=0x3f).contains(&input[j]) {
+                            j += 1;
+                        }
+                        if j < input.len() && (0x40..=0x7e).contains(&input[j]) {
+                            i = j + 1;
+                        } else {
+                            break;
+                        }
+                    } else {
+                        break;
                     }
-                    if j < input.len() && (0x40..=0x7e).contains(&input[j]) {
-                        i = j + 1;
+                    if i == input.len() {
+                        return;
+                    }
+                }
+                let first = input[i];
+                if first >= 0x80 {
+                    let n = utf8_run_len(&input[i..]);
+                    if n > 0 {
+                        // `utf8_run_len` only accepts printable ASCII, `\n`,
+                        // `\t` and complete valid UTF-8 characters.
+                        let bytes = &input[i..i + n];
+                        debug_assert!(std::str::from_utf8(bytes).is_ok());
+                        // SAFETY: `utf8_run_len` only accepts bytes that
+                        // passed `str::from_utf8` (cut at a char boundary:
+                        // `valid_up_to`, or before a `C2` lead byte), so
+                        // `bytes` is valid UTF-8.
+                        let run = unsafe { std::str::from_utf8_unchecked(bytes) };
+                        self.text(run, out);
+                        i += n;
                         continue;
                     }
                 }
@@ -288,16 +277,23 @@ impl AnsiStripper {
         if s.is_empty() {
             return;
         }
+        self.resolve_cr(s.as_bytes()[0], out);
+        out.push_str(s);
+    }
+
+    /// Visible text starting with byte `first` follows: a pending `\r`
+    /// not followed by `\n` starts the line over.
+    #[inline]
+    fn resolve_cr(&mut self, first: u8, out: &mut String) {
         if self.cr {
             self.cr = false;
-            if !s.starts_with('\n') {
+            if first != b'\n' {
                 // `\r` not followed by `\n`: the line starts over.
                 self.settle(out);
                 out.truncate(self.ls);
                 self.scanned = self.ls;
             }
         }
-        out.push_str(s);
     }
 
     fn char_out(&mut self, c: char, out: &mut String) {
@@ -620,5 +616,54 @@ mod spinner_tests {
         let out = strip_ansi(&input);
         assert_eq!(out.len(), 60_000 + 5);
         assert!(out.ends_with("xdone\n"));
+    }
+}
+
+#[cfg(test)]
+mod simd_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Escapes, controls and UTF-8 between clean runs long enough for the
+    /// vector path (several 32-byte blocks).
+    fn input() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(
+            prop_oneof![
+                "[ -~\n\t]{0,100}".prop_map(String::into_bytes),
+                Just(b"\x1b[1;31m".to_vec()),
+                Just(b"\x1b]8;;u\x07".to_vec()),
+                Just(b"\r".to_vec()),
+                Just(b"\x08".to_vec()),
+                Just("é漢😀\u{85}".as_bytes().to_vec()),
+                proptest::collection::vec(any::<u8>(), 0..4),
+            ],
+            0..8,
+        )
+        .prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        /// The whole input goes through the vector path; fed byte by byte
+        /// (chunks under one block) it takes the scalar path only. Both,
+        /// and every split in two, give the same text.
+        #[test]
+        fn vector_and_scalar_paths_agree_at_every_split(input in input()) {
+            let whole = strip_ansi(&input);
+            let mut st = AnsiStripper::new();
+            let mut bytewise = String::new();
+            for b in &input {
+                st.push(std::slice::from_ref(b), &mut bytewise);
+            }
+            st.finish(&mut bytewise);
+            prop_assert_eq!(&bytewise, &whole);
+            for cut in 0..=input.len() {
+                let mut st = AnsiStripper::new();
+                let mut out = String::new();
+                st.push(&input[..cut], &mut out);
+                st.push(&input[cut..], &mut out);
+                st.finish(&mut out);
+                prop_assert_eq!(&out, &whole, "cut at {}", cut);
+            }
+        }
     }
 }

@@ -211,6 +211,7 @@ mod cut;
 pub mod fuzzing;
 mod redact;
 mod rules;
+mod simd;
 
 pub use ansi::{AnsiStripper, HELD_LINE_LIMIT, strip_ansi};
 pub use clean::{Cleaner, SECRET_ENV_WORDS, is_secret_env_name};

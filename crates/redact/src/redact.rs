@@ -11,6 +11,7 @@ use crate::rules::{
     self, COMPILED, EXACT_KIND, How, IDX_APIHDR, IDX_AUTH, IDX_ENV, IDX_JWT, IDX_PEM, IDX_URL,
     LITERALS, RULES, URL_TOKEN_KIND, Verify, is_token_byte,
 };
+use crate::simd::SepFinder;
 
 /// Step by which a line longer than one window is cut: each window commits
 /// at most this much text (cut preferably after a blank or punctuation byte
@@ -231,7 +232,10 @@ impl Redactor {
     /// calls on the same haystack with growing `at`.
     fn first_candidate_cached(&self, hay: &str, at: usize, cache: &mut Cands) -> Option<usize> {
         let inner = &*self.inner;
-        let mut best = cache.sep.get(at, |at| next_separator(hay.as_bytes(), at));
+        let finder = &mut cache.sep_finder;
+        let mut best = cache
+            .sep
+            .get(at, |at| next_separator(hay.as_bytes(), at, finder));
         for (scan, next) in inner.scans.iter().zip(cache.lit.iter_mut()) {
             let hit = next.get(at, |at| next_literal(scan, hay, at));
             best = min_opt(best, hit);
@@ -350,11 +354,16 @@ fn verify(scan: &LiteralScan, hay: &str, start: usize, end: usize, pattern: usiz
     if ok { mask } else { 0 }
 }
 
-/// Next separator (`=`/`:`) at or after `at` that may start a name/header match.
-fn next_separator(b: &[u8], at: usize) -> Option<usize> {
-    memchr::memchr2_iter(b'=', b':', b.get(at..)?)
-        .map(|p| at + p)
-        .find(|&p| rules::separator_candidate(b, p))
+/// Next separator (`=`/`:`) at or after `at` that may start a name/header
+/// match. `finder` keeps its block bitmask between calls on one haystack.
+fn next_separator(b: &[u8], mut at: usize, finder: &mut SepFinder) -> Option<usize> {
+    while let Some(p) = finder.next(b, at) {
+        if rules::separator_candidate(b, p) {
+            return Some(p);
+        }
+        at = p + 1;
+    }
+    None
 }
 
 /// The next hit of one candidate source, remembered between searches of the
@@ -384,6 +393,7 @@ impl NextHit {
 struct Cands {
     lit: [NextHit; 2],
     sep: NextHit,
+    sep_finder: SepFinder,
     exact: NextHit,
 }
 

@@ -358,6 +358,19 @@ pub(crate) fn separator_candidate(b: &[u8], p: usize) -> bool {
     separator_rules(b, p) != 0
 }
 
+/// Bytes that cannot be in the first 16 bytes of a credential value after
+/// a separator: ASCII whitespace, quotes and closing/list punctuation.
+static VALUE_STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let stops = b" \t\n\x0c\r\"'`,;&)]}";
+    let mut k = 0;
+    while k < stops.len() {
+        t[stops[k] as usize] = true;
+        k += 1;
+    }
+    t
+};
+
 /// Which separator-anchored rules the separator at `p` enables:
 /// [`SEP_ENV`], [`SEP_AUTH`], [`SEP_APIHDR`] bits (0 = none).
 pub(crate) fn separator_rules(b: &[u8], p: usize) -> u8 {
@@ -377,7 +390,13 @@ pub(crate) fn separator_rules(b: &[u8], p: usize) -> u8 {
         return 0;
     }
     let last = b[end - 1] | 0x20;
-    if (last == b'n' || last == b'y')
+    // Every header name ends in `…on`, `…ey` or `…en` (any case): only
+    // those endings are looked up.
+    if end >= 2
+        && matches!(
+            (b[end - 2] | 0x20, last),
+            (b'o', b'n') | (b'e', b'y') | (b'e', b'n')
+        )
         && let Some(h) = HEADER_NAMES
             .iter()
             .find(|h| end >= h.len() && b[end - h.len()..end].eq_ignore_ascii_case(h.as_bytes()))
@@ -413,13 +432,11 @@ pub(crate) fn separator_rules(b: &[u8], p: usize) -> u8 {
     if b.len() < i + 16 {
         return 0;
     }
-    if b[i..i + 16].iter().any(|&c| {
-        c.is_ascii_whitespace()
-            || matches!(
-                c,
-                b'"' | b'\'' | b'`' | b',' | b';' | b'&' | b')' | b']' | b'}'
-            )
-    }) {
+    // Branch-free over the 16 bytes (a byte table, not a match per byte).
+    if b[i..i + 16]
+        .iter()
+        .fold(false, |any, &c| any | VALUE_STOP[usize::from(c)])
+    {
         return 0;
     }
     // Only now the name itself.
@@ -776,6 +793,28 @@ mod tests {
         }
         assert!(RULES.len() <= 63, "rule masks are u64 with bit 63 reserved");
         assert!(LITERALS.len() <= 64, "Teddy takes at most 64 patterns");
+    }
+
+    #[test]
+    fn value_stop_table_is_the_value_rule() {
+        for c in 0..=255u8 {
+            let rule = c.is_ascii_whitespace()
+                || matches!(
+                    c,
+                    b'"' | b'\'' | b'`' | b',' | b';' | b'&' | b')' | b']' | b'}'
+                );
+            assert_eq!(VALUE_STOP[usize::from(c)], rule, "byte {c:#x}");
+        }
+    }
+
+    #[test]
+    fn header_names_end_as_the_separator_prefilter_expects() {
+        for h in HEADER_NAMES {
+            assert!(
+                h.ends_with("on") || h.ends_with("ey") || h.ends_with("en"),
+                "{h}: extend the ending check in separator_rules"
+            );
+        }
     }
 
     #[test]
