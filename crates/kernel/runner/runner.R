@@ -28,6 +28,9 @@ REQ <- .relay
 
 json_str <- function(s) {
   s <- enc2utf8(as.character(s))
+  # Most strings (ids, short tracebacks, names) need no escape at all.
+  if (!grepl("\"", s, fixed = TRUE) && !grepl("\\", s, fixed = TRUE) &&
+      !grepl("[\001-\037]", s, useBytes = TRUE)) return(paste0("\"", s, "\""))
   s <- gsub("\\", "\\\\", s, fixed = TRUE)
   s <- gsub("\"", "\\\"", s, fixed = TRUE)
   s <- gsub("\n", "\\n", s, fixed = TRUE)
@@ -169,6 +172,22 @@ read_line <- function() {
   }
 }
 
+# The host's execute line, `{"type":"execute","id":"<hex>","code":"…"}`,
+# parsed without the general decoder; `NULL` when it has another shape (a
+# `stubs` field, say): the general decoder takes it then.
+EXEC_PREFIX <- "{\"type\":\"execute\",\"id\":\""
+parse_execute <- function(line) {
+  if (!startsWith(line, EXEC_PREFIX) || !endsWith(line, "\"}")) return(NULL)
+  sep <- regexpr("\",\"code\":\"", line, fixed = TRUE)
+  if (sep < 0L) return(NULL)
+  id <- substr(line, nchar(EXEC_PREFIX) + 1L, sep - 1L)
+  if (!grepl("^[0-9A-Za-z_-]+$", id)) return(NULL)
+  raw <- substr(line, sep + 10L, nchar(line) - 2L)
+  # An unescaped quote inside means more fields follow.
+  if (grepl("\"", raw, fixed = TRUE) && grepl("(^|[^\\\\])(\\\\\\\\)*\"", raw, perl = TRUE)) return(NULL)
+  list(type = "execute", id = id, code = json_unescape(raw))
+}
+
 read_request <- function() {
   repeat {
     if (length(state$pending)) {
@@ -183,7 +202,8 @@ read_request <- function() {
     if (!nzchar(trimws(line))) next
     # A reply to a call a cell gave up on (interrupted): nobody waits for it.
     if (startsWith(line, "{\"type\":\"tool_reply\"")) next
-    req <- tryCatch(from_json(line), error = function(e) NULL)
+    req <- parse_execute(line)
+    if (is.null(req)) req <- tryCatch(from_json(line), error = function(e) NULL)
     if (!is.list(req)) { raw_stderr("request line is not a JSON object"); next }
     return(req)
   }
@@ -353,10 +373,11 @@ save_figures <- function(count) {
 }
 
 peak_rss_kb <- function() {
-  s <- tryCatch(readLines("/proc/self/status", warn = FALSE), error = function(e) character(0))
-  line <- grep("^VmHWM:", s, value = TRUE)
-  if (!length(line)) return(0)
-  as.numeric(gsub("[^0-9]", "", line))
+  s <- tryCatch(rawToChar(readBin("/proc/self/status", "raw", 8192L)), error = function(e) "")
+  i <- regexpr("VmHWM:", s, fixed = TRUE)
+  if (i < 0L) return(0)
+  v <- suppressWarnings(as.numeric(strsplit(substr(s, i + 6L, i + 40L), "k", fixed = TRUE)[[1L]][[1L]]))
+  if (is.na(v)) 0 else v
 }
 
 format_call <- function(call) {
@@ -492,18 +513,20 @@ handle_execute <- function(req) {
   t1 <- proc.time()
   d <- t1 - t0
   cpu <- sum(d[c(1L, 2L, 4L, 5L)], na.rm = TRUE)
-  result <- list(type = "result", id = rid, status = res$status)
-  if (!is.null(res$exit_code)) result$exit_code <- res$exit_code
-  result$traceback <- res$traceback
-  result$execution_count <- count
-  result$stdin_requested <- state$stdin_requested
-  result$usage <- list(cpu_seconds = round(cpu, 6), peak_rss_kb = peak_rss_kb(),
-                       wall_seconds = round(d[[3L]], 6))
-  result$display <- display
+  # Written by hand: the general encoder costs more than the cell.
+  result <- paste0(
+    "{\"type\":\"result\",\"id\":", json_str(rid), ",\"status\":", json_str(res$status),
+    if (!is.null(res$exit_code)) paste0(",\"exit_code\":", as.integer(res$exit_code)) else "",
+    ",\"traceback\":", json_str(res$traceback), ",\"execution_count\":", count,
+    ",\"stdin_requested\":", if (isTRUE(state$stdin_requested)) "true" else "false",
+    ",\"usage\":{\"cpu_seconds\":", sprintf("%.6f", max(0, cpu)),
+    ",\"peak_rss_kb\":", sprintf("%.0f", peak_rss_kb()),
+    ",\"wall_seconds\":", sprintf("%.6f", max(0, d[[3L]])), "}",
+    ",\"display\":", if (length(display)) to_json(display) else "[]", "}")
   flush(stdout())
   flush(stderr())
-  send(ERR, list(type = "end", id = rid))
-  send(OUT, result)
+  send_body(ERR, paste0("{\"type\":\"end\",\"id\":", json_str(rid), "}"))
+  send_body(OUT, result)
   if (identical(res$status, "exit")) {
     finish(res$exit_code %% 256L, runLast = TRUE)
   }

@@ -262,14 +262,17 @@ function describe(err) {
   if (err instanceof Error || (err && typeof err.stack === 'string')) return cleanStack(err);
   return `Uncaught ${util.inspect(err)}`;
 }
-process.on('uncaughtException', (err) => {
-  const text = `Uncaught ${describe(err)}\n`;
+// During a cell the text names the cell line the error came from.
+function uncaught(prefix, err) {
+  if (current && current.filename && (err instanceof Error || (err && typeof err.stack === 'string'))) {
+    current.errors.push(`${prefix}${errorText(err, current.filename, current.src)}`);
+    return;
+  }
+  const text = `${prefix}${describe(err)}\n`;
   if (current) { current.errors.push(text); } else { try { process.stderr.write(text); } catch (_) {} }
-});
-process.on('unhandledRejection', (err) => {
-  const text = `Uncaught (in promise) ${describe(err)}\n`;
-  if (current) { current.errors.push(text); } else { try { process.stderr.write(text); } catch (_) {} }
-});
+}
+process.on('uncaughtException', (err) => uncaught('Uncaught ', err));
+process.on('unhandledRejection', (err) => uncaught('Uncaught (in promise) ', err));
 // SIGINT: interrupts a running cell (a busy loop through breakOnSigint, an
 // awaiting cell through this handler); ignored between cells.
 process.on('SIGINT', () => { if (current && current.interrupt) current.interrupt(); });
@@ -556,7 +559,7 @@ async function handleExecute(req) {
   stdinRequested = false;
   let status = 'ok';
   let traceback = '';
-  const state = { errors: [], interrupt: null };
+  const state = { errors: [], interrupt: null, filename, src: typeof req.code === 'string' ? req.code : '' };
   current = state;
   try {
     if (typeof req.stubs === 'string') loadStubs(req.stubs, 'toolcell_tools.js');

@@ -203,6 +203,7 @@ async fn stderr_is_its_own_stream() {
 async fn stdin_is_refused_at_once() {
     let f = Fixture::new();
     for (lang, code) in [
+        (Language::Python, "x = input('name? ')"),
         (Language::R, "x <- readline('name? ')"),
         (Language::R, "x <- readLines('stdin')"),
         (Language::JavaScript, "process.stdin.on('data', () => {})"),
@@ -219,10 +220,48 @@ async fn stdin_is_refused_at_once() {
     }
 }
 
+/// The runner owns the request stream: what a cell starts finds /dev/null
+/// on its stdin (it reads nothing, at once), and the kernel keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subprocesses_cannot_read_the_request_stream() {
+    let f = Fixture::new();
+    for (lang, code, want) in [
+        (
+            Language::Python,
+            "import subprocess\nprint(repr(subprocess.run(['cat'], capture_output=True).stdout))",
+            "b''\n",
+        ),
+        (
+            Language::R,
+            "out <- system('cat; echo done', intern = TRUE)\ncat(out, sep = '|')",
+            "done",
+        ),
+        (
+            Language::JavaScript,
+            "require('child_process').execSync('cat; echo done', {stdio: ['inherit', 'pipe', 'pipe']}).toString()",
+            "'done\\n'\n",
+        ),
+    ] {
+        let r = run(&f, lang, code).await;
+        ok(&r);
+        assert_eq!(r.output, want, "{lang}: {}", show(&r));
+        let again = run(&f, lang, "1 + 1").await;
+        ok(&again);
+        assert!(again.output.contains('2'), "{lang}: {}", show(&again));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_interrupts_a_busy_loop_and_keeps_state() {
     let f = Fixture::new();
     for (lang, set, busy, get, want) in [
+        (
+            Language::Python,
+            "kept = 'yes'",
+            "i = 0\nwhile True:\n    i += 1",
+            "kept",
+            "'yes'\n",
+        ),
         (
             Language::R,
             "kept <- 'yes'",
@@ -332,6 +371,15 @@ async fn r_missing_package_gets_an_install_hint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_plots_come_back_as_png_figures() {
+    require(Language::R);
+    let ggplot2 = std::process::Command::new("Rscript")
+        .args(["-e", "library(ggplot2)"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ggplot2,
+        "the R package ggplot2 is not installed; install it with: scripts/test-deps.sh (apt-get install r-cran-ggplot2)"
+    );
     let f = Fixture::new();
     let r = run(&f, Language::R, "plot(1:10)\nhist(rnorm(100))").await;
     ok(&r);
@@ -364,6 +412,12 @@ async fn javascript_unhandled_rejection_fails_the_cell() {
     .await;
     assert_eq!(js.status, Status::Error, "{}", show(&js));
     assert!(js.output.contains("nobody caught me"), "{}", show(&js));
+    assert!(
+        js.output
+            .contains("line 1: Promise.reject(new Error('nobody caught me'))"),
+        "{}",
+        show(&js)
+    );
     let js = run(
         &f,
         Language::JavaScript,
