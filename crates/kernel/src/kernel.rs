@@ -50,8 +50,9 @@ const MAX_CELL_FILES: usize = 64;
 const MAX_FILE_BYTES: usize = 16 << 20;
 
 /// The request channel to the runner (fd 3 for a local Python kernel,
-/// stdin for a remote, R or JavaScript kernel). Writers take turns: `execute`, `interrupt`, `shutdown` and
-/// in-band tool replies never interleave within a line.
+/// stdin for a remote, R or JavaScript kernel). Writers take turns:
+/// `execute`, `interrupt`, `shutdown` and in-band tool replies never
+/// interleave within a line.
 pub(crate) struct RequestPipe {
     w: tokio::sync::Mutex<Option<Box<dyn tokio::io::AsyncWrite + Send + Unpin>>>,
 }
@@ -784,19 +785,22 @@ impl Kernel {
         })
     }
 
-    /// Starts the runner here: `python -u -c BOOTSTRAP <dir>/runner.py`, fd 3
-    /// the request pipe, fd 4 the runner, in its own session and cgroup.
+    /// Starts the runner here, in its own session and cgroup. Python:
+    /// `python -u -c BOOTSTRAP <dir>/runner.py`, fd 3 the request pipe, fd 4
+    /// the runner. R and JavaScript: the in-band bootstrap with the kernel
+    /// directory as its argument, stdin the request pipe (the runner and
+    /// stub module go first, as for a remote), no tool socket.
     async fn launch_local(
         spec: &KernelSpec,
         dir: &Path,
         dir_handle: &PrivateDir,
         stub: &str,
     ) -> Result<Launched, SpawnError> {
-        // The runner is launched from this open file (fd 4 of the child),
-        // never from its path: a file swapped in after the check is never
-        // what runs.
-        // R and JavaScript runners (in-band) get the runner and the stub
-        // module on stdin instead, and requests after them.
+        // A Python runner is launched from this open file (fd 4 of the
+        // child), never from its path: a file swapped in after the check is
+        // never what runs. R and JavaScript runners (in-band) get the runner
+        // and the stub module on stdin instead, and requests after them: no
+        // file at all.
         let inband = spec.language.inband();
         let (runner_name, runner_source) = spec.language.runner();
         let runner = if inband {
