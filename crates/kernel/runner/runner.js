@@ -3,10 +3,10 @@
 // The in-band protocol (see README.md beside this file). The bootstrap
 // (BOOTSTRAP_JS in language.rs) reads the runner and the stub module from
 // stdin (length-prefixed) and runs this file with `module.toolcell` =
-// {stubs, kdir} (kdir: the kernel directory; empty on a remote). The hello
-// line is read here; after it a worker thread alone reads the host's
-// requests (a private descriptor of the stdin pipe; fd 0 becomes /dev/null
-// for the cells): it turns an `interrupt` into SIGINT for us, hands every
+// {stubs, kdir} (kdir: the kernel directory; empty on a remote). Then a
+// worker thread alone reads the host's requests, `hello` included (a private
+// descriptor of the stdin pipe; fd 0 becomes /dev/null for the cells): it
+// turns an `interrupt` into SIGINT for us, hands every
 // other line to the main thread, and on EOF (the host is gone) kills our
 // process group at once, even during a busy cell. Frames
 // "\n" SENTINEL " " <length> "\n" <JSON> go to private descriptors of the
@@ -82,25 +82,6 @@ const KILL_TARGET = (() => {
 // Requests
 // --------------------------------------------------------------------------
 
-// The hello line, read here on stdin (nothing follows it before our ready).
-function readHello() {
-  const chunks = [];
-  const buf = Buffer.alloc(4096);
-  for (;;) {
-    let n;
-    try { n = fs.readSync(0, buf, 0, buf.length); } catch (e) {
-      if (e.code === 'EAGAIN') { Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1); continue; }
-      throw e;
-    }
-    if (n <= 0) process.exit(3);
-    chunks.push(Buffer.from(buf.subarray(0, n)));
-    const all = Buffer.concat(chunks);
-    const nl = all.indexOf(10);
-    if (nl >= 0) return { line: all.subarray(0, nl).toString('utf8'), rest: all.subarray(nl + 1) };
-    if (all.length > 1 << 20) process.exit(3);
-  }
-}
-
 // The request reader thread. It owns the request pipe: lines go to the main
 // thread, `interrupt` becomes SIGINT here (the main thread may be busy), EOF
 // kills the group.
@@ -134,7 +115,6 @@ const feed = (chunk) => {
     take(line);
   }
 };
-if (workerData.rest.length) feed(Buffer.from(workerData.rest));
 const requests = new net.Socket({ fd: workerData.fd, readable: true, writable: false });
 requests.on('data', feed);
 requests.on('end', die);
@@ -179,11 +159,10 @@ function inbandCall(tool, args) {
   });
 }
 
-let HELLO = null;
+// The reader starts first thing: its thread boots while the main thread
+// loads the stub module.
 let reader = null;
 {
-  const { line, rest } = readHello();
-  try { HELLO = JSON.parse(line); } catch (e) { rawStderr(`hello is not JSON (${e.message})`); process.exit(2); }
   // A private descriptor of the request pipe; fd 0 becomes /dev/null, so
   // nothing a cell starts can read the host's requests.
   let reqFd = 0;
@@ -195,7 +174,7 @@ let reader = null;
   } catch (_) { /* a socket: read fd 0 itself */ }
   reader = new Worker(READER, {
     eval: true, stdout: false, stderr: false,
-    workerData: { fd: reqFd, rest, pid: process.pid, target: KILL_TARGET },
+    workerData: { fd: reqFd, pid: process.pid, target: KILL_TARGET },
   });
   reader.on('message', onLine);
   reader.on('error', (e) => { rawStderr(`request reader failed: ${e.message}`); process.kill(process.pid, 'SIGKILL'); });
@@ -604,8 +583,8 @@ async function main() {
   // Nothing else may keep the event loop alive (the reader worker is
   // unref'd): a cell awaiting a promise that never settles must still wait.
   setInterval(() => {}, 1 << 30);
-  const hello = HELLO;
-  if (!hello || hello.type !== 'hello') { rawStderr('the first request must be hello'); process.exit(2); }
+  const hello = await nextRequest();
+  if (hello.type !== 'hello') { rawStderr('the first request must be hello'); process.exit(2); }
   if (hello.protocol !== PROTOCOL) { rawStderr(`unsupported protocol ${hello.protocol}`); process.exit(2); }
   if (typeof hello.sentinel !== 'string' || !/^[!-~]+$/.test(hello.sentinel)) {
     rawStderr('the sentinel must be non-empty printable ASCII without whitespace');
