@@ -199,7 +199,7 @@ read_request <- function() {
     if (length(line) == 0L) die()
     # SIGINT between cells is ignored (a pending one is cleared here).
     tryCatch(Sys.sleep(0), interrupt = function(e) NULL)
-    if (!nzchar(trimws(line))) next
+    if (!nzchar(line)) next
     # A reply to a call a cell gave up on (interrupted): nobody waits for it.
     if (startsWith(line, "{\"type\":\"tool_reply\"")) next
     req <- parse_execute(line)
@@ -280,6 +280,10 @@ replace_base <- function(name, f) {
 }
 
 install_world <- function() {
+  state$last_value <- tryCatch({
+    if (bindingIsLocked(".Last.value", baseenv())) unlockBinding(".Last.value", baseenv())
+    TRUE
+  }, error = function(e) FALSE)
   real_readLines <- base::readLines
   real_scan <- base::scan
   real_file <- base::file
@@ -461,8 +465,9 @@ run_cell <- function(code, count) {
         if (vis$visible) {
           if (isS4(vis$value)) methods::show(vis$value) else print(vis$value)
         }
-        # `.Last.value` as at the console.
-        try(assign(".Last.value", vis$value, envir = baseenv()), silent = TRUE)
+        # `.Last.value` as at the console (its binding unlocked at start; a
+        # failing assign here would reach the cell's error handler).
+        if (state$last_value) assign(".Last.value", vis$value, envir = baseenv())
       }
       NULL
     }, error = handler_error, warning = handler_warning)
@@ -509,7 +514,8 @@ handle_execute <- function(req) {
   }, error = function(e) list(status = "error",
                               traceback = paste0("toolcell runner: internal error (the kernel is still usable): ", conditionMessage(e), "\n")),
   interrupt = function(e) list(status = "interrupted", traceback = "Interrupted\n"))
-  display <- tryCatch(save_figures(count), error = function(e) list())
+  # Only our own devices draw into the artifacts directory.
+  display <- if (length(state$our_devices)) tryCatch(save_figures(count), error = function(e) list()) else list()
   t1 <- proc.time()
   d <- t1 - t0
   cpu <- sum(d[c(1L, 2L, 4L, 5L)], na.rm = TRUE)

@@ -502,19 +502,22 @@ function errorText(err, filename, src) {
 
 let execCount = 0;
 
-function cpuNow() {
+// CPU seconds of the process and of its waited-for children (/proc/self/stat
+// cutime + cstime, in clock ticks of 1/100 s), and the peak RSS in KiB.
+function selfUsage() {
   const u = process.resourceUsage();
-  return (u.userCPUTime + u.systemCPUTime) / 1e6;
+  return { cpu: (u.userCPUTime + u.systemCPUTime) / 1e6, maxRSS: u.maxRSS };
 }
-
-function childCpu() {
+function childrenCpu() {
   try {
-    const f = fs.readFileSync('/proc/self/stat', 'utf8');
+    const f = fs.readFileSync('/proc/self/stat', 'latin1');
     const parts = f.slice(f.lastIndexOf(')') + 2).split(' ');
-    const hz = 100;
-    return (Number(parts[13]) + Number(parts[14])) / hz; // cutime, cstime
+    return (Number(parts[13]) + Number(parts[14])) / 100;
   } catch (_) { return 0; }
 }
+// Children's CPU at the end of the last cell: the start of the next one
+// (children are waited for during cells; one /proc read per cell).
+let lastChildrenCpu = null;
 
 async function runCell(src, filename, state) {
   const compiled = compile(src, filename);
@@ -534,7 +537,8 @@ async function handleExecute(req) {
   const count = execCount;
   const filename = `cell-${count}`;
   const t0 = process.hrtime.bigint();
-  const cpu0 = cpuNow() + childCpu();
+  if (lastChildrenCpu === null) lastChildrenCpu = childrenCpu();
+  const cpu0 = selfUsage().cpu + lastChildrenCpu;
   stdinRequested = false;
   let status = 'ok';
   let traceback = '';
@@ -565,12 +569,15 @@ async function handleExecute(req) {
     if (status === 'ok') status = 'error';
     traceback += state.errors.join('');
   }
+  const usage = selfUsage();
+  lastChildrenCpu = childrenCpu();
+  usage.cpu += lastChildrenCpu;
   const result = {
     type: 'result', id: rid, status, traceback, execution_count: count,
     stdin_requested: stdinRequested,
     usage: {
-      cpu_seconds: Math.round((cpuNow() + childCpu() - cpu0) * 1e6) / 1e6,
-      peak_rss_kb: process.resourceUsage().maxRSS,
+      cpu_seconds: Math.max(0, Math.round((usage.cpu - cpu0) * 1e6) / 1e6),
+      peak_rss_kb: usage.maxRSS,
       wall_seconds: Number(process.hrtime.bigint() - t0) / 1e9,
     },
     display: [],
