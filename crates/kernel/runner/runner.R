@@ -15,6 +15,11 @@
 # environment.
 
 PROTOCOL <- 1L
+# R's JIT would byte-compile each runner function on its first or second
+# call (about 200 ms at start, and no faster per cell for this code, which
+# mostly calls builtins): it is off while runner code runs and on, at the
+# level the session had (R_ENABLE_JIT, default 3), while a cell's code runs.
+JIT_OFF <- function() .Internal(enableJIT(0L))
 REAL_QUIT <- base::quit
 REMOTE <- is.na(.kdir) || !nzchar(.kdir)
 KDIR <- if (REMOTE) tempdir() else .kdir
@@ -258,6 +263,7 @@ state$stdin_requested <- FALSE
 state$count <- 0L
 state$our_devices <- integer(0)
 state$pending <- list()
+state$jit <- JIT_OFF()
 state$call_seq <- 0L
 
 refuse_stdin <- function() {
@@ -457,6 +463,7 @@ run_cell <- function(code, count) {
     cat(text, "\n", sep = "", file = stderr())
     invokeRestart("muffleWarning")
   }
+  if (state$jit > 0L) .Internal(enableJIT(state$jit))
   result <- tryCatch({
     withCallingHandlers({
       for (i in seq_along(exprs)) {
@@ -475,6 +482,8 @@ run_cell <- function(code, count) {
   toolcell_exit = function(e) e,
   interrupt = function(e) structure(list(), class = "toolcell_interrupted"),
   error = function(e) e)
+  # The level the cell left (it may have called compiler::enableJIT itself).
+  state$jit <- JIT_OFF()
   if (inherits(result, "toolcell_exit")) {
     out$status <- "exit"
     out$exit_code <- result$status
