@@ -70,6 +70,20 @@ fn bench(c: &mut Criterion) {
             b.iter(|| run(&e, ExecuteRequest::new(cell).language(lang)));
         });
     }
+    // JavaScript echoes `x += 1`'s value (R's assignment is invisible,
+    // Python's statement has none): the same cell without the echo.
+    g.bench_function("warm_cell_javascript_no_echo", |b| {
+        b.iter(|| {
+            run(
+                &e,
+                ExecuteRequest::new("x += 1; undefined").language(Language::JavaScript),
+            );
+        });
+    });
+    // And Python with an echo, for the comparison the other way round.
+    g.bench_function("warm_cell_python_echo", |b| {
+        b.iter(|| run(&e, ExecuteRequest::new("x += 1\nx")));
+    });
     g.finish();
     let mut g = c.benchmark_group("languages_spawn");
     g.sample_size(10);
