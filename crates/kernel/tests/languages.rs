@@ -132,6 +132,15 @@ async fn javascript_top_level_await_keeps_declarations() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_name_the_failing_line() {
     let f = Fixture::new();
+    let py = run(
+        &f,
+        Language::Python,
+        "a = 1\ndef g(v):\n    raise ValueError('bad value: %s' % v)\ng(a)",
+    )
+    .await;
+    assert_eq!(py.status, Status::Error, "{}", show(&py));
+    assert!(py.output.contains("ValueError: bad value: 1"), "{}", show(&py));
+    assert!(py.output.contains("g(a)"), "{}", show(&py));
     let r = run(
         &f,
         Language::R,
