@@ -139,7 +139,11 @@ async fn errors_name_the_failing_line() {
     )
     .await;
     assert_eq!(py.status, Status::Error, "{}", show(&py));
-    assert!(py.output.contains("ValueError: bad value: 1"), "{}", show(&py));
+    assert!(
+        py.output.contains("ValueError: bad value: 1"),
+        "{}",
+        show(&py)
+    );
     assert!(py.output.contains("g(a)"), "{}", show(&py));
     let r = run(
         &f,
