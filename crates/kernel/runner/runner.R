@@ -188,9 +188,19 @@ parse_execute <- function(line) {
   id <- substr(line, nchar(EXEC_PREFIX) + 1L, sep - 1L)
   if (!grepl("^[0-9A-Za-z_-]+$", id)) return(NULL)
   raw <- substr(line, sep + 10L, nchar(line) - 2L)
-  # An unescaped quote inside means more fields follow.
-  if (grepl("\"", raw, fixed = TRUE) && grepl("(^|[^\\\\])(\\\\\\\\)*\"", raw, perl = TRUE)) return(NULL)
-  list(type = "execute", id = id, code = json_unescape(raw))
+  # Inside a JSON string every quote is escaped, so `","` there means the
+  # string ended and another field follows: `stubs` is the one the host
+  # sends (after `code`); anything else goes to the general decoder.
+  stubs <- NULL
+  k <- regexpr("\",\"stubs\":\"", raw, fixed = TRUE)
+  if (k > 0L) {
+    stubs <- substr(raw, k + 11L, nchar(raw))
+    raw <- substr(raw, 1L, k - 1L)
+    if (grepl("\",\"", stubs, fixed = TRUE)) return(NULL)
+    stubs <- json_unescape(stubs)
+  }
+  if (grepl("\",\"", raw, fixed = TRUE)) return(NULL)
+  list(type = "execute", id = id, code = json_unescape(raw), stubs = stubs)
 }
 
 read_request <- function() {
