@@ -53,6 +53,8 @@ ToolError <- function(message, code = NULL, tool = NULL) {
   stop(ToolError(attr(x, "toolcell_message"), "tool_failed",
                  paste0(attr(x, "toolcell_source"), ".", name)))
 }
+# `$` is an internal generic: a method on the search path alone is not found.
+registerS3method("$", "toolcell_unavailable", `$.toolcell_unavailable`)
 
 # Helpers, as in the Python module.
 json_parse <- function(text) {
