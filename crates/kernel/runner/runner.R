@@ -1,7 +1,7 @@
 # toolcell kernel runner for R (Rscript, R 4.x; base R only, jsonlite for tools).
 #
 # The in-band protocol (see README.md beside this file). The bootstrap
-# (BOOTSTRAP_R in language.rs) starts the *relay*, a small awk process that
+# (BOOTSTRAP_R in language.rs) starts the *relay*, a small perl (or awk) process that
 # alone reads the host's requests on stdin: it forwards them to this runner
 # line by line (`.relay`, a pipe), turns an `interrupt` request into SIGINT
 # for us, and on EOF (the host is gone) kills our process group at once, even

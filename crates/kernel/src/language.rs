@@ -18,9 +18,11 @@ pub const RUNNER_R: &str = include_str!("../runner/runner.R");
 pub const RUNNER_JS: &str = include_str!("../runner/runner.js");
 
 /// The R bootstrap (`Rscript --no-echo --no-restore -e BOOTSTRAP [kernel
-/// dir]`), the same locally and on a remote. It starts the *relay* — `awk`
-/// (`mawk -W interactive` where there is one, so lines pass at once), with
-/// SIGINT ignored — which alone reads the host's requests on stdin: it
+/// dir]`), the same locally and on a remote. It starts the *relay* —
+/// `perl` where there is one, else `awk` (`mawk -W interactive` where there
+/// is one, so lines pass at once; its line reading is quadratic in the line
+/// length), with SIGINT ignored — which alone reads the host's requests on
+/// stdin: it
 /// forwards each line to R through a pipe, turns `{"type":"interrupt"}` into
 /// SIGINT for R (its process group when R leads one), and at EOF (the host
 /// is gone) kills that group at once, even during a busy cell. R reads the

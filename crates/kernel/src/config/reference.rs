@@ -40,7 +40,7 @@ request names one with `remote`, `exec --remote NAME`, or
 `[kernels] remote` sets the default). toolcell runs `command` followed by
 `python -u -c BOOTSTRAP`; the bootstrap reads the runner from stdin, so
 the far side needs Python 3.8+ and nothing else. An R kernel runs `r
---no-echo --no-restore -e BOOTSTRAP` there (R 4.x, `sh` and `awk`;
+--no-echo --no-restore -e BOOTSTRAP` there (R 4.x, `sh` and `perl` or `awk`;
 `jsonlite` for tool calls), a JavaScript kernel `node -e BOOTSTRAP` (node
 18+). Tools still run on this machine; `[limits]` and `confine` apply to
 local kernels only.
