@@ -129,7 +129,6 @@ function nextRequest() {
 }
 const calls = new Map();
 let callSeq = 0;
-const REPLY_PREFIX = '{"type":"tool_reply"';
 function onLine(line) {
   if (!line.trim()) return;
   let req;
