@@ -20,6 +20,8 @@ PROTOCOL <- 1L
 # mostly calls builtins): it is off while runner code runs and on, at the
 # level the session had (R_ENABLE_JIT, default 3), while a cell's code runs.
 JIT_OFF <- function() .Internal(enableJIT(0L))
+# The original, before install_world() wraps it for the cells.
+READ_LINES <- base::readLines
 REAL_QUIT <- base::quit
 REMOTE <- is.na(.kdir) || !nzchar(.kdir)
 KDIR <- if (REMOTE) tempdir() else .kdir
@@ -171,7 +173,7 @@ raw_stderr <- function(msg) {
 # One request line from the relay; `character(0)` at EOF.
 read_line <- function() {
   repeat {
-    line <- tryCatch(readLines(REQ, n = 1L, warn = FALSE, encoding = "UTF-8"),
+    line <- tryCatch(READ_LINES(REQ, n = 1L, warn = FALSE, encoding = "UTF-8"),
                      interrupt = function(e) NA_character_)
     if (length(line) == 0L || !is.na(line)) return(line)
   }
@@ -249,7 +251,7 @@ inband_call <- function(tool, args_json) {
                         ",\"args\":", args_json, "}"))
   prefix <- paste0("{\"type\":\"tool_reply\",\"id\":", id, ",\"reply\":")
   repeat {
-    line <- readLines(REQ, n = 1L, warn = FALSE, encoding = "UTF-8")
+    line <- READ_LINES(REQ, n = 1L, warn = FALSE, encoding = "UTF-8")
     if (length(line) == 0L) die()
     if (startsWith(line, prefix)) {
       return(substr(line, nchar(prefix) + 1L, nchar(line) - 1L))
