@@ -478,3 +478,99 @@ async fn usage_is_reported() {
         assert!(u.peak_rss_kb > 1000, "{lang}: {}", show(&r));
     }
 }
+
+const HOST_KILL: &str = "a_host_killed_mid_cell_takes_its_r_and_javascript_kernels_along";
+
+/// The host dies with SIGKILL while R and JavaScript cells spin: the
+/// runners see EOF on their stdin (R's relay, JavaScript's reader thread)
+/// and kill their process groups at once — nothing polls, and nothing else
+/// (no parent-death signal) would end them.
+#[test]
+fn a_host_killed_mid_cell_takes_its_r_and_javascript_kernels_along() {
+    if common::is_child(HOST_KILL) {
+        host_kill_child();
+        return;
+    }
+    require(Language::R);
+    require(Language::JavaScript);
+    let tmp = tempfile::tempdir().unwrap();
+    let pidfile = tmp.path().join("pids");
+    let mut child = common::spawn_child(
+        HOST_KILL,
+        &[
+            ("TOOLCELL_TEST_TMP", tmp.path().to_str().unwrap()),
+            ("TOOLCELL_TEST_PIDFILE", pidfile.to_str().unwrap()),
+        ],
+    );
+    let both = || {
+        std::fs::read_to_string(&pidfile)
+            .map(|t| t.lines().count() >= 2)
+            .unwrap_or(false)
+    };
+    if !common::eventually_blocking(Duration::from_secs(60), both) {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "the host never got both cells running:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&pidfile).unwrap();
+    let pids = ["r", "js"].map(|t| common::tagged_pid(&text, t));
+    assert!(pids.iter().all(|&p| common::alive(p)), "{text}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = common::eventually_blocking(Duration::from_secs(5), || {
+        pids.iter().all(|&p| !common::alive(p))
+    });
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| common::alive(p)).collect();
+    for p in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*p as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(gone, "kernels alive 5 s after the host died: {left:?}");
+}
+
+fn host_kill_child() {
+    let tmp = std::path::PathBuf::from(std::env::var("TOOLCELL_TEST_TMP").unwrap());
+    let pidfile = std::env::var("TOOLCELL_TEST_PIDFILE").unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut o = common::opts(&tmp);
+        o.default_cwd = tmp.clone();
+        let reg = std::sync::Arc::new(toolcell_kernel::Registry::new(o).unwrap());
+        let r_code = format!(
+            "cat(sprintf('r=%d\\n', Sys.getpid()), file = {pidfile:?}, append = TRUE)\nwhile (TRUE) {{}}"
+        );
+        let js_code = format!(
+            "require('fs').appendFileSync({pidfile:?}, `js=${{process.pid}}\\n`)\nwhile (true) {{}}"
+        );
+        let a = {
+            let reg = std::sync::Arc::clone(&reg);
+            tokio::spawn(async move {
+                reg.execute(ExecuteRequest::new(r_code).language(Language::R).owner("a"))
+                    .await
+            })
+        };
+        let b = {
+            let reg = std::sync::Arc::clone(&reg);
+            tokio::spawn(async move {
+                reg.execute(
+                    ExecuteRequest::new(js_code)
+                        .language(Language::JavaScript)
+                        .owner("b"),
+                )
+                .await
+            })
+        };
+        let _ = (a.await, b.await);
+        panic!("the cells should never end");
+    });
+}
