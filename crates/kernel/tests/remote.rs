@@ -5,7 +5,10 @@
 //! namespaces (`unshare`, standing in for a container); stand-in `docker`
 //! and `kubectl` scripts that check their argv; and the lifecycle over a
 //! connection: interrupt, timeout kill, a dropped connection, a command
-//! that cannot connect or stalls, and a host killed with SIGKILL.
+//! that cannot connect or stalls, and a host killed with SIGKILL. R and
+//! JavaScript kernels (state, tools in-band, stdin refused, an in-band
+//! interrupt that keeps the state, a crash, R figures as bytes) through the
+//! local launcher and the real sshd.
 //!
 //! `scripts/test-deps.sh` (run by `.ci/run`) installs `openssh-server`
 //! and `openssh-client` when missing; without `/usr/sbin/sshd` the ssh
