@@ -146,3 +146,56 @@ fn mcp_execute_code_takes_remote() {
     s.close_stdin();
     assert!(s.wait(Duration::from_secs(20)).success());
 }
+
+#[test]
+fn exec_remote_runs_r_and_javascript_through_docker_on_path() {
+    for (prog, install) in [
+        (
+            "Rscript",
+            "scripts/test-deps.sh (apt-get install r-base-core r-cran-jsonlite)",
+        ),
+        ("node", "apt-get install nodejs (node 18 or later)"),
+    ] {
+        let ok = std::process::Command::new(prog)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(ok, "{prog} is not installed; install it with: {install}");
+    }
+    let env = Env::with_config(&config());
+    let path = stand_ins(&env);
+    env.write("note.txt", "from the host\n");
+    for (lang, code, want) in [
+        (
+            "r",
+            "x <- read_file(path = 'note.txt')\ncat(class(x), x$content)",
+            "list from the host\n",
+        ),
+        (
+            "javascript",
+            "const r = await read_file({path: 'note.txt'})\nconsole.log(typeof r, r.content.trim())",
+            "object from the host\n",
+        ),
+    ] {
+        let out = env
+            .cmd()
+            .env("PATH", &path)
+            .args([
+                "exec",
+                "--json",
+                "--remote",
+                "box",
+                "--language",
+                lang,
+                code,
+            ])
+            .output()
+            .unwrap();
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["status"], "success", "{r}");
+        assert_eq!(r["output"], want, "{r}");
+        assert_eq!(r["kernel"]["remote"], "box", "{r}");
+        assert_eq!(r["kernel"]["language"], lang, "{r}");
+        assert_eq!(r["tool_calls_made"], 1, "{r}");
+    }
+}

@@ -1,14 +1,32 @@
 # toolcell kernel runner for R (Rscript, R 4.x; base R only, jsonlite for tools).
 #
-# Same protocol as runner.py (see README.md beside this file): JSON request
-# lines on fd 3; frames "\n" SENTINEL " " <length> "\n" <JSON> on private
-# descriptors of the stdout and stderr pipes. Cells run in the global
-# environment; this code lives in a private environment (parent: base).
+# The in-band protocol (see README.md beside this file). The bootstrap
+# (BOOTSTRAP_R in language.rs) starts the *relay*, a small perl (or awk) process that
+# alone reads the host's requests on stdin: it forwards them to this runner
+# line by line (`.relay`, a pipe), turns an `interrupt` request into SIGINT
+# for us, and on EOF (the host is gone) kills our process group at once, even
+# in the middle of a busy cell. The bootstrap reads the runner and the stub
+# module through the relay too, then evaluates this file in a private
+# environment (parent: base) holding `.relay`, `.relay_pid`, `.stubs` and
+# `.kdir` (the kernel directory; NA on a remote, where figures travel in
+# `file` frames). Frames "\n" SENTINEL " " <length> "\n" <JSON> go to
+# private descriptors of stdout and stderr; tool calls are `tool_call`
+# frames answered by `tool_reply` request lines. Cells run in the global
+# environment.
 
 PROTOCOL <- 1L
+# R's JIT would byte-compile each runner function on its first or second
+# call (about 200 ms at start, and no faster per cell for this code, which
+# mostly calls builtins): it is off while runner code runs and on, at the
+# level the session had (R_ENABLE_JIT, default 3), while a cell's code runs.
+JIT_OFF <- function() .Internal(enableJIT(0L))
+# The original, before install_world() wraps it for the cells.
+READ_LINES <- base::readLines
 REAL_QUIT <- base::quit
-KDIR <- dirname(.runner_path)
-ARTIFACTS <- file.path(KDIR, "artifacts")
+REMOTE <- is.na(.kdir) || !nzchar(.kdir)
+KDIR <- if (REMOTE) tempdir() else .kdir
+ARTIFACTS <- file.path(KDIR, if (REMOTE) "toolcell-artifacts" else "artifacts")
+REQ <- .relay
 
 # ---------------------------------------------------------------------------
 # JSON: a small encoder and a tokenizer-based decoder (loading jsonlite
@@ -17,6 +35,9 @@ ARTIFACTS <- file.path(KDIR, "artifacts")
 
 json_str <- function(s) {
   s <- enc2utf8(as.character(s))
+  # Most strings (ids, short tracebacks, names) need no escape at all.
+  if (!grepl("\"", s, fixed = TRUE) && !grepl("\\", s, fixed = TRUE) &&
+      !grepl("[\001-\037]", s, useBytes = TRUE)) return(paste0("\"", s, "\""))
   s <- gsub("\\", "\\\\", s, fixed = TRUE)
   s <- gsub("\"", "\\\"", s, fixed = TRUE)
   s <- gsub("\n", "\\n", s, fixed = TRUE)
@@ -111,13 +132,26 @@ from_json <- function(text) {
 # Descriptors and frames
 # ---------------------------------------------------------------------------
 
-REQ <- suppressWarnings(file("/dev/fd/3", open = "r", raw = TRUE, encoding = "UTF-8"))
-OUT <- file("/proc/self/fd/1", open = "wb", raw = TRUE)
-ERR <- file("/proc/self/fd/2", open = "wb", raw = TRUE)
+# Private descriptors of the stdout and stderr pipes (a cell that closes or
+# redirects fd 1 or 2 cannot cut the frame channel); where they cannot be
+# reopened (a socket), a `cat` child writes the frames to them.
+private_out <- function(fd) {
+  tryCatch(file(sprintf("/proc/self/fd/%d", fd), open = "wb", raw = TRUE),
+           error = function(e) pipe(if (fd == 2L) "exec cat >&2" else "exec cat", open = "wb"))
+}
+OUT <- private_out(1L)
+ERR <- private_out(2L)
 MARK <- NULL
 
-send <- function(con, obj) {
-  body <- charToRaw(enc2utf8(to_json(obj)))
+# The relay alone reads the request pipe: our fd 0 becomes /dev/null, so a
+# cell's subprocess (system("cat")) reads nothing from the host.
+STDIN_NULL <- local({
+  closed <- tryCatch({ parallel:::closeFD(0L); TRUE }, error = function(e) FALSE)
+  if (closed) file("/dev/null", open = "r") else NULL
+})
+
+send_body <- function(con, body) {
+  body <- charToRaw(enc2utf8(body))
   header <- charToRaw(paste0(MARK, length(body), "\n"))
   if (length(header) + length(body) <= 4096L) {
     writeBin(c(header, body), con)
@@ -129,42 +163,103 @@ send <- function(con, obj) {
   flush(con)
 }
 
+send <- function(con, obj) send_body(con, to_json(obj))
+
 raw_stderr <- function(msg) {
   try(writeBin(charToRaw(paste0("toolcell runner: ", msg, "\n")), ERR), silent = TRUE)
   try(flush(ERR), silent = TRUE)
 }
 
+# One request line from the relay; `character(0)` at EOF.
+read_line <- function() {
+  repeat {
+    line <- tryCatch(READ_LINES(REQ, n = 1L, warn = FALSE, encoding = "UTF-8"),
+                     interrupt = function(e) NA_character_)
+    if (length(line) == 0L || !is.na(line)) return(line)
+  }
+}
+
+# The host's execute line, `{"type":"execute","id":"<hex>","code":"…"}`,
+# parsed without the general decoder; `NULL` when it has another shape (a
+# `stubs` field, say): the general decoder takes it then.
+EXEC_PREFIX <- "{\"type\":\"execute\",\"id\":\""
+parse_execute <- function(line) {
+  if (!startsWith(line, EXEC_PREFIX) || !endsWith(line, "\"}")) return(NULL)
+  sep <- regexpr("\",\"code\":\"", line, fixed = TRUE)
+  if (sep < 0L) return(NULL)
+  id <- substr(line, nchar(EXEC_PREFIX) + 1L, sep - 1L)
+  if (!grepl("^[0-9A-Za-z_-]+$", id)) return(NULL)
+  raw <- substr(line, sep + 10L, nchar(line) - 2L)
+  # Inside a JSON string every quote is escaped, so `","` there means the
+  # string ended and another field follows: `stubs` is the one the host
+  # sends (after `code`); anything else goes to the general decoder.
+  stubs <- NULL
+  k <- regexpr("\",\"stubs\":\"", raw, fixed = TRUE)
+  if (k > 0L) {
+    stubs <- substr(raw, k + 11L, nchar(raw))
+    raw <- substr(raw, 1L, k - 1L)
+    if (grepl("\",\"", stubs, fixed = TRUE)) return(NULL)
+    stubs <- json_unescape(stubs)
+  }
+  if (grepl("\",\"", raw, fixed = TRUE)) return(NULL)
+  list(type = "execute", id = id, code = json_unescape(raw), stubs = stubs)
+}
+
 read_request <- function() {
   repeat {
-    line <- tryCatch(readLines(REQ, n = 1L, warn = FALSE, encoding = "UTF-8"),
-                     interrupt = function(e) NA_character_)
+    if (length(state$pending)) {
+      req <- state$pending[[1L]]
+      state$pending <- state$pending[-1L]
+      return(req)
+    }
+    line <- read_line()
     if (length(line) == 0L) die()
     # SIGINT between cells is ignored (a pending one is cleared here).
     tryCatch(Sys.sleep(0), interrupt = function(e) NULL)
-    if (is.na(line) || !nzchar(trimws(line))) next
-    req <- tryCatch(from_json(line), error = function(e) NULL)
+    if (!nzchar(line)) next
+    # A reply to a call a cell gave up on (interrupted): nobody waits for it.
+    if (startsWith(line, "{\"type\":\"tool_reply\"")) next
+    req <- parse_execute(line)
+    if (is.null(req)) req <- tryCatch(from_json(line), error = function(e) NULL)
     if (!is.list(req)) { raw_stderr("request line is not a JSON object"); next }
     return(req)
   }
 }
 
+# The host is gone (EOF from the relay): kill our group at once.
 die <- function() {
   tools::pskill(-Sys.getpid(), 9L)
   tools::pskill(Sys.getpid(), 9L)
   REAL_QUIT(save = "no", status = 137L, runLast = FALSE)
 }
 
-# The host is gone when its process is: a watcher polls it (R has no thread
-# to read the request pipe during a busy cell) and kills our group.
-start_watcher <- function() {
-  stat <- readLines("/proc/self/stat", warn = FALSE)
-  fields <- strsplit(sub("^.*\\) ", "", stat), " ")[[1]]
-  host <- as.integer(fields[[2]])
-  me <- Sys.getpid()
-  script <- sprintf(
-    "trap '' INT; i=3; while [ $i -lt 64 ]; do eval \"exec $i>&-\" 2>/dev/null; i=$((i+1)); done; while kill -0 %d 2>/dev/null && kill -0 %d 2>/dev/null; do sleep 0.25; done; kill -0 %d 2>/dev/null && kill -9 -- -%d 2>/dev/null",
-    host, me, me, me)
-  system2("/bin/sh", c("-c", shQuote(script)), wait = FALSE, stdout = FALSE, stderr = FALSE)
+# Quits the process for good: the relay goes first (it would otherwise keep
+# reading until the host closes the pipe).
+finish <- function(status, runLast = FALSE) {
+  if (!is.na(.relay_pid)) try(tools::pskill(.relay_pid, 9L), silent = TRUE)
+  REAL_QUIT(save = "no", status = status, runLast = runLast)
+}
+
+# A tool call in-band: a `tool_call` frame on stdout, then request lines
+# until the host's `tool_reply` with our id; anything else that comes
+# meanwhile is kept for the main loop. Returns the reply object's JSON text
+# (the stub module parses it).
+inband_call <- function(tool, args_json) {
+  state$call_seq <- state$call_seq + 1L
+  id <- state$call_seq
+  send_body(OUT, paste0("{\"type\":\"tool_call\",\"id\":", id, ",\"tool\":", json_str(tool),
+                        ",\"args\":", args_json, "}"))
+  prefix <- paste0("{\"type\":\"tool_reply\",\"id\":", id, ",\"reply\":")
+  repeat {
+    line <- READ_LINES(REQ, n = 1L, warn = FALSE, encoding = "UTF-8")
+    if (length(line) == 0L) die()
+    if (startsWith(line, prefix)) {
+      return(substr(line, nchar(prefix) + 1L, nchar(line) - 1L))
+    }
+    if (startsWith(line, "{\"type\":\"tool_reply\"") || !nzchar(trimws(line))) next
+    req <- tryCatch(from_json(line), error = function(e) NULL)
+    if (is.list(req)) state$pending[[length(state$pending) + 1L]] <- req
+  }
 }
 
 # ---------------------------------------------------------------------------
@@ -179,6 +274,9 @@ state <- new.env()
 state$stdin_requested <- FALSE
 state$count <- 0L
 state$our_devices <- integer(0)
+state$pending <- list()
+state$jit <- JIT_OFF()
+state$call_seq <- 0L
 
 refuse_stdin <- function() {
   state$stdin_requested <- TRUE
@@ -200,6 +298,10 @@ replace_base <- function(name, f) {
 }
 
 install_world <- function() {
+  state$last_value <- tryCatch({
+    if (bindingIsLocked(".Last.value", baseenv())) unlockBinding(".Last.value", baseenv())
+    TRUE
+  }, error = function(e) FALSE)
   real_readLines <- base::readLines
   real_scan <- base::scan
   real_file <- base::file
@@ -236,8 +338,10 @@ install_world <- function() {
   }, warn = 1L, keep.source = FALSE)
 }
 
-load_stubs <- function(source, path) {
+load_stubs <- function(source) {
   env <- new.env(parent = globalenv())
+  # The stub module's transport: tool calls travel in-band.
+  assign(".toolcell_rpc", inband_call, envir = env)
   ok <- tryCatch({
     eval(parse(text = source, keep.source = FALSE, encoding = "UTF-8"), envir = env)
     TRUE
@@ -254,6 +358,21 @@ load_stubs <- function(source, path) {
 # Running a cell
 # ---------------------------------------------------------------------------
 
+B64 <- strsplit("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", "")[[1]]
+
+base64 <- function(bytes) {
+  n <- length(bytes)
+  if (!n) return("")
+  pad <- (3L - n %% 3L) %% 3L
+  v <- c(as.integer(bytes), integer(pad))
+  m <- matrix(v, nrow = 3L)
+  w <- m[1L, ] * 65536L + m[2L, ] * 256L + m[3L, ]
+  idx <- rbind(w %/% 262144L, (w %/% 4096L) %% 64L, (w %/% 64L) %% 64L, w %% 64L)
+  out <- B64[as.vector(idx) + 1L]
+  if (pad) out[(length(out) - pad + 1L):length(out)] <- "="
+  paste(out, collapse = "")
+}
+
 save_figures <- function(count) {
   devs <- intersect(state$our_devices, grDevices::dev.list())
   for (d in devs) try(grDevices::dev.off(d), silent = TRUE)
@@ -264,14 +383,23 @@ save_figures <- function(count) {
   if (!length(files)) return(list())
   n <- as.integer(sub(pattern, "\\1", files))
   files <- files[order(n)]
-  lapply(file.path(ARTIFACTS, files), function(p) list(mime = "image/png", path = p))
+  lapply(files, function(f) {
+    p <- file.path(ARTIFACTS, f)
+    if (!REMOTE) return(list(mime = "image/png", path = p))
+    # A remote figure goes to the host in a frame; the host stores it.
+    bytes <- readBin(p, "raw", file.size(p))
+    unlink(p)
+    send(OUT, list(type = "file", name = f, mime = "image/png", data = base64(bytes)))
+    list(mime = "image/png", path = f)
+  })
 }
 
 peak_rss_kb <- function() {
-  s <- tryCatch(readLines("/proc/self/status", warn = FALSE), error = function(e) character(0))
-  line <- grep("^VmHWM:", s, value = TRUE)
-  if (!length(line)) return(0)
-  as.numeric(gsub("[^0-9]", "", line))
+  s <- tryCatch(rawToChar(readBin("/proc/self/status", "raw", 8192L)), error = function(e) "")
+  i <- regexpr("VmHWM:", s, fixed = TRUE)
+  if (i < 0L) return(0)
+  v <- suppressWarnings(as.numeric(strsplit(substr(s, i + 6L, i + 40L), "k", fixed = TRUE)[[1L]][[1L]]))
+  if (is.na(v)) 0 else v
 }
 
 format_call <- function(call) {
@@ -347,6 +475,7 @@ run_cell <- function(code, count) {
     cat(text, "\n", sep = "", file = stderr())
     invokeRestart("muffleWarning")
   }
+  if (state$jit > 0L) .Internal(enableJIT(state$jit))
   result <- tryCatch({
     withCallingHandlers({
       for (i in seq_along(exprs)) {
@@ -355,8 +484,9 @@ run_cell <- function(code, count) {
         if (vis$visible) {
           if (isS4(vis$value)) methods::show(vis$value) else print(vis$value)
         }
-        # `.Last.value` as at the console.
-        try(assign(".Last.value", vis$value, envir = baseenv()), silent = TRUE)
+        # `.Last.value` as at the console (its binding unlocked at start; a
+        # failing assign here would reach the cell's error handler).
+        if (state$last_value) assign(".Last.value", vis$value, envir = baseenv())
       }
       NULL
     }, error = handler_error, warning = handler_warning)
@@ -364,6 +494,8 @@ run_cell <- function(code, count) {
   toolcell_exit = function(e) e,
   interrupt = function(e) structure(list(), class = "toolcell_interrupted"),
   error = function(e) e)
+  # The level the cell left (it may have called compiler::enableJIT itself).
+  state$jit <- JIT_OFF()
   if (inherits(result, "toolcell_exit")) {
     out$status <- "exit"
     out$exit_code <- result$status
@@ -397,54 +529,59 @@ handle_execute <- function(req) {
   t0 <- proc.time()
   state$stdin_requested <- FALSE
   res <- tryCatch({
-    if (is.character(req$stubs)) load_stubs(req$stubs, file.path(KDIR, "toolcell_tools.R"))
+    if (is.character(req$stubs)) load_stubs(req$stubs)
     if (!is.character(req$code)) stop("execute request: code must be a string")
     run_cell(req$code, count)
   }, error = function(e) list(status = "error",
                               traceback = paste0("toolcell runner: internal error (the kernel is still usable): ", conditionMessage(e), "\n")),
   interrupt = function(e) list(status = "interrupted", traceback = "Interrupted\n"))
-  display <- tryCatch(save_figures(count), error = function(e) list())
+  # Only our own devices draw into the artifacts directory.
+  display <- if (length(state$our_devices)) tryCatch(save_figures(count), error = function(e) list()) else list()
   t1 <- proc.time()
   d <- t1 - t0
   cpu <- sum(d[c(1L, 2L, 4L, 5L)], na.rm = TRUE)
-  result <- list(type = "result", id = rid, status = res$status)
-  if (!is.null(res$exit_code)) result$exit_code <- res$exit_code
-  result$traceback <- res$traceback
-  result$execution_count <- count
-  result$stdin_requested <- state$stdin_requested
-  result$usage <- list(cpu_seconds = round(cpu, 6), peak_rss_kb = peak_rss_kb(),
-                       wall_seconds = round(d[[3L]], 6))
-  result$display <- display
+  # Written by hand: the general encoder costs more than the cell.
+  result <- paste0(
+    "{\"type\":\"result\",\"id\":", json_str(rid), ",\"status\":", json_str(res$status),
+    if (!is.null(res$exit_code)) paste0(",\"exit_code\":", as.integer(res$exit_code)) else "",
+    ",\"traceback\":", json_str(res$traceback), ",\"execution_count\":", count,
+    ",\"stdin_requested\":", if (isTRUE(state$stdin_requested)) "true" else "false",
+    ",\"usage\":{\"cpu_seconds\":", sprintf("%.6f", max(0, cpu)),
+    ",\"peak_rss_kb\":", sprintf("%.0f", peak_rss_kb()),
+    ",\"wall_seconds\":", sprintf("%.6f", max(0, d[[3L]])), "}",
+    ",\"display\":", if (length(display)) to_json(display) else "[]", "}")
   flush(stdout())
   flush(stderr())
-  send(ERR, list(type = "end", id = rid))
-  send(OUT, result)
+  send_body(ERR, paste0("{\"type\":\"end\",\"id\":", json_str(rid), "}"))
+  send_body(OUT, result)
   if (identical(res$status, "exit")) {
-    REAL_QUIT(save = "no", status = res$exit_code %% 256L, runLast = TRUE)
+    finish(res$exit_code %% 256L, runLast = TRUE)
   }
 }
 
 main <- function() {
   hello <- read_request()
-  if (!identical(hello$type, "hello")) { raw_stderr("the first request must be hello"); REAL_QUIT(save = "no", status = 2L) }
-  if (!identical(as.integer(hello$protocol), PROTOCOL)) { raw_stderr("unsupported protocol"); REAL_QUIT(save = "no", status = 2L) }
+  if (!identical(hello$type, "hello")) { raw_stderr("the first request must be hello"); finish(2L) }
+  if (!identical(as.integer(hello$protocol), PROTOCOL)) { raw_stderr("unsupported protocol"); finish(2L) }
   s <- hello$sentinel
-  if (!is.character(s) || !grepl("^[!-~]+$", s)) { raw_stderr("bad sentinel"); REAL_QUIT(save = "no", status = 2L) }
+  if (!is.character(s) || !grepl("^[!-~]+$", s)) { raw_stderr("bad sentinel"); finish(2L) }
   MARK <<- paste0("\n", s, " ")
+  if (is.character(hello$cwd) && nzchar(hello$cwd)) {
+    ok <- tryCatch({ setwd(hello$cwd); TRUE }, error = function(e) FALSE)
+    if (!ok) { raw_stderr(paste("cannot change to the working directory", hello$cwd)); finish(2L) }
+  }
   install_world()
-  stub_path <- file.path(KDIR, "toolcell_tools.R")
-  if (file.exists(stub_path)) load_stubs(paste(readLines(stub_path, warn = FALSE, encoding = "UTF-8"), collapse = "\n"), stub_path)
+  load_stubs(.stubs)
   v <- R.version
   send(OUT, list(type = "ready", protocol = PROTOCOL, pid = Sys.getpid(),
                  python = paste(v$major, v$minor, sep = "."),
                  executable = file.path(R.home("bin"), "R")))
-  start_watcher()
   repeat {
     req <- read_request()
     tryCatch({
       type <- req$type
       if (identical(type, "execute")) handle_execute(req)
-      else if (identical(type, "shutdown")) REAL_QUIT(save = "no", status = 0L)
+      else if (identical(type, "shutdown")) finish(0L)
       else raw_stderr(paste("unknown request type ignored:", format(type)))
     }, error = function(e) raw_stderr(paste("internal error in the main loop:", conditionMessage(e))),
     interrupt = function(e) NULL)

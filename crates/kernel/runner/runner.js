@@ -1,10 +1,17 @@
 // toolcell kernel runner for JavaScript (node 18+, no packages).
 //
-// Same protocol as runner.py (see README.md beside this file): requests are
-// JSON lines on fd 3 (read by a worker thread, which kills the process group
-// at once when the host goes away, even during a busy cell); frames
+// The in-band protocol (see README.md beside this file). The bootstrap
+// (BOOTSTRAP_JS in language.rs) reads the runner and the stub module from
+// stdin (length-prefixed) and runs this file with `module.toolcell` =
+// {stubs, kdir} (kdir: the kernel directory; empty on a remote). Then a
+// worker thread alone reads the host's requests, `hello` included (a private
+// descriptor of the stdin pipe; fd 0 becomes /dev/null for the cells): it
+// turns an `interrupt` into SIGINT for us, hands every
+// other line to the main thread, and on EOF (the host is gone) kills our
+// process group at once, even during a busy cell. Frames
 // "\n" SENTINEL " " <length> "\n" <JSON> go to private descriptors of the
-// stdout and stderr pipes. Cells run in the one global context
+// stdout and stderr pipes; tool calls are `tool_call` frames answered by
+// `tool_reply` lines. Cells run in the one global context
 // (vm.runInThisContext), so globals, and let/const/class/function
 // declarations (rewritten to var), persist from cell to cell.
 'use strict';
@@ -16,14 +23,19 @@ const util = require('util');
 const { Worker } = require('worker_threads');
 
 const PROTOCOL = 1;
-const KDIR = path.dirname(__filename);
-const ARTIFACTS = path.join(KDIR, 'artifacts');
+const BOOT = module.toolcell || { stubs: '', kdir: '' };
+const REMOTE = !BOOT.kdir;
+const KDIR = BOOT.kdir || '';
 
 let MARK = null;
 // Private descriptors of the stdout and stderr pipes (a cell that closes or
-// redirects fd 1 or 2 cannot cut the frame channel).
-const OUT_FD = fs.openSync('/proc/self/fd/1', 'w');
-const ERR_FD = fs.openSync('/proc/self/fd/2', 'w');
+// redirects fd 1 or 2 cannot cut the frame channel); fds 1 and 2 themselves
+// where they cannot be reopened (a socket).
+function privateFd(fd) {
+  try { return fs.openSync(`/proc/self/fd/${fd}`, 'w'); } catch (_) { return fd; }
+}
+const OUT_FD = privateFd(1);
+const ERR_FD = privateFd(2);
 
 function writeAll(fd, buf) {
   let off = 0;
@@ -37,8 +49,8 @@ function writeAll(fd, buf) {
   }
 }
 
-function send(fd, obj) {
-  const body = Buffer.from(JSON.stringify(obj), 'utf8');
+function sendBody(fd, text) {
+  const body = Buffer.from(text, 'utf8');
   const header = Buffer.from(MARK + body.length + '\n', 'utf8');
   if (header.length + body.length <= 4096) {
     writeAll(fd, Buffer.concat([header, body]));
@@ -48,16 +60,66 @@ function send(fd, obj) {
   }
 }
 
+function send(fd, obj) {
+  sendBody(fd, JSON.stringify(obj));
+}
+
 function rawStderr(message) {
   try { writeAll(ERR_FD, Buffer.from(`toolcell runner: ${message}\n`)); } catch (_) { /* gone */ }
 }
 
+// Our process group when we lead one (locally always; on a remote when the
+// command made us a leader), else only ourselves.
+const KILL_TARGET = (() => {
+  try {
+    const st = fs.readFileSync('/proc/self/stat', 'utf8');
+    const pgrp = Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[2]);
+    return pgrp === process.pid ? -process.pid : process.pid;
+  } catch (_) { return process.pid; }
+})();
+
 // --------------------------------------------------------------------------
-// Requests: read from a private descriptor of the request pipe on the main
-// thread's event loop (EOF: the host is gone, kill our group). A busy cell
-// blocks the loop, so a watcher thread also checks every 200 ms that the
-// host (our parent) still exists, and kills the group when it does not.
+// Requests
 // --------------------------------------------------------------------------
+
+// The request reader thread. It owns the request pipe: lines go to the main
+// thread, `interrupt` becomes SIGINT here (the main thread may be busy), EOF
+// kills the group.
+const READER = `
+const net = require('net');
+const { workerData, parentPort } = require('worker_threads');
+const die = () => {
+  try { process.kill(workerData.target, 'SIGKILL'); } catch (_) {}
+  process.kill(workerData.pid, 'SIGKILL');
+};
+const INTERRUPT = '{"type":"interrupt"}';
+let pending = [];
+let size = 0;
+const take = (line) => {
+  if (line === INTERRUPT) { try { process.kill(workerData.pid, 'SIGINT'); } catch (_) {} return; }
+  parentPort.postMessage(line);
+};
+const feed = (chunk) => {
+  for (;;) {
+    const nl = chunk.indexOf(10);
+    if (nl < 0) {
+      pending.push(chunk);
+      size += chunk.length;
+      if (size > 512 * 1024 * 1024) { pending = []; size = 0; }
+      return;
+    }
+    pending.push(chunk.subarray(0, nl));
+    const line = Buffer.concat(pending).toString('utf8');
+    pending = []; size = 0;
+    chunk = chunk.subarray(nl + 1);
+    take(line);
+  }
+};
+const requests = new net.Socket({ fd: workerData.fd, readable: true, writable: false });
+requests.on('data', feed);
+requests.on('end', die);
+requests.on('error', die);
+`;
 
 const queue = [];
 let waiter = null;
@@ -65,58 +127,58 @@ function nextRequest() {
   if (queue.length) return Promise.resolve(queue.shift());
   return new Promise((resolve) => { waiter = resolve; });
 }
+const calls = new Map();
+let callSeq = 0;
 function onLine(line) {
   if (!line.trim()) return;
   let req;
   try { req = JSON.parse(line); } catch (e) { rawStderr(`request line is not JSON (${e.message})`); return; }
   if (!req || typeof req !== 'object') { rawStderr('request is not a JSON object'); return; }
+  if (req.type === 'tool_reply') {
+    const resolve = calls.get(req.id);
+    if (resolve) { calls.delete(req.id); resolve(req.reply); }
+    return;
+  }
   if (waiter) { const w = waiter; waiter = null; w(req); } else queue.push(req);
 }
-function die() {
-  try { process.kill(-process.pid, 'SIGKILL'); } catch (_) { /* not a group leader */ }
-  process.kill(process.pid, 'SIGKILL');
-}
-// fd 3 is moved to a close-on-exec descriptor, so a cell's subprocesses
-// never inherit the request pipe.
-const REQ_FD = fs.openSync('/proc/self/fd/3', 'r');
-try { fs.closeSync(3); } catch (_) { /* already closed */ }
-{
-  const net = require('net');
-  const requests = new net.Socket({ fd: REQ_FD, readable: true, writable: false });
-  let pending = [];
-  let size = 0;
-  requests.on('data', (chunk) => {
-    for (;;) {
-      const nl = chunk.indexOf(10);
-      if (nl < 0) {
-        pending.push(chunk);
-        size += chunk.length;
-        if (size > 512 * 1024 * 1024) { pending = []; size = 0; rawStderr('request line too long dropped'); }
-        return;
-      }
-      pending.push(chunk.subarray(0, nl));
-      const line = Buffer.concat(pending).toString('utf8');
-      pending = []; size = 0;
-      chunk = chunk.subarray(nl + 1);
-      onLine(line);
+
+// A tool call in-band: a `tool_call` frame, answered by a `tool_reply` line
+// with its id; resolves to the reply object (`{ok, result}` or `{ok:false,
+// code, error}`). Calls run in parallel.
+function inbandCall(tool, args) {
+  const id = ++callSeq;
+  let body;
+  try { body = JSON.stringify({ type: 'tool_call', id, tool, args }); } catch (e) { return Promise.reject(e); }
+  return new Promise((resolve) => {
+    calls.set(id, resolve);
+    try { sendBody(OUT_FD, body); } catch (e) {
+      calls.delete(id);
+      resolve({ ok: false, code: 'connection_lost', error: `lost the connection to the toolcell host (${e.message}); the outcome is unknown and the call was not repeated` });
     }
   });
-  requests.on('end', die);
-  requests.on('error', die);
-  requests.unref();
 }
-const WATCHER = `
-const { workerData } = require('worker_threads');
-setInterval(() => {
-  if (process.ppid !== workerData.host) {
-    try { process.kill(-workerData.pid, 'SIGKILL'); } catch (_) {}
-    process.kill(workerData.pid, 'SIGKILL');
-  }
-}, 200);
-`;
-const watcher = new Worker(WATCHER, { eval: true, stdout: false, stderr: false, workerData: { host: process.ppid, pid: process.pid } });
-watcher.on('error', (e) => rawStderr(`host watcher failed: ${e.message}`));
-watcher.unref();
+
+// The reader starts first thing: its thread boots while the main thread
+// loads the stub module.
+let reader = null;
+{
+  // A private descriptor of the request pipe; fd 0 becomes /dev/null, so
+  // nothing a cell starts can read the host's requests.
+  let reqFd = 0;
+  try {
+    reqFd = fs.openSync('/proc/self/fd/0', 'r');
+    fs.closeSync(0);
+    const nul = fs.openSync('/dev/null', 'r');
+    if (nul !== 0) fs.closeSync(nul);
+  } catch (_) { /* a socket: read fd 0 itself */ }
+  reader = new Worker(READER, {
+    eval: true, stdout: false, stderr: false,
+    workerData: { fd: reqFd, pid: process.pid, target: KILL_TARGET },
+  });
+  reader.on('message', onLine);
+  reader.on('error', (e) => { rawStderr(`request reader failed: ${e.message}`); process.kill(process.pid, 'SIGKILL'); });
+  reader.unref();
+}
 
 // --------------------------------------------------------------------------
 // The cells' world
@@ -157,7 +219,7 @@ globalThis.__dirname = process.cwd();
 // last set are removed when a new set is loaded.
 let toolNames = [];
 function loadStubs(source, filename) {
-  const m = { exports: {} };
+  const m = { exports: {}, toolcell_transport: inbandCall };
   const fn = vm.runInThisContext(require('module').wrap(source), { filename });
   fn(m.exports, require, m, filename, KDIR);
   for (const n of toolNames) { if (!(n in m.exports)) delete globalThis[n]; }
@@ -166,8 +228,7 @@ function loadStubs(source, filename) {
   globalThis.toolcell_tools = m.exports;
 }
 try {
-  const stubPath = path.join(KDIR, 'toolcell_tools.js');
-  loadStubs(fs.readFileSync(stubPath, 'utf8'), stubPath);
+  loadStubs(BOOT.stubs, 'toolcell_tools.js');
 } catch (e) {
   rawStderr(`cannot load the tool functions: ${e.message}`);
 }
@@ -179,14 +240,17 @@ function describe(err) {
   if (err instanceof Error || (err && typeof err.stack === 'string')) return cleanStack(err);
   return `Uncaught ${util.inspect(err)}`;
 }
-process.on('uncaughtException', (err) => {
-  const text = `Uncaught ${describe(err)}\n`;
+// During a cell the text names the cell line the error came from.
+function uncaught(prefix, err) {
+  if (current && current.filename && (err instanceof Error || (err && typeof err.stack === 'string'))) {
+    current.errors.push(`${prefix}${errorText(err, current.filename, current.src)}`);
+    return;
+  }
+  const text = `${prefix}${describe(err)}\n`;
   if (current) { current.errors.push(text); } else { try { process.stderr.write(text); } catch (_) {} }
-});
-process.on('unhandledRejection', (err) => {
-  const text = `Uncaught (in promise) ${describe(err)}\n`;
-  if (current) { current.errors.push(text); } else { try { process.stderr.write(text); } catch (_) {} }
-});
+}
+process.on('uncaughtException', (err) => uncaught('Uncaught ', err));
+process.on('unhandledRejection', (err) => uncaught('Uncaught (in promise) ', err));
 // SIGINT: interrupts a running cell (a busy loop through breakOnSigint, an
 // awaiting cell through this handler); ignored between cells.
 process.on('SIGINT', () => { if (current && current.interrupt) current.interrupt(); });
@@ -437,19 +501,22 @@ function errorText(err, filename, src) {
 
 let execCount = 0;
 
-function cpuNow() {
+// CPU seconds of the process and of its waited-for children (/proc/self/stat
+// cutime + cstime, in clock ticks of 1/100 s), and the peak RSS in KiB.
+function selfUsage() {
   const u = process.resourceUsage();
-  return (u.userCPUTime + u.systemCPUTime) / 1e6;
+  return { cpu: (u.userCPUTime + u.systemCPUTime) / 1e6, maxRSS: u.maxRSS };
 }
-
-function childCpu() {
+function childrenCpu() {
   try {
-    const f = fs.readFileSync('/proc/self/stat', 'utf8');
+    const f = fs.readFileSync('/proc/self/stat', 'latin1');
     const parts = f.slice(f.lastIndexOf(')') + 2).split(' ');
-    const hz = 100;
-    return (Number(parts[13]) + Number(parts[14])) / hz; // cutime, cstime
+    return (Number(parts[13]) + Number(parts[14])) / 100;
   } catch (_) { return 0; }
 }
+// Children's CPU at the end of the last cell: the start of the next one
+// (children are waited for during cells; one /proc read per cell).
+let lastChildrenCpu = null;
 
 async function runCell(src, filename, state) {
   const compiled = compile(src, filename);
@@ -469,14 +536,15 @@ async function handleExecute(req) {
   const count = execCount;
   const filename = `cell-${count}`;
   const t0 = process.hrtime.bigint();
-  const cpu0 = cpuNow() + childCpu();
+  if (lastChildrenCpu === null) lastChildrenCpu = childrenCpu();
+  const cpu0 = selfUsage().cpu + lastChildrenCpu;
   stdinRequested = false;
   let status = 'ok';
   let traceback = '';
-  const state = { errors: [], interrupt: null };
+  const state = { errors: [], interrupt: null, filename, src: typeof req.code === 'string' ? req.code : '' };
   current = state;
   try {
-    if (typeof req.stubs === 'string') loadStubs(req.stubs, path.join(KDIR, 'toolcell_tools.js'));
+    if (typeof req.stubs === 'string') loadStubs(req.stubs, 'toolcell_tools.js');
     if (typeof req.code !== 'string') throw new TypeError('execute request: code must be a string');
     const value = await runCell(req.code, filename, state);
     if (value !== undefined) {
@@ -500,12 +568,15 @@ async function handleExecute(req) {
     if (status === 'ok') status = 'error';
     traceback += state.errors.join('');
   }
+  const usage = selfUsage();
+  lastChildrenCpu = childrenCpu();
+  usage.cpu += lastChildrenCpu;
   const result = {
     type: 'result', id: rid, status, traceback, execution_count: count,
     stdin_requested: stdinRequested,
     usage: {
-      cpu_seconds: Math.round((cpuNow() + childCpu() - cpu0) * 1e6) / 1e6,
-      peak_rss_kb: process.resourceUsage().maxRSS,
+      cpu_seconds: Math.max(0, Math.round((usage.cpu - cpu0) * 1e6) / 1e6),
+      peak_rss_kb: usage.maxRSS,
       wall_seconds: Number(process.hrtime.bigint() - t0) / 1e9,
     },
     display: [],
@@ -526,6 +597,12 @@ async function main() {
     process.exit(2);
   }
   MARK = '\n' + hello.sentinel + ' ';
+  if (typeof hello.cwd === 'string' && hello.cwd) {
+    try { process.chdir(hello.cwd); } catch (e) { rawStderr(`cannot change to the working directory ${hello.cwd}: ${e.message}`); process.exit(2); }
+    globalThis.require = createRequire(path.join(process.cwd(), '[toolcell-cell]'));
+    globalThis.__filename = path.join(process.cwd(), '[toolcell-cell]');
+    globalThis.__dirname = process.cwd();
+  }
   send(OUT_FD, { type: 'ready', protocol: PROTOCOL, pid: process.pid, python: process.versions.node, executable: process.execPath });
   for (;;) {
     const req = await nextRequest();

@@ -49,9 +49,10 @@ const MAX_CELL_FILES: usize = 64;
 /// Largest file a remote cell may send back (as `figures.rs` accepts).
 const MAX_FILE_BYTES: usize = 16 << 20;
 
-/// The request channel to the runner (fd 3 locally, stdin for a remote
-/// kernel). Writers take turns: `execute`, `interrupt`, `shutdown` and
-/// in-band tool replies never interleave within a line.
+/// The request channel to the runner (fd 3 for a local Python kernel,
+/// stdin for a remote, R or JavaScript kernel). Writers take turns:
+/// `execute`, `interrupt`, `shutdown` and in-band tool replies never
+/// interleave within a line.
 pub(crate) struct RequestPipe {
     w: tokio::sync::Mutex<Option<Box<dyn tokio::io::AsyncWrite + Send + Unpin>>>,
 }
@@ -285,6 +286,14 @@ pub struct KernelSpec {
     pub inband_tools: bool,
     /// The kernel's language (its runner, stubs and launch command).
     pub language: crate::language::Language,
+}
+
+impl KernelSpec {
+    /// Whether tool calls travel in-band: a remote kernel, an R or
+    /// JavaScript kernel, or `inband_tools`.
+    fn tools_inband(&self) -> bool {
+        self.inband_tools || self.remote.is_some() || self.language.inband()
+    }
 }
 
 impl std::fmt::Debug for KernelSpec {
@@ -713,14 +722,6 @@ impl Kernel {
         write_in(&dir_handle, "owner.pid", &std::process::id().to_string())
             .map_err(io_err("writing owner.pid"))?;
         let stub = spec.language.stub_source(&spec.tools, &[])?;
-        if spec.remote.is_some() && spec.language != crate::language::Language::Python {
-            return Err(SpawnError::Io {
-                what: format!("starting a {} kernel on a remote", spec.language.as_str()),
-                source: std::io::Error::other(
-                    "remote kernels run Python only for now; use a local kernel for R and JavaScript",
-                ),
-            });
-        }
         let launched = match spec.remote.clone() {
             Some((name, remote)) => Self::launch_remote(&spec, &dir, &name, &remote, &stub)?,
             None => Self::launch_local(&spec, &dir, &dir_handle, &stub).await?,
@@ -740,7 +741,7 @@ impl Kernel {
         // Our own duplicates of the read ends, only to ask how many bytes
         // wait in each pipe (FIONREAD) before a cell starts.
         let mut watch: Vec<OwnedFd> = Vec::new();
-        let inband = (spec.inband_tools || spec.remote.is_some()).then(|| Inband {
+        let inband = spec.tools_inband().then(|| Inband {
             caller: server.inband(),
             pipe: Arc::clone(&requests),
             slots: Arc::new(tokio::sync::Semaphore::new(INBAND_CALLS)),
@@ -794,7 +795,7 @@ impl Kernel {
         let hello = Request::Hello(Hello {
             sentinel: sentinel.as_str().to_string(),
             protocol: toolcell_protocol::PROTOCOL_VERSION,
-            inband_tools: kernel.spec.inband_tools || kernel.spec.remote.is_some(),
+            inband_tools: kernel.spec.tools_inband(),
             cwd: kernel
                 .spec
                 .remote
@@ -822,7 +823,7 @@ impl Kernel {
         let _ = dir;
         // No socket: tool calls come in-band, checked by the same server.
         let server = Server::unbound(Arc::clone(&spec.dispatch), ServerConfig::default())?;
-        let argv = remote.argv();
+        let argv = remote.argv_for(spec.language);
         let marker = format!("remote:{}", spec.id);
         let mut cmd = std::process::Command::new(&argv[0]);
         // The command is the user's own (ssh, docker, kubectl): it gets the
@@ -864,26 +865,39 @@ impl Kernel {
             server,
             cgroup: None,
             marker,
-            payload: crate::remote::payload(RUNNER, stub),
+            payload: crate::remote::payload(spec.language.runner().1, stub),
         })
     }
 
-    /// Starts the runner here: `python -u -c BOOTSTRAP <dir>/runner.py`, fd 3
-    /// the request pipe, fd 4 the runner, in its own session and cgroup.
+    /// Starts the runner here, in its own session and cgroup. Python:
+    /// `python -u -c BOOTSTRAP <dir>/runner.py`, fd 3 the request pipe, fd 4
+    /// the runner. R and JavaScript: the in-band bootstrap with the kernel
+    /// directory as its argument, stdin the request pipe (the runner and
+    /// stub module go first, as for a remote), no tool socket.
     async fn launch_local(
         spec: &KernelSpec,
         dir: &Path,
         dir_handle: &PrivateDir,
         stub: &str,
     ) -> Result<Launched, SpawnError> {
-        // The runner is launched from this open file (fd 4 of the child),
-        // never from its path: a file swapped in after the check is never
-        // what runs.
+        // A Python runner is launched from this open file (fd 4 of the
+        // child), never from its path: a file swapped in after the check is
+        // never what runs. R and JavaScript runners (in-band) get the runner
+        // and the stub module on stdin instead, and requests after them: no
+        // file at all.
+        let inband = spec.language.inband();
         let (runner_name, runner_source) = spec.language.runner();
-        let runner = write_in(dir_handle, runner_name, runner_source)
-            .map_err(io_err(format!("writing {runner_name}")))?;
-        let stub_name = spec.language.stub_file();
-        write_in(dir_handle, stub_name, stub).map_err(io_err(format!("writing {stub_name}")))?;
+        let runner = if inband {
+            None
+        } else {
+            let stub_name = spec.language.stub_file();
+            write_in(dir_handle, stub_name, stub)
+                .map_err(io_err(format!("writing {stub_name}")))?;
+            Some(
+                write_in(dir_handle, runner_name, runner_source)
+                    .map_err(io_err(format!("writing {runner_name}")))?,
+            )
+        };
         let dir = dir.to_path_buf();
         let mut cgroup = match toolcell_tools::cgroup::HostCgroup::get() {
             Some(host) => Some(host.kernel(&spec.id).map_err(io_err(
@@ -897,29 +911,52 @@ impl Kernel {
             Some(cg) => ServerConfig::default().peer_cgroup(cg.proc_path()),
             None => ServerConfig::default(),
         };
-        let server = if spec.rpc_tcp || spec.language.needs_tcp() {
+        let server = if inband {
+            // No socket: tool calls come in-band, checked by the same server.
+            Server::unbound(Arc::clone(&spec.dispatch), ServerConfig::default())?
+        } else if spec.rpc_tcp {
             Server::bind_tcp(Arc::clone(&spec.dispatch), ServerConfig::default())?
         } else {
             Server::bind_unix(&dir, Arc::clone(&spec.dispatch), rpc_config)?
         };
         let mut env = spec.env.clone();
-        crate::env::toolcell_vars(&mut env, &dir, server.endpoint(), server.token().expose());
+        let marker = if inband {
+            // Only the marker every descendant carries (see `Kernel::tree`).
+            let marker = format!("inband:{}", spec.id);
+            env.retain(|(k, _)| k != "TOOLCELL_RPC" && k != "TOOLCELL_RPC_TOKEN");
+            env.push(("TOOLCELL_RPC".into(), marker.clone().into()));
+            marker
+        } else {
+            crate::env::toolcell_vars(&mut env, &dir, server.endpoint(), server.token().expose());
+            server.endpoint().to_string()
+        };
 
-        let (req_r, req_w) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SpawnError::Io {
-                what: "creating the request pipe".into(),
-                source: e.into(),
-            })?;
+        let (req_r, req_w) = if inband {
+            (None, None)
+        } else {
+            let (r, w) =
+                nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SpawnError::Io {
+                    what: "creating the request pipe".into(),
+                    source: e.into(),
+                })?;
+            (Some(r), Some(w))
+        };
         let mut cmd = std::process::Command::new(&spec.interpreter);
         cmd.args(spec.language.launch_args(&dir.join(runner_name)))
             .current_dir(&spec.cwd)
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
+            .stdin(if inband {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let r = req_r.as_raw_fd();
-        let runner_fd = runner.as_raw_fd();
+        let fds = req_r
+            .as_ref()
+            .map(AsRawFd::as_raw_fd)
+            .zip(runner.as_ref().map(AsRawFd::as_raw_fd));
         // Landlock and seccomp: the ruleset and the filter are built here
         // (they open directories, allocate); the child only enforces them.
         // They live until the child has exec'd.
@@ -953,9 +990,11 @@ impl Kernel {
                         Ok(n)
                     }
                 };
-                let (r_hi, runner_hi) = (hi(r)?, hi(runner_fd)?);
-                if nix::libc::dup2(r_hi, 3) < 0 || nix::libc::dup2(runner_hi, 4) < 0 {
-                    return Err(std::io::Error::last_os_error());
+                if let Some((r, runner_fd)) = fds {
+                    let (r_hi, runner_hi) = (hi(r)?, hi(runner_fd)?);
+                    if nix::libc::dup2(r_hi, 3) < 0 || nix::libc::dup2(runner_hi, 4) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 nix::unistd::setsid().map_err(std::io::Error::from)?;
                 Ok(())
@@ -982,10 +1021,21 @@ impl Kernel {
                     std::fs::File::from(procs).write_all(pid.to_string().as_bytes())
                 })
             });
-        let requests = tokio::net::unix::pipe::Sender::from_owned_fd(req_w)
-            .map_err(io_err("opening the request pipe"))?;
-
-        let marker = server.endpoint().to_string();
+        let requests = match req_w {
+            Some(w) => RequestPipe::new(
+                tokio::net::unix::pipe::Sender::from_owned_fd(w)
+                    .map_err(io_err("opening the request pipe"))?,
+            ),
+            None => match child.stdin.take() {
+                Some(stdin) => RequestPipe::new(stdin),
+                None => {
+                    let _ = child.start_kill();
+                    return Err(io_err("opening the request pipe")(
+                        std::io::ErrorKind::BrokenPipe.into(),
+                    ));
+                }
+            },
+        };
         if let Some(j) = joining {
             let joined = j
                 .await
@@ -1000,11 +1050,15 @@ impl Kernel {
         Ok(Launched {
             child,
             pid,
-            requests: RequestPipe::new(requests),
+            requests,
             server,
             cgroup,
             marker,
-            payload: Vec::new(),
+            payload: if inband {
+                crate::remote::payload(runner_source, stub)
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -1249,11 +1303,13 @@ impl Kernel {
     /// `KeyboardInterrupt`). In-band, it is ordered after the cell's
     /// `execute`: an interrupt that arrives before the cell's first line ran
     /// is kept for it, never lost. Between cells it does nothing. Should
-    /// the request channel fail, a local kernel gets SIGINT directly (as R
-    /// and JavaScript kernels always do).
+    /// the request channel fail, a local kernel gets SIGINT directly (as
+    /// local R and JavaScript kernels always do; remote ones get the
+    /// in-band request, which their runner's reader turns into SIGINT).
     pub fn interrupt(&self) {
-        if self.spec.language != crate::language::Language::Python {
-            // The R and JavaScript runners take SIGINT itself.
+        if self.spec.language.inband() && self.spec.remote.is_none() {
+            // A local R or JavaScript runner takes SIGINT itself (its relay
+            // would only pass it on).
             if let Ok(p) = i32::try_from(self.pid) {
                 let _ = killpg(Pid::from_raw(p), Signal::SIGINT);
             }

@@ -17,15 +17,28 @@ pub const RUNNER_R: &str = include_str!("../runner/runner.R");
 /// The JavaScript runner (same protocol; `node` 18+, no packages).
 pub const RUNNER_JS: &str = include_str!("../runner/runner.js");
 
-/// The R bootstrap (`Rscript -e BOOTSTRAP <runner path>`): reads the runner
-/// from fd 4 (the file the host created `O_EXCL | O_NOFOLLOW`; never its
-/// path) and evaluates it in a private environment whose parent is the base
-/// environment, so the cells' global environment starts empty.
-pub const BOOTSTRAP_R: &str = "local({f<-file('/dev/fd/4',open='r',encoding='UTF-8');s<-readLines(f,warn=FALSE);close(f);e<-new.env(parent=baseenv());assign('.runner_path',commandArgs(TRUE)[1L],envir=e);eval(parse(text=s,keep.source=FALSE,encoding='UTF-8'),envir=e)})";
+/// The R bootstrap (`Rscript --no-echo --no-restore -e BOOTSTRAP [kernel
+/// dir]`), the same locally and on a remote. It starts the *relay* —
+/// `perl` where there is one, else `awk` (`mawk -W interactive` where there
+/// is one, so lines pass at once; its line reading is quadratic in the line
+/// length), with SIGINT ignored — which alone reads the host's requests on
+/// stdin: it
+/// forwards each line to R through a pipe, turns `{"type":"interrupt"}` into
+/// SIGINT for R (its process group when R leads one), and at EOF (the host
+/// is gone) kills that group at once, even during a busy cell. R reads the
+/// relay's pid, then `<len>\n<runner><len>\n<stub module>` through the
+/// relay, and evaluates the runner in a private environment whose parent is
+/// the base environment (the cells' global environment starts empty). No
+/// backslash and no `~` in it: R's front-end script passes `-e` through
+/// `echo` and rewrites spaces as `~+~`.
+pub const BOOTSTRAP_R: &str = r#"local({p<-pipe(r"[trap '' INT;echo $$;read -r a b c d g e </proc/$PPID/stat;K=$PPID;[ "$g" = $PPID ]&&K=-$PPID;command -v perl >/dev/null&&exec 2>/dev/null perl -e '$|=1;$k=shift;while(<STDIN>){if($_ eq qq({"type":"interrupt"}).chr(10)){kill(q(INT),$k);next}print}kill(q(KILL),$k)' -- $K;A=awk;command -v mawk >/dev/null&&A='mawk -W interactive';exec 2>/dev/null $A -v K=$K '/^..type.:.interrupt.[}]$/{system("kill -INT " K);next}{print;fflush()}END{system("kill -KILL " K)}']",'rb');l<-function(){x<-readLines(p,1L);if(length(x)!=1L){message('toolcell: the R runner got no request relay (it needs sh and awk) or no runner');quit('no',3L)};x};g<-function(){n<-as.integer(l());if(is.na(n))quit('no',3L);b<-readBin(p,'raw',n);if(length(b)<n)quit('no',3L);s<-rawToChar(b);Encoding(s)<-'UTF-8';s};e<-new.env(parent=baseenv());e$.relay<-p;e$.relay_pid<-as.integer(l());s<-g();e$.stubs<-g();e$.kdir<-commandArgs(TRUE)[1L];eval(parse(text=s,keep.source=FALSE,encoding='UTF-8'),envir=e)})"#;
 
-/// The JavaScript bootstrap (`node -e BOOTSTRAP <runner path>`): reads the
-/// runner from fd 4 and runs it as a CommonJS module body.
-pub const BOOTSTRAP_JS: &str = "const fs=require('fs');const s=fs.readFileSync(4,'utf8');fs.closeSync(4);const p=process.argv[1];require('vm').runInThisContext(require('module').wrap(s),{filename:p})(exports,require,module,p,require('path').dirname(p));";
+/// The JavaScript bootstrap (`node -e BOOTSTRAP [kernel dir]`), the same
+/// locally and on a remote: reads `<len>\n<runner><len>\n<stub module>` from
+/// stdin with plain `read`s (never a byte past them: the requests follow on
+/// the same pipe) and runs the runner as a CommonJS module body with
+/// `module.toolcell = {stubs, kdir}`.
+pub const BOOTSTRAP_JS: &str = r#"{const fs=require('fs');const rd=(b,o,n)=>{for(;;){try{return fs.readSync(0,b,o,n)}catch(e){if(e.code!=='EAGAIN')throw e;Atomics.wait(new Int32Array(new SharedArrayBuffer(4)),0,0,1)}}};const g=()=>{let h='';const c=Buffer.alloc(1);while(!h.endsWith('\n')){if(rd(c,0,1)!==1||h.length>12)process.exit(3);h+=c.toString('latin1')}const n=parseInt(h,10);const d=Buffer.alloc(n);for(let o=0;o<n;){const k=rd(d,o,n-o);if(k<=0)process.exit(3);o+=k}return d.toString('utf8')};const s=g();module.toolcell={stubs:g(),kdir:process.argv[1]||''};const f='[toolcell-runner]';require('vm').runInThisContext(require('module').wrap(s),{filename:f})(exports,require,module,f,'')}"#;
 
 /// A kernel's language.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
@@ -142,24 +155,38 @@ impl Language {
         }
     }
 
-    /// The interpreter's arguments: a bootstrap that reads the runner from
-    /// fd 4, then the runner's path (for messages and `__file__`).
+    /// The interpreter's arguments for a local kernel. Python: a bootstrap
+    /// that reads the runner from fd 4, then the runner's path (for
+    /// messages and `__file__`). R and JavaScript: the in-band bootstrap,
+    /// then the kernel directory (where figures go).
     pub fn launch_args(self, runner_path: &Path) -> Vec<OsString> {
-        let (flags, bootstrap): (&[&str], &str) = match self {
-            Language::Python => (&["-u", "-c"], crate::kernel::BOOTSTRAP),
-            Language::R => (&["--no-echo", "--no-restore", "-e"], BOOTSTRAP_R),
-            Language::JavaScript => (&["-e"], BOOTSTRAP_JS),
-        };
-        let mut args: Vec<OsString> = flags.iter().map(OsString::from).collect();
-        args.push(bootstrap.into());
-        args.push(runner_path.as_os_str().to_owned());
+        let mut args: Vec<OsString> = self.flags().iter().map(OsString::from).collect();
+        match self {
+            Language::Python => args.push(runner_path.as_os_str().to_owned()),
+            Language::R | Language::JavaScript => {
+                if let Some(dir) = runner_path.parent() {
+                    args.push(dir.as_os_str().to_owned());
+                }
+            }
+        }
         args
     }
 
-    /// Whether the tool server must listen on TCP: R's base library has no
-    /// Unix-socket client.
-    pub fn needs_tcp(self) -> bool {
-        self == Language::R
+    /// The interpreter's flags and bootstrap, before any path.
+    pub(crate) fn flags(self) -> Vec<&'static str> {
+        match self {
+            Language::Python => vec!["-u", "-c", crate::kernel::BOOTSTRAP],
+            Language::R => vec!["--no-echo", "--no-restore", "-e", BOOTSTRAP_R],
+            Language::JavaScript => vec!["-e", BOOTSTRAP_JS],
+        }
+    }
+
+    /// Whether the runner speaks the in-band protocol locally too (requests
+    /// on stdin, the runner and stub module sent there first, tool calls as
+    /// frames): R and JavaScript always; Python locally uses fd 3 and the
+    /// tool socket.
+    pub fn inband(self) -> bool {
+        self != Language::Python
     }
 }
 
@@ -204,10 +231,18 @@ mod tests {
     }
 
     #[test]
-    fn launch_ends_with_the_runner_path() {
-        for l in Language::ALL {
+    fn launch_ends_with_the_runner_path_or_the_kernel_dir() {
+        let args = Language::Python.launch_args(Path::new("/k/runner.py"));
+        assert_eq!(args.last().map(|a| a.to_str()), Some(Some("/k/runner.py")));
+        for l in [Language::R, Language::JavaScript] {
             let args = l.launch_args(Path::new("/k/runner"));
-            assert_eq!(args.last().map(|a| a.to_str()), Some(Some("/k/runner")));
+            assert_eq!(args.last().map(|a| a.to_str()), Some(Some("/k")));
         }
+    }
+
+    #[test]
+    fn the_r_bootstrap_survives_the_r_front_end() {
+        // `R` passes `-e` through `echo` (backslashes) and `~+~` (spaces).
+        assert!(!BOOTSTRAP_R.contains('\\') && !BOOTSTRAP_R.contains('~'));
     }
 }

@@ -12,11 +12,20 @@
 //! frames. Nothing is installed or copied beforehand; the remote needs
 //! Python 3.8+ and its standard library.
 //!
+//! An R or JavaScript kernel runs `command + [r, "--no-echo",
+//! "--no-restore", "-e", BOOTSTRAP_R]` or `command + [node, "-e",
+//! BOOTSTRAP_JS]` (`[remotes.NAME] r` / `node`): the same bootstraps as
+//! locally ([`crate::language`]), which read the runner and stub module from
+//! stdin the same way; without a kernel directory argument the runner is in
+//! remote mode (figures as `file` frames).
+//!
 //! [`crate::kernel::Kernel`] does the rest: the same decoder, capture,
 //! redaction and result; `kernel.rs` branches only where the transport
 //! differs (launch, requests, interrupt, kill).
 
 use std::collections::BTreeMap;
+
+use crate::language::Language;
 
 /// The bootstrap `python -u -c` runs on the remote (Python 3.8+ stdlib):
 /// reads `<len>\n<runner><len>\n<stub module>` from fd 0, without reading a
@@ -43,6 +52,10 @@ pub struct Remote {
     pub command: Vec<String>,
     /// The interpreter to run there.
     pub python: String,
+    /// The R front end there (for `language = "r"`).
+    pub r: String,
+    /// The node binary there (for `language = "javascript"`).
+    pub node: String,
     /// The working directory there; empty: wherever the command lands.
     pub cwd: String,
     /// Append the interpreter words as one shell-quoted word; absent: true
@@ -56,6 +69,8 @@ impl Default for Remote {
         Self {
             command: Vec::new(),
             python: "python3".into(),
+            r: "Rscript".into(),
+            node: "node".into(),
             cwd: String::new(),
             shell: None,
         }
@@ -82,15 +97,33 @@ impl Remote {
         })
     }
 
-    /// The full argv the host runs: `command + [python, "-u", "-c", BOOTSTRAP]`.
+    /// The full argv the host runs for a Python kernel: `command +
+    /// [python, "-u", "-c", BOOTSTRAP]`.
     pub fn argv(&self) -> Vec<String> {
+        self.argv_for(Language::Python)
+    }
+
+    /// The interpreter this remote runs for `language`.
+    pub fn interpreter(&self, language: Language) -> &str {
+        match language {
+            Language::R => &self.r,
+            Language::JavaScript => &self.node,
+            _ => &self.python,
+        }
+    }
+
+    /// The full argv the host runs for a `language` kernel: `command` and
+    /// the interpreter with its bootstrap (R: `Rscript --no-echo
+    /// --no-restore -e BOOTSTRAP`; JavaScript: `node -e BOOTSTRAP`).
+    pub fn argv_for(&self, language: Language) -> Vec<String> {
         let mut argv = self.command.clone();
-        let words = [
-            self.python.clone(),
-            "-u".to_string(),
-            "-c".to_string(),
-            REMOTE_BOOTSTRAP.to_string(),
-        ];
+        let mut words = vec![self.interpreter(language).to_string()];
+        match language {
+            Language::R | Language::JavaScript => {
+                words.extend(language.flags().into_iter().map(String::from));
+            }
+            _ => words.extend(["-u", "-c", REMOTE_BOOTSTRAP].map(String::from)),
+        }
         if self.uses_shell() {
             argv.push(
                 words
@@ -156,14 +189,19 @@ pub(crate) fn check(name: &str, r: &Remote) -> Result<(), (String, String)> {
     if r.command.iter().any(|w| w.contains('\0')) {
         return Err(("command".into(), "expected no NUL bytes".into()));
     }
-    if r.python.trim().is_empty() || r.python.contains('\0') {
-        return Err((
-            "python".into(),
-            format!(
-                "expected the interpreter to run on the remote (e.g. \"python3\"), got {:?}",
-                r.python
-            ),
-        ));
+    for (key, value, example) in [
+        ("python", &r.python, "python3"),
+        ("r", &r.r, "Rscript"),
+        ("node", &r.node, "node"),
+    ] {
+        if value.trim().is_empty() || value.contains('\0') {
+            return Err((
+                key.into(),
+                format!(
+                    "expected the interpreter to run on the remote (e.g. \"{example}\"), got {value:?}"
+                ),
+            ));
+        }
     }
     if r.cwd.contains('\0') {
         return Err(("cwd".into(), "expected no NUL bytes".into()));

@@ -181,3 +181,64 @@ async fn a_request_naming_an_unknown_outside_tool_is_refused() {
         show(&r)
     );
 }
+
+/// The same for R and JavaScript kernels: the new stub module comes with
+/// the cell's `execute` (its `stubs` field), the state is kept, a
+/// namespaced source is `crm$find(...)` / `crm.find({...})`, a source that
+/// is down stops with `ToolError`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outside_tools_reach_r_and_javascript_kernels() {
+    use toolcell_kernel::Language;
+    for (prog, install) in [
+        (
+            "Rscript",
+            "scripts/test-deps.sh (apt-get install r-base-core r-cran-jsonlite)",
+        ),
+        ("node", "apt-get install nodejs (node 18 or later)"),
+    ] {
+        let ok = std::process::Command::new(prog)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(ok, "{prog} is not installed; install it with: {install}");
+    }
+    let fx = Fixture::new();
+    for (lang, set, code, want) in [
+        (
+            Language::R,
+            "x <- 41",
+            "t <- create_ticket(title = 'disk full', priority = 'high')\n\
+             cat(x + 1, t$id, t$priority, crm$find(q = 'acme')[[1]], '\\n')\n\
+             e <- tryCatch(billing$invoice(), ToolError = function(e) conditionMessage(e))\n\
+             cat(e, '\\n')",
+            "42 7 high found acme \nMCP server billing failed to start: exit status 1 \n",
+        ),
+        (
+            Language::JavaScript,
+            "var x = 41",
+            "const t = await create_ticket({title: 'disk full', priority: 'high'})\n\
+             console.log(x + 1, t.id, t.priority, (await crm.find({q: 'acme'}))[0])\n\
+             try { await billing.invoice({}) } catch (e) { console.log(e instanceof ToolError, e.message) }",
+            "42 7 high found acme\ntrue MCP server billing failed to start: exit status 1\n",
+        ),
+    ] {
+        let r = fx
+            .reg
+            .execute(ExecuteRequest::new(set).language(lang))
+            .await;
+        assert_success(&r);
+        let kernel = r.kernel.id.clone();
+        let r = fx
+            .reg
+            .execute(
+                ExecuteRequest::new(code)
+                    .language(lang)
+                    .extra_tools(extras(1)),
+            )
+            .await;
+        assert_success(&r);
+        assert_eq!(r.kernel.id, kernel, "{lang}: {}", show(&r));
+        assert_eq!(r.output, want, "{lang}: {}", show(&r));
+        assert_eq!(r.tool_calls_made, 2, "{lang}: {}", show(&r));
+    }
+}

@@ -1,7 +1,8 @@
 //! R and JavaScript kernels (SPEC §15) through `Registry::execute`, next to
 //! Python where a case applies: state, echo, errors with the cell line,
-//! stdin refused, interrupt and timeout, tool calls (parallel where the
-//! language allows), figures (R), and each language's own cases.
+//! stdin refused (and a subprocess's stdin empty), interrupt and timeout,
+//! tool calls (parallel where the language allows), figures (R), each
+//! language's own cases, and a host killed mid-cell.
 //!
 //! A missing interpreter fails the test with the install command: these
 //! tests never skip (scripts/test-deps.sh installs R from Debian packages).
@@ -132,6 +133,19 @@ async fn javascript_top_level_await_keeps_declarations() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_name_the_failing_line() {
     let f = Fixture::new();
+    let py = run(
+        &f,
+        Language::Python,
+        "a = 1\ndef g(v):\n    raise ValueError('bad value: %s' % v)\ng(a)",
+    )
+    .await;
+    assert_eq!(py.status, Status::Error, "{}", show(&py));
+    assert!(
+        py.output.contains("ValueError: bad value: 1"),
+        "{}",
+        show(&py)
+    );
+    assert!(py.output.contains("g(a)"), "{}", show(&py));
     let r = run(
         &f,
         Language::R,
@@ -203,6 +217,7 @@ async fn stderr_is_its_own_stream() {
 async fn stdin_is_refused_at_once() {
     let f = Fixture::new();
     for (lang, code) in [
+        (Language::Python, "x = input('name? ')"),
         (Language::R, "x <- readline('name? ')"),
         (Language::R, "x <- readLines('stdin')"),
         (Language::JavaScript, "process.stdin.on('data', () => {})"),
@@ -219,10 +234,48 @@ async fn stdin_is_refused_at_once() {
     }
 }
 
+/// The runner owns the request stream: what a cell starts finds /dev/null
+/// on its stdin (it reads nothing, at once), and the kernel keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subprocesses_cannot_read_the_request_stream() {
+    let f = Fixture::new();
+    for (lang, code, want) in [
+        (
+            Language::Python,
+            "import subprocess\nprint(repr(subprocess.run(['cat'], capture_output=True).stdout))",
+            "b''\n",
+        ),
+        (
+            Language::R,
+            "out <- system('cat; echo done', intern = TRUE)\ncat(out, sep = '|')",
+            "done",
+        ),
+        (
+            Language::JavaScript,
+            "require('child_process').execSync('cat; echo done', {stdio: ['inherit', 'pipe', 'pipe']}).toString()",
+            "'done\\n'\n",
+        ),
+    ] {
+        let r = run(&f, lang, code).await;
+        ok(&r);
+        assert_eq!(r.output, want, "{lang}: {}", show(&r));
+        let again = run(&f, lang, "1 + 1").await;
+        ok(&again);
+        assert!(again.output.contains('2'), "{lang}: {}", show(&again));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_interrupts_a_busy_loop_and_keeps_state() {
     let f = Fixture::new();
     for (lang, set, busy, get, want) in [
+        (
+            Language::Python,
+            "kept = 'yes'",
+            "i = 0\nwhile True:\n    i += 1",
+            "kept",
+            "'yes'\n",
+        ),
         (
             Language::R,
             "kept <- 'yes'",
@@ -332,6 +385,15 @@ async fn r_missing_package_gets_an_install_hint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_plots_come_back_as_png_figures() {
+    require(Language::R);
+    let ggplot2 = std::process::Command::new("Rscript")
+        .args(["-e", "library(ggplot2)"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ggplot2,
+        "the R package ggplot2 is not installed; install it with: scripts/test-deps.sh (apt-get install r-cran-ggplot2)"
+    );
     let f = Fixture::new();
     let r = run(&f, Language::R, "plot(1:10)\nhist(rnorm(100))").await;
     ok(&r);
@@ -364,6 +426,12 @@ async fn javascript_unhandled_rejection_fails_the_cell() {
     .await;
     assert_eq!(js.status, Status::Error, "{}", show(&js));
     assert!(js.output.contains("nobody caught me"), "{}", show(&js));
+    assert!(
+        js.output
+            .contains("line 1: Promise.reject(new Error('nobody caught me'))"),
+        "{}",
+        show(&js)
+    );
     let js = run(
         &f,
         Language::JavaScript,
@@ -410,4 +478,100 @@ async fn usage_is_reported() {
         let u = r.usage.expect("usage");
         assert!(u.peak_rss_kb > 1000, "{lang}: {}", show(&r));
     }
+}
+
+const HOST_KILL: &str = "a_host_killed_mid_cell_takes_its_r_and_javascript_kernels_along";
+
+/// The host dies with SIGKILL while R and JavaScript cells spin: the
+/// runners see EOF on their stdin (R's relay, JavaScript's reader thread)
+/// and kill their process groups at once — nothing polls, and nothing else
+/// (no parent-death signal) would end them.
+#[test]
+fn a_host_killed_mid_cell_takes_its_r_and_javascript_kernels_along() {
+    if common::is_child(HOST_KILL) {
+        host_kill_child();
+        return;
+    }
+    require(Language::R);
+    require(Language::JavaScript);
+    let tmp = tempfile::tempdir().unwrap();
+    let pidfile = tmp.path().join("pids");
+    let mut child = common::spawn_child(
+        HOST_KILL,
+        &[
+            ("TOOLCELL_TEST_TMP", tmp.path().to_str().unwrap()),
+            ("TOOLCELL_TEST_PIDFILE", pidfile.to_str().unwrap()),
+        ],
+    );
+    let both = || {
+        std::fs::read_to_string(&pidfile)
+            .map(|t| t.lines().count() >= 2)
+            .unwrap_or(false)
+    };
+    if !common::eventually_blocking(Duration::from_secs(60), both) {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "the host never got both cells running:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&pidfile).unwrap();
+    let pids = ["r", "js"].map(|t| common::tagged_pid(&text, t));
+    assert!(pids.iter().all(|&p| common::alive(p)), "{text}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = common::eventually_blocking(Duration::from_secs(5), || {
+        pids.iter().all(|&p| !common::alive(p))
+    });
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| common::alive(p)).collect();
+    for p in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*p as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(gone, "kernels alive 5 s after the host died: {left:?}");
+}
+
+fn host_kill_child() {
+    let tmp = std::path::PathBuf::from(std::env::var("TOOLCELL_TEST_TMP").unwrap());
+    let pidfile = std::env::var("TOOLCELL_TEST_PIDFILE").unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut o = common::opts(&tmp);
+        o.default_cwd = tmp.clone();
+        let reg = std::sync::Arc::new(toolcell_kernel::Registry::new(o).unwrap());
+        let r_code = format!(
+            "cat(sprintf('r=%d\\n', Sys.getpid()), file = {pidfile:?}, append = TRUE)\nwhile (TRUE) {{}}"
+        );
+        let js_code = format!(
+            "require('fs').appendFileSync({pidfile:?}, `js=${{process.pid}}\\n`)\nwhile (true) {{}}"
+        );
+        let a = {
+            let reg = std::sync::Arc::clone(&reg);
+            tokio::spawn(async move {
+                reg.execute(ExecuteRequest::new(r_code).language(Language::R).owner("a"))
+                    .await
+            })
+        };
+        let b = {
+            let reg = std::sync::Arc::clone(&reg);
+            tokio::spawn(async move {
+                reg.execute(
+                    ExecuteRequest::new(js_code)
+                        .language(Language::JavaScript)
+                        .owner("b"),
+                )
+                .await
+            })
+        };
+        let _ = (a.await, b.await);
+        panic!("the cells should never end");
+    });
 }

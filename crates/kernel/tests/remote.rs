@@ -5,7 +5,10 @@
 //! namespaces (`unshare`, standing in for a container); stand-in `docker`
 //! and `kubectl` scripts that check their argv; and the lifecycle over a
 //! connection: interrupt, timeout kill, a dropped connection, a command
-//! that cannot connect or stalls, and a host killed with SIGKILL.
+//! that cannot connect or stalls, and a host killed with SIGKILL. R and
+//! JavaScript kernels (state, tools in-band, stdin refused, an in-band
+//! interrupt that keeps the state, a crash, R figures as bytes) through the
+//! local launcher and the real sshd.
 //!
 //! `scripts/test-deps.sh` (run by `.ci/run`) installs `openssh-server`
 //! and `openssh-client` when missing; without `/usr/sbin/sshd` the ssh
@@ -21,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use common::{Fixture, alive, assert_success, eventually_blocking, show, tagged_pid};
 use toolcell_kernel::remote::Remote;
-use toolcell_kernel::{ExecuteRequest, ExecuteResult, RegistryOptions, Status};
+use toolcell_kernel::{ExecuteRequest, ExecuteResult, Language, RegistryOptions, Status};
 
 /// An sshd on 127.0.0.1, killed on drop.
 struct Sshd {
@@ -691,4 +694,148 @@ async fn a_connection_that_stalls_mid_cell_times_out_and_the_host_serves_on() {
     let r = run(&f, req("6 * 7")).await;
     assert_eq!(r.output, "42\n", "{}", show(&r));
     assert!(r.kernel.state_reset);
+}
+
+/// The cells of one R or JavaScript remote check: (set state and print the
+/// pid as `pid=N`, read the state back with its expected output, a tool
+/// call printing the file's content, a busy loop, a crash).
+struct OtherCells {
+    lang: Language,
+    set: &'static str,
+    get: &'static str,
+    want: &'static str,
+    tool: &'static str,
+    busy: &'static str,
+    crash: &'static str,
+    fresh: &'static str,
+    fresh_want: &'static str,
+}
+
+const R_CELLS: OtherCells = OtherCells {
+    lang: Language::R,
+    set: "x <- 41\ncat(sprintf('pid=%d\\n', Sys.getpid()))",
+    get: "x + 1",
+    want: "[1] 42\n",
+    tool: "cat(read_file(path = 'hello.txt')$content)",
+    busy: "i <- 0\nwhile (TRUE) i <- i + 1",
+    crash: "tools::pskill(Sys.getpid(), 9L)",
+    fresh: "exists('x')",
+    fresh_want: "[1] FALSE\n",
+};
+
+const JS_CELLS: OtherCells = OtherCells {
+    lang: Language::JavaScript,
+    set: "let x = 41\nconsole.log(`pid=${process.pid}`)",
+    get: "x + 1",
+    want: "42\n",
+    tool: "const r = await read_file({path: 'hello.txt'})\nconsole.log(r.content.trim())",
+    busy: "let i = 0\nwhile (true) { i++ }",
+    crash: "process.kill(process.pid, 'SIGKILL')",
+    fresh: "typeof x",
+    fresh_want: "'undefined'\n",
+};
+
+fn require_interpreter(lang: Language) {
+    let (prog, install) = match lang {
+        Language::R => (
+            "Rscript",
+            "scripts/test-deps.sh (apt-get install r-base-core r-cran-jsonlite)",
+        ),
+        _ => ("node", "apt-get install nodejs (node 18 or later)"),
+    };
+    let ok = Command::new(prog)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(ok, "{prog} is not installed; install it with: {install}");
+}
+
+/// The cell semantics of an R or JavaScript kernel on the remote `far`:
+/// state, `kernel.remote` and `kernel.language`, stdin refused, host tools
+/// in-band, a timeout interrupted in-band with the state kept, a crash that
+/// loses the state (the next cell starts fresh), and the runner gone after.
+async fn other_semantics(f: &Fixture, c: &OtherCells) {
+    require_interpreter(c.lang);
+    let req = |code: &str| ExecuteRequest::new(code).language(c.lang);
+    let lang = c.lang;
+    let r = run(f, req(c.set)).await;
+    assert_success(&r);
+    assert_eq!(r.kernel.remote.as_deref(), Some("far"), "{}", show(&r));
+    assert_eq!(r.kernel.language, lang.as_str(), "{}", show(&r));
+    let pid = tagged_pid(&r.output, "pid");
+    let r = run(f, req(c.get)).await;
+    assert_eq!(r.output, c.want, "{lang}: {}", show(&r));
+    assert!(r.kernel.reused);
+    std::fs::write(f.work().join("hello.txt"), "from the host\n").unwrap();
+    let r = run(f, req(c.tool)).await;
+    assert_success(&r);
+    assert_eq!(r.output, "from the host\n", "{lang}: {}", show(&r));
+    assert_eq!(r.tool_calls_made, 1, "{}", show(&r));
+    let stdin = match lang {
+        Language::R => "readLines('stdin')",
+        _ => "process.stdin.read()",
+    };
+    let r = run(f, req(stdin)).await;
+    assert!(r.stdin_requested, "{lang}: {}", show(&r));
+    // A timeout interrupts in-band (the relay or reader thread turns it into
+    // SIGINT); the state survives.
+    let t = Instant::now();
+    let r = run(f, req(c.busy).timeout(Duration::from_secs(1))).await;
+    assert_eq!(r.status, Status::Timeout, "{lang}: {}", show(&r));
+    assert_eq!(r.kernel.state_kept, Some(true), "{lang}: {}", show(&r));
+    assert!(t.elapsed() < Duration::from_secs(10));
+    let r = run(f, req(c.get)).await;
+    assert_eq!(r.output, c.want, "{lang}: {}", show(&r));
+    // A crash loses the state; the next cell starts a new remote kernel.
+    let r = run(f, req(c.crash)).await;
+    assert_eq!(r.status, Status::Error, "{lang}: {}", show(&r));
+    assert!(
+        r.error.as_deref().unwrap_or("").contains("state is lost"),
+        "{lang}: {}",
+        show(&r)
+    );
+    let r = run(f, req(c.fresh)).await;
+    assert_eq!(r.output, c.fresh_want, "{lang}: {}", show(&r));
+    assert!(r.kernel.state_reset, "{}", show(&r));
+    assert!(
+        eventually_blocking(Duration::from_secs(5), || !alive(pid)),
+        "remote {lang} runner {pid} survived"
+    );
+}
+
+/// An R plot drawn on a remote comes back as PNG bytes, stored in the
+/// host's directory for the kernel.
+async fn r_remote_figure(f: &Fixture) {
+    let r = run(f, ExecuteRequest::new("plot(1:10)").language(Language::R)).await;
+    assert_success(&r);
+    assert_eq!(r.display.len(), 1, "{}", show(&r));
+    let path = PathBuf::from(&r.display[0].path);
+    assert!(
+        path.starts_with(f.kernels_root().join(&r.kernel.id)),
+        "{path:?}"
+    );
+    assert!(
+        std::fs::read(&path)
+            .unwrap()
+            .starts_with(b"\x89PNG\r\n\x1a\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_and_javascript_through_a_plain_local_launcher() {
+    let f = fixture(local_launcher(), |_| {});
+    other_semantics(&f, &R_CELLS).await;
+    r_remote_figure(&f).await;
+    other_semantics(&f, &JS_CELLS).await;
+    f.reg.shutdown_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_and_javascript_through_a_real_sshd() {
+    let Some(sshd) = Sshd::start() else { return };
+    let f = fixture(sshd.command(), |_| {});
+    other_semantics(&f, &R_CELLS).await;
+    r_remote_figure(&f).await;
+    other_semantics(&f, &JS_CELLS).await;
+    f.reg.shutdown_all().await;
 }

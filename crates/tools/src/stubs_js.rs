@@ -1,5 +1,5 @@
 //! The generated JavaScript stub module (`toolcell_tools.js`, SPEC §15):
-//! the prelude (`stub/prelude.js`: `ToolError`, the socket client,
+//! the prelude (`stub/prelude.js`: `ToolError`, the in-band call,
 //! `json_parse`, `shell_quote`, `retry`) and one async function per enabled
 //! tool taking one object of arguments: `await read_file({path: "x"})`
 //! resolves to the result object. Tools of an outside source `NAME` are

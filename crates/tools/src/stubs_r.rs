@@ -1,5 +1,5 @@
 //! The generated R stub module (`toolcell_tools.R`, SPEC §15): the prelude
-//! (`stub/prelude.R`: `ToolError`, the TCP client, `json_parse`,
+//! (`stub/prelude.R`: `ToolError`, the in-band call, `json_parse`,
 //! `shell_quote`, `retry`) and one function per enabled tool, its formals
 //! and defaults from the tool's JSON Schema: `read_file(path = "x")`
 //! returns the result as a list. Tools of an outside source `NAME` are the

@@ -39,13 +39,18 @@ Machines or containers where kernels can run (one table per remote; a
 request names one with `remote`, `exec --remote NAME`, or
 `[kernels] remote` sets the default). toolcell runs `command` followed by
 `python -u -c BOOTSTRAP`; the bootstrap reads the runner from stdin, so
-the far side needs Python 3.8+ and nothing else. Tools still run on this
-machine; `[limits]` and `confine` apply to local kernels only.
+the far side needs Python 3.8+ and nothing else. An R kernel runs `r
+--no-echo --no-restore -e BOOTSTRAP` there (R 4.x, `sh` and `perl` or `awk`;
+`jsonlite` for tool calls), a JavaScript kernel `node -e BOOTSTRAP` (node
+18+). Tools still run on this machine; `[limits]` and `confine` apply to
+local kernels only.
 
 | Key | Default | Accepts | What it does |
 |---|---|---|---|
 | `command` | (required) | a list of strings | The program and arguments that connect stdin/stdout/stderr to a process there: `[\"ssh\", \"-T\", \"-o\", \"BatchMode=yes\", \"user@host\", \"--\"]`, `[\"docker\", \"exec\", \"-i\", \"CONTAINER\"]`, `[\"kubectl\", \"exec\", \"-i\", \"POD\", \"--\"]`. It runs with this machine's environment. |
 | `python` | `\"python3\"` | a program name or path | The interpreter to run there. |
+| `r` | `\"Rscript\"` | a program name or path | The R front end to run there for `language = \"r\"`. |
+| `node` | `\"node\"` | a program name or path | The node binary to run there for `language = \"javascript\"`. |
 | `cwd` | `\"\"` | a path there | The kernel's working directory there; empty: wherever the command lands. |
 | `shell` | true for `ssh`, else false | true or false | Append the interpreter words as one shell-quoted word (the far side parses them with a shell, as sshd does). |
 

@@ -214,7 +214,10 @@ impl Inner {
         let (interpreter, version) = match &remote {
             // The remote's interpreter is whatever `python` names there;
             // its version comes with the runner's `ready`.
-            Some((_, r)) => (std::path::PathBuf::from(&r.python), String::new()),
+            Some((_, r)) => (
+                std::path::PathBuf::from(r.interpreter(language)),
+                String::new(),
+            ),
             None => self
                 .interpreter(language, mode, &admitted.cwd)
                 .map_err(error)?,

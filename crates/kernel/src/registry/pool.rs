@@ -130,7 +130,7 @@ impl Inner {
         let language = self.opts.language;
         let remote = self.opts.remote_named(&self.opts.remote)?;
         let (interpreter, version) = match &remote {
-            Some((_, r)) => (PathBuf::from(&r.python), String::new()),
+            Some((_, r)) => (PathBuf::from(r.interpreter(language)), String::new()),
             None => self.interpreter(language, mode, &cwd)?,
         };
         let mut tools = self.opts.tools.clone();
