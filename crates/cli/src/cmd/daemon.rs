@@ -141,6 +141,12 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
             rt.block_on(async {
                 match Client::connect(&p.socket).await {
                     Ok(mut c) => {
+                        let pid = c
+                            .call("ping", json!({}))
+                            .await
+                            .ok()
+                            .and_then(|v| v["result"]["pid"].as_i64())
+                            .and_then(|p| i32::try_from(p).ok());
                         // The daemon may close the connection as it exits.
                         let r = c.call("shutdown", json!({})).await.unwrap_or(Value::Null);
                         let n = r["result"]["kernels_killed"].as_u64().unwrap_or(0);
@@ -150,6 +156,15 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
                                 break;
                             }
                             tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        // And its process has exited: "stopped" means gone.
+                        if let Some(pid) = pid {
+                            for _ in 0..250 {
+                                if !process_lives(pid) {
+                                    break;
+                                }
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
                         }
                         println_out(&format!(
                             "toolcell daemon stopped ({n} kernel{} killed)",
@@ -341,6 +356,17 @@ fn run_daemon(cfg: toolcell_kernel::config::Config, p: &Paths) -> anyhow::Result
         drop(lock);
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Whether `pid` is a live process (a zombie is not: it has exited).
+fn process_lives(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
+        Err(_) => false,
+    }
 }
 
 /// A JSON-RPC client over the daemon socket.
