@@ -294,7 +294,8 @@ pub fn scan(root: &Path, settings: &WatchSettings, mut on_dir: impl FnMut(&Path)
 #[derive(Debug)]
 struct Notify {
     fd: Inotify,
-    watches: HashSet<WatchDescriptor>,
+    /// The directory each watch is on.
+    watches: HashMap<WatchDescriptor, PathBuf>,
 }
 
 impl Notify {
@@ -302,7 +303,7 @@ impl Notify {
         match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
             Ok(fd) => Some(Self {
                 fd,
-                watches: HashSet::new(),
+                watches: HashMap::new(),
             }),
             Err(e) => {
                 tracing::debug!("inotify unavailable ({e}): working directories are rescanned");
@@ -331,7 +332,7 @@ impl Notify {
         }
         match self.fd.add_watch(dir, Self::mask()) {
             Ok(wd) => {
-                self.watches.insert(wd);
+                self.watches.insert(wd, dir.to_path_buf());
                 true
             }
             // Gone meanwhile, or unreadable: nothing there to miss.
@@ -343,19 +344,28 @@ impl Notify {
         }
     }
 
-    /// Reads every pending event: `Some(true)` when there was any,
-    /// `None` when the instance is broken.
-    fn drain(&mut self) -> Option<bool> {
+    /// Reads every pending event: `Some(true)` when there was any about
+    /// a path the scan covers (events about `skip`ped entries — toolcell's
+    /// own journal, spill files — do not count), `None` when the instance
+    /// is broken.
+    fn drain(&mut self, skip: &[PathBuf]) -> Option<bool> {
         let mut any = false;
         loop {
             match self.fd.read_events() {
                 Ok(events) if events.is_empty() => return Some(any),
                 Ok(events) => {
-                    any = true;
                     for ev in events {
                         if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
                             self.watches.remove(&ev.wd);
                         }
+                        let skipped = match (&ev.name, self.watches.get(&ev.wd)) {
+                            (Some(name), Some(dir)) if !skip.is_empty() => {
+                                let p = dir.join(name);
+                                skip.iter().any(|s| *s == p)
+                            }
+                            _ => false,
+                        };
+                        any |= !skipped;
                     }
                 }
                 Err(Errno::EAGAIN) => return Some(any),
@@ -426,7 +436,7 @@ impl Watcher {
         let Some(n) = self.notify.as_mut() else {
             return false;
         };
-        match n.drain() {
+        match n.drain(&self.settings.skip) {
             Some(any) => !any,
             None => {
                 self.notify = None;
@@ -440,7 +450,7 @@ impl Watcher {
         let mut notify = self.notify.take();
         if let Some(n) = notify.as_mut() {
             // Events so far are covered by this scan.
-            if n.drain().is_none() {
+            if n.drain(&self.settings.skip).is_none() {
                 notify = None;
             }
         }
@@ -729,5 +739,26 @@ mod tests {
         std::fs::write(tmp.path().join("d/b"), "333").unwrap();
         let f = w.after_cell().unwrap();
         assert_eq!(f.modified[0].path, "d/b");
+    }
+
+    #[test]
+    fn writes_to_skipped_files_do_not_make_the_next_cell_rescan() {
+        // The journal's -wal file next to the cells' files: every cell's
+        // record changes it, and that must not cost a rescan per cell.
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("data")).unwrap();
+        std::fs::write(tmp.path().join("data/journal.db-wal"), "1").unwrap();
+        std::fs::write(tmp.path().join("notes.txt"), "a").unwrap();
+        let settings = WatchSettings {
+            skip: vec![tmp.path().join("data/journal.db-wal")],
+            ..WatchSettings::default()
+        };
+        let mut w = Watcher::scanned(tmp.path(), settings);
+        assert!(w.watching());
+        assert!(w.is_current());
+        std::fs::write(tmp.path().join("data/journal.db-wal"), "22").unwrap();
+        assert!(w.is_current(), "a skipped file's change counted");
+        std::fs::write(tmp.path().join("data/other"), "x").unwrap();
+        assert!(!w.is_current(), "a real change was missed");
     }
 }
