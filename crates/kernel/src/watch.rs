@@ -361,7 +361,7 @@ impl Notify {
                         let skipped = match (&ev.name, self.watches.get(&ev.wd)) {
                             (Some(name), Some(dir)) if !skip.is_empty() => {
                                 let p = dir.join(name);
-                                skip.iter().any(|s| *s == p)
+                                skip.contains(&p)
                             }
                             _ => false,
                         };
