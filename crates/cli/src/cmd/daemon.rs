@@ -179,18 +179,29 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
         Action::Status { json } => {
             let rt = host::runtime()?;
             rt.block_on(async {
+                let not_running =
+                    || json!({"running": false, "socket": p.socket.display().to_string()});
                 let status = match Client::connect(&p.socket).await {
-                    Ok(mut c) => {
-                        let ping = c.call("ping", json!({})).await?;
-                        let sessions = c.call("sessions", json!({})).await?;
-                        json!({
-                            "running": true,
-                            "pid": ping["result"]["pid"],
-                            "socket": p.socket.display().to_string(),
-                            "sessions": sessions["result"]["sessions"],
-                        })
-                    }
-                    Err(_) => json!({"running": false, "socket": p.socket.display().to_string()}),
+                    Ok(mut c) => match c.call("ping", json!({})).await {
+                        Ok(ping) => {
+                            let sessions = c.call("sessions", json!({})).await?;
+                            json!({
+                                "running": true,
+                                "pid": ping["result"]["pid"],
+                                "socket": p.socket.display().to_string(),
+                                "sessions": sessions["result"]["sessions"],
+                            })
+                        }
+                        // A socket that took the connection but never
+                        // answers (reset, EOF): no daemon serves it. A
+                        // killed daemon's child, between its fork and its
+                        // exec, can hold the listening socket for a moment.
+                        Err(e) => {
+                            tracing::debug!("the daemon socket did not answer a ping: {e}");
+                            not_running()
+                        }
+                    },
+                    Err(_) => not_running(),
                 };
                 if json {
                     println_out(&status.to_string());
