@@ -35,7 +35,6 @@ def run(binary, cells, journal):
              binary, "--config", conf, "serve"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=d,
         )
-        first = time.perf_counter()
 
         def cell(i, code):
             p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": "execute",
@@ -52,7 +51,6 @@ def run(binary, cells, journal):
         wall = (time.perf_counter() - t0) / cells
         p.stdin.close()
         p.wait()
-        del first
         stats = {}
         with open(out) as f:
             for line in f:

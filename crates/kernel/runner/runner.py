@@ -408,21 +408,12 @@ def _tool_reply(req):
 
 
 def _interrupt():
-    """In-band interrupt: SIGINT to our process group during a cell; kept
-    for the cell about to start when its request was read already."""
-    global _int_pending
+    """In-band interrupt from the reader thread: SIGINT to our process
+    group during a cell; kept for the cell about to start when its request
+    was read already."""
     with _int_lock:
-        if not _in_cell:
-            if _cell_queued:
-                _int_pending = True
-            return
-        try:
-            if os.getpgrp() == _PID:
-                os.killpg(_PID, _SIGINT)
-            else:
-                os.kill(_PID, _SIGINT)
-        except OSError:
-            pass
+        if _interrupt_direct():
+            _signal_group()
 
 
 def _use_inband(module):
@@ -507,12 +498,8 @@ def _read_requests():
 
 
 def _note_request(rtype):
-    global _shutdown_requested, _cell_queued
-    if rtype == "shutdown":
-        _shutdown_requested = True
-    elif rtype == "execute":
-        with _int_lock:
-            _cell_queued = True
+    with _int_lock:
+        _note_request_direct(rtype)
 
 
 _discarding = [False]
@@ -628,6 +615,7 @@ def _drain(read):
 
 
 def _note_request_direct(rtype):
+    """Marks a shutdown or a queued cell (locking as _interrupt_direct)."""
     global _shutdown_requested, _cell_queued
     if rtype == "shutdown":
         _shutdown_requested = True
@@ -636,8 +624,9 @@ def _note_request_direct(rtype):
 
 
 def _interrupt_direct():
-    """As _interrupt, in the main thread: whether to signal the running
-    cell now (else the interrupt is kept for the queued cell, or dropped)."""
+    """Whether an interrupt should signal the running cell now; else it is
+    kept for the queued cell, or dropped. The caller holds _int_lock, or is
+    the main thread in direct mode (nothing else touches the state)."""
     global _int_pending
     if _in_cell:
         return True

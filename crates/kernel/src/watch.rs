@@ -18,7 +18,8 @@
 //! when no event arrived, the old snapshot still holds and nothing is
 //! scanned; after the cell, when no event arrived, nothing changed and
 //! nothing is scanned either: a cell that changes nothing costs two
-//! non-blocking reads. Any event (or no inotify: not available, or
+//! non-blocking reads. Events about skipped entries (the journal's
+//! `-wal`, spill files) do not count. Any other event (or no inotify: not available, or
 //! [`MAX_WATCHES`] / the user's watch limit reached) means a full rescan,
 //! which the registry runs on the blocking pool.
 //!
