@@ -547,8 +547,9 @@ def _lines(buf):
 # A request reader thread costs a thread hand-off per cell (the reader wakes,
 # queues, the main thread wakes). A local kernel without in-band tool calls
 # needs the request channel only for execute, interrupt and shutdown, so the
-# main thread reads it itself between cells; during a cell the kernel sends
-# SIGIO when a request arrives (O_ASYNC), and the handler, which runs in the
+# main thread reads it itself between cells; from the moment it takes an
+# execute request until the cell ends the kernel sends SIGIO when a request
+# arrives (O_ASYNC, off between cells), and the handler, which runs in the
 # main thread, reads it: an interrupt interrupts. A watcher thread only
 # polls for the pipe's hang-up (the host is gone) and never reads.
 
@@ -658,8 +659,9 @@ def _next_direct():
         if _queued:
             item = _queued.pop(0)
             if item[0] == "req" and item[1].get("type") == "execute":
-                # An interrupt that came before this cell was marked queued
-                # raised a SIGIO that was ignored: read it now.
+                # From now on a request raises SIGIO; one that came before
+                # (an interrupt for this cell) raised none: read it now.
+                _async(True)
                 _drain(True)
             return item
         # Idle: no cell is queued, and only this read takes requests.
@@ -705,14 +707,26 @@ def _watch_hangup():
     _die()
 
 
+_fl_idle = 0  # the request fd's status flags between cells (no O_ASYNC)
+
+
 def _start_direct():
-    global _direct
+    global _direct, _fl_idle
     _direct = True
     _signal_fn(_signal.SIGIO, _on_sigio)
     fcntl.fcntl(_REQ_FD, fcntl.F_SETOWN, _PID)
-    flags = fcntl.fcntl(_REQ_FD, fcntl.F_GETFL)
-    fcntl.fcntl(_REQ_FD, fcntl.F_SETFL, flags | os.O_ASYNC)
+    _fl_idle = fcntl.fcntl(_REQ_FD, fcntl.F_GETFL) & ~os.O_ASYNC
     _thread.start_new_thread(_watch_hangup, ())
+
+
+def _async(on):
+    """SIGIO on request arrival, only while a cell is queued or runs:
+    between cells the main loop reads (a signal per request would cost a
+    delivery and wake the watcher thread for nothing)."""
+    try:
+        fcntl.fcntl(_REQ_FD, fcntl.F_SETFL, _fl_idle | os.O_ASYNC if on else _fl_idle)
+    except OSError as e:
+        _raw_stderr("cannot switch SIGIO on the request pipe: %s" % e)
 
 
 def _read_hello():
@@ -1579,6 +1593,8 @@ def _handle_execute(req):
             _ignore_sigint()
         if os.getpid() != _PID:
             _forked_child_exit(exc)
+        if _direct:
+            _async(False)
         if _direct and _signal.getsignal(_signal.SIGIO) is not _on_sigio:
             # The cell took SIGIO over (its default action ends the process):
             # requests must keep reaching us.
@@ -1587,6 +1603,8 @@ def _handle_execute(req):
         exit_code = result.get("exit_code")
     except BaseException as err:
         _ignore_sigint()
+        if _direct:
+            _async(False)
         result = _internal_error_result(rid, count, err)
     try:
         _send(_ERR_FD, {"type": "end", "id": rid})
