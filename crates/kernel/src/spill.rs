@@ -38,6 +38,26 @@ pub(crate) struct Pruned {
     pub bytes: u64,
 }
 
+/// The files a prune keeps, whatever their age or the total.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Keep {
+    /// Files a live session's result reported, by name.
+    pub names: HashSet<OsString>,
+    /// Name prefixes (`<kernel id>-cell`) of the kernels running a cell
+    /// now: the file such a cell is writing is reported only when the
+    /// cell ends, and must not go before.
+    pub prefixes: Vec<String>,
+}
+
+impl Keep {
+    fn keeps(&self, name: &OsStr) -> bool {
+        self.names.contains(name)
+            || name
+                .to_str()
+                .is_some_and(|n| self.prefixes.iter().any(|p| n.starts_with(p.as_str())))
+    }
+}
+
 /// Whether `name` is a file toolcell writes to the spill directory.
 fn is_spill_name(name: &OsStr) -> bool {
     let Some(n) = name.to_str() else {
@@ -54,14 +74,14 @@ pub(crate) fn choose(
     mut entries: Vec<Entry>,
     now: SystemTime,
     rules: Rules,
-    protected: &HashSet<OsString>,
+    keep: &Keep,
 ) -> Vec<Entry> {
     // Oldest first; the name breaks ties so the order is stable.
     entries.sort_by(|a, b| a.modified.cmp(&b.modified).then(a.name.cmp(&b.name)));
     let mut total: u64 = entries.iter().map(|e| e.bytes).sum();
     let mut out = Vec::new();
     for e in entries {
-        if protected.contains(&e.name) {
+        if keep.keeps(&e.name) {
             continue;
         }
         // A file from the future (a clock set back) has age zero.
@@ -95,12 +115,12 @@ fn list(dir: &Path) -> Vec<Entry> {
         .collect()
 }
 
-/// Prunes `dir` by `rules`, keeping the files named in `protected`.
-pub(crate) fn prune(dir: &Path, rules: Rules, protected: &HashSet<OsString>) -> Pruned {
+/// Prunes `dir` by `rules`, keeping what `keep` names.
+pub(crate) fn prune(dir: &Path, rules: Rules, keep: &Keep) -> Pruned {
     if rules.retention.is_none() && rules.total_cap.is_none() {
         return Pruned::default();
     }
-    let doomed = choose(list(dir), SystemTime::now(), rules, protected);
+    let doomed = choose(list(dir), SystemTime::now(), rules, keep);
     let mut done = Pruned::default();
     for e in doomed {
         let path: PathBuf = dir.join(&e.name);
@@ -171,7 +191,7 @@ mod tests {
             retention: Some(DAY * 7),
             total_cap: Some(900),
         };
-        let gone = choose(entries, now, rules, &HashSet::new());
+        let gone = choose(entries, now, rules, &Keep::default());
         // `old` expired; 1200 bytes left, over 900: `mid` (the oldest) goes.
         assert_eq!(names(&gone), ["old", "mid"]);
     }
@@ -188,12 +208,39 @@ mod tests {
             retention: Some(DAY * 7),
             total_cap: Some(900),
         };
-        let protected: HashSet<OsString> = [OsString::from("kept")].into();
-        let gone = choose(entries, now, rules, &protected);
+        let keep = Keep {
+            names: [OsString::from("kept")].into(),
+            prefixes: Vec::new(),
+        };
+        let gone = choose(entries, now, rules, &keep);
         assert_eq!(
             names(&gone),
             ["a"],
             "1000 > 900: the oldest unprotected goes"
+        );
+    }
+
+    #[test]
+    fn a_running_cells_files_stay_before_any_result_reports_them() {
+        let now = SystemTime::now();
+        let entries = vec![
+            entry("k-aa-cell3-stdout-01.txt", 30, 800, now),
+            entry("k-aab-cell1-stdout-02.txt", 30, 800, now),
+            entry("k-bb-cell9-stderr-03.txt", 30, 800, now),
+        ];
+        let rules = Rules {
+            retention: Some(DAY),
+            total_cap: Some(1),
+        };
+        let keep = Keep {
+            names: HashSet::new(),
+            prefixes: vec!["k-aa-cell".into()],
+        };
+        let gone = choose(entries, now, rules, &keep);
+        assert_eq!(
+            names(&gone),
+            ["k-aab-cell1-stdout-02.txt", "k-bb-cell9-stderr-03.txt"],
+            "only the running kernel's files stay, not a longer id's"
         );
     }
 
@@ -212,13 +259,13 @@ mod tests {
             retention: None,
             total_cap: None,
         };
-        assert!(choose(entries.clone(), now, none, &HashSet::new()).is_empty());
+        assert!(choose(entries.clone(), now, none, &Keep::default()).is_empty());
         let age_only = Rules {
             retention: Some(DAY),
             total_cap: None,
         };
         assert_eq!(
-            names(&choose(entries, now, age_only, &HashSet::new())),
+            names(&choose(entries, now, age_only, &Keep::default())),
             ["x"]
         );
     }
@@ -246,7 +293,7 @@ mod tests {
             retention: Some(DAY * 7),
             total_cap: None,
         };
-        let done = prune(dir.path(), rules, &HashSet::new());
+        let done = prune(dir.path(), rules, &Keep::default());
         assert_eq!(
             done,
             Pruned {
@@ -259,6 +306,6 @@ mod tests {
         assert!(link.symlink_metadata().is_ok());
         // A missing directory is nothing to prune.
         let gone = dir.path().join("nope");
-        assert_eq!(prune(&gone, rules, &HashSet::new()), Pruned::default());
+        assert_eq!(prune(&gone, rules, &Keep::default()), Pruned::default());
     }
 }

@@ -86,6 +86,38 @@ async fn a_new_session_takes_the_running_pooled_kernel_and_the_pool_refills() {
     assert!(r.kernel.reused);
 }
 
+/// When the kernel `id` was prepared: its runner copy is written once, at
+/// spawn (`None`: not yet, a spawn that started just now).
+fn prepared_at(f: &Fixture, id: &str) -> Option<std::time::SystemTime> {
+    std::fs::metadata(f.kernels_root().join(id).join("runner.py"))
+        .and_then(|m| m.modified())
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_cell_takes_the_pooled_kernel_already_starting_instead_of_a_second_spawn() {
+    // The cell comes at once: the pool's first spawn is still under way.
+    let f = Fixture::with(|o| o.warm_pool = 1);
+    let r = f.run_as("alice", "print('hi')").await;
+    assert_success(&r);
+    assert_eq!(r.kernel.execution_count, 1);
+    // Its kernel is the first one prepared: the pool's. Another spawn
+    // beside it would have slowed both on a small machine.
+    let ids = kernel_ids(&f);
+    let first = ids
+        .iter()
+        .filter_map(|id| Some((prepared_at(&f, id)?, id)))
+        .min()
+        .map(|(_, id)| id)
+        .expect("a kernel directory");
+    assert_eq!(&r.kernel.id, first, "{ids:?}");
+    // The pool refills after the cell, and the next session gets that one.
+    warm(&f, 1).await;
+    let r = f.run_as("bob", "print('bob')").await;
+    assert_success(&r);
+    assert_ne!(r.kernel.id, *first);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_kernel_is_indistinguishable_from_a_fresh_one() {
     const PROBE: &str = "import os, sys\n\

@@ -58,7 +58,18 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
         // a kill); a little more covers reaping the killed tree.
         let o = registry.options();
         let grace = o.interrupt_grace + o.kill_grace + std::time::Duration::from_millis(300);
-        serve_connection(service, input, output, AtEof::Abort { grace }).await;
+        // On a worker, not this thread: a request's task then starts on the
+        // worker that read its line (tokio's LIFO slot), with no hand-off
+        // between threads; `block_on`'s own thread runs no spawned task.
+        let conn = tokio::spawn(serve_connection(
+            service,
+            input,
+            output,
+            AtEof::Abort { grace },
+        ));
+        if let Err(e) = conn.await {
+            tracing::error!("the connection's task failed: {e}");
+        }
         registry.shutdown_all().await;
         host::flush_journal(&registry);
         Ok(ExitCode::SUCCESS)

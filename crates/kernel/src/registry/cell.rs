@@ -375,7 +375,10 @@ impl Inner {
         if slot.meta().had_kernel {
             ready.state_reset = true;
         }
-        let (pooled, refill) = self.take_pooled(slot, &plan.shape);
+        let (mut pooled, refill) = self.take_pooled(slot, &plan.shape);
+        if pooled.is_none() && refill {
+            pooled = self.await_fill(slot, &plan.shape, deadline, req).await;
+        }
         ready.refill = refill;
         if pooled.is_none()
             && let Err(msg) = self.reserve(slot, deadline, req).await

@@ -98,6 +98,8 @@ struct Inner {
     guard: Option<Arc<dyn Guard>>,
     state: Mutex<State>,
     freed: Notify,
+    /// A pool spawn finished (its kernel is ready, or it failed).
+    pool_done: Notify,
     interpreters: Mutex<HashMap<InterpreterKey, (PathBuf, String)>>,
     pool: Mutex<Pool>,
     /// Host-wide sources of tools (MCP servers), asked before every cell.
@@ -279,6 +281,7 @@ impl Registry {
             guard,
             state: Mutex::new(State::default()),
             freed: Notify::new(),
+            pool_done: Notify::new(),
             interpreters: Mutex::new(HashMap::new()),
             pool: Mutex::new(Pool::default()),
             sources: Mutex::new(Vec::new()),

@@ -110,6 +110,9 @@ pub(super) struct Pool {
     pub(super) closed: bool,
     /// The default shape, once resolved.
     pub(super) shape: Option<Shape>,
+    /// The shape the spawns in flight start (the default shape, known
+    /// before the first of them is ready).
+    pub(super) starting: Option<Shape>,
 }
 
 impl Inner {
@@ -184,6 +187,46 @@ impl Inner {
         // Dead pooled kernels are dropped outside the locks.
         drop(dead);
         (taken, true)
+    }
+
+    /// A kernel of `shape` from a pool spawn already under way, for a cell
+    /// that found the pool empty: on a small machine a second interpreter
+    /// starting beside that one would slow both, so the cell waits for it
+    /// (until `deadline` or a cancel) and takes it when ready. `None` when
+    /// no such spawn is running, it failed, or another cell took its kernel.
+    pub(super) async fn await_fill(
+        &self,
+        slot: &Slot,
+        shape: &Shape,
+        deadline: tokio::time::Instant,
+        req: &super::ExecuteRequest,
+    ) -> Option<Kernel> {
+        let done = self.pool_done.notified();
+        tokio::pin!(done);
+        // Registered before the check: a spawn ending in between still wakes us.
+        done.as_mut().enable();
+        let starting = {
+            let p = self.pool();
+            if p.filling <= p.yielding || p.closed {
+                return None;
+            }
+            p.starting.clone()
+        };
+        // A spawn that has not resolved its shape yet starts the default one
+        // (resolved for this cell already, so this costs no probe).
+        let same = match starting {
+            Some(s) => &s == shape,
+            None => self.default_shape().is_ok_and(|d| &d == shape),
+        };
+        if !same {
+            return None;
+        }
+        tokio::select! {
+            () = done => {}
+            () = tokio::time::sleep_until(deadline) => return None,
+            () = req.cancelled() => return None,
+        }
+        self.take_pooled(slot, shape).0
     }
 
     /// The counts room decisions are made on; `st` and `p` are held (in
@@ -269,6 +312,9 @@ async fn fill_loop(inner: Weak<Inner>) {
             Some(s) => Ok(s),
             None => strong.default_shape(),
         };
+        if let Ok(shape) = &shape {
+            strong.pool().starting = Some(shape.clone());
+        }
         let spawned = match &shape {
             Ok(shape) => match strong.tools.select(&shape.tools) {
                 Ok(tools) => spawn_kernel(&strong, shape, &tools).await,
@@ -283,6 +329,8 @@ async fn fill_loop(inner: Weak<Inner>) {
                 (Ok(k), Ok(shape)) if !p.closed && p.yielding == 0 => {
                     p.shape = Some(shape);
                     p.ready.push(k);
+                    drop(p);
+                    strong.pool_done.notify_waiters();
                     None
                 }
                 (Ok(k), _) => {
@@ -297,13 +345,16 @@ async fn fill_loop(inner: Weak<Inner>) {
                     if !p.closed {
                         tracing::warn!("warm pool: cannot start a kernel: {e}");
                     }
+                    drop(p);
                     strong.freed.notify_waiters();
+                    strong.pool_done.notify_waiters();
                     return;
                 }
             }
         };
         if let Some(k) = unwanted {
             // Its room went to a session (or the pool closed).
+            strong.pool_done.notify_waiters();
             k.shutdown(Duration::from_millis(100)).await;
             strong.freed.notify_waiters();
             return;

@@ -2,8 +2,6 @@
 //! `idle_timeout` go, not only when another cell arrives) and the spill
 //! pruner (see [`crate::spill`]). Both hold only a `Weak` to the registry.
 
-use std::collections::HashSet;
-use std::ffi::OsString;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -96,15 +94,19 @@ pub(super) async fn prune_loop(inner: Weak<Inner>) {
             total_cap: strong.opts.spill_total_cap,
         };
         let every = strong.opts.spill_prune_every.max(Duration::from_millis(10));
-        let protected: HashSet<OsString> = strong
-            .state()
-            .slots
-            .values()
-            .flat_map(|s| s.meta().spills.iter().cloned().collect::<Vec<_>>())
-            .collect();
+        let mut keep = crate::spill::Keep::default();
+        for slot in strong.state().slots.values() {
+            let m = slot.meta();
+            keep.names.extend(m.spills.iter().cloned());
+            // A cell running now may be writing a spill file it has not
+            // reported yet.
+            if m.busy > 0 && !m.kernel_id.is_empty() {
+                keep.prefixes.push(format!("{}-cell", m.kernel_id));
+            }
+        }
         drop(strong);
         let pruned =
-            tokio::task::spawn_blocking(move || crate::spill::prune(&dir, rules, &protected)).await;
+            tokio::task::spawn_blocking(move || crate::spill::prune(&dir, rules, &keep)).await;
         if let Ok(p) = pruned
             && p.removed > 0
         {
