@@ -348,10 +348,14 @@ impl Notify {
     /// Reads every pending event: `Some(true)` when there was any about
     /// a path the scan covers (events about `skip`ped entries — toolcell's
     /// own journal, spill files — do not count), `None` when the instance
-    /// is broken.
+    /// is broken. At most [`MAX_DRAIN_READS`] reads: a process the cell
+    /// left writing in the tree makes events as fast as they are read, and
+    /// an endless drain would hold the host's thread. Stopping there counts
+    /// as a change (the tree is being written; what is still queued could
+    /// be anything).
     fn drain(&mut self, skip: &[PathBuf]) -> Option<bool> {
         let mut any = false;
-        loop {
+        for _ in 0..MAX_DRAIN_READS {
             match self.fd.read_events() {
                 Ok(events) if events.is_empty() => return Some(any),
                 Ok(events) => {
@@ -377,8 +381,13 @@ impl Notify {
                 }
             }
         }
+        Some(true)
     }
 }
+
+/// Reads of the inotify instance per [`Notify::drain`] (each takes up to a
+/// buffer of events, about a hundred).
+const MAX_DRAIN_READS: usize = 64;
 
 /// The files of one kernel's working directory, cell after cell.
 #[derive(Debug)]
@@ -761,5 +770,26 @@ mod tests {
         assert!(w.is_current(), "a skipped file's change counted");
         std::fs::write(tmp.path().join("data/other"), "x").unwrap();
         assert!(!w.is_current(), "a real change was missed");
+    }
+
+    #[test]
+    fn one_check_reads_a_bounded_number_of_events() {
+        // A process a cell left behind can write in the tree as fast as
+        // events are read: one check must not read until the queue is
+        // empty. 12,000 events are more than one check reads (64 reads of
+        // about 128 short-named events); it stops, says "changed", and the
+        // rest stays queued for the next check.
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = Watcher::scanned(tmp.path(), WatchSettings::default());
+        assert!(w.watching());
+        for i in 0..6000 {
+            let p = tmp.path().join(format!("f{i}"));
+            std::fs::write(&p, "").unwrap();
+            std::fs::remove_file(&p).unwrap();
+        }
+        assert!(!w.is_current(), "a tree being written is not current");
+        let n = w.notify.as_mut().expect("still watching");
+        let left = n.fd.read_events().map(|e| e.len()).unwrap_or(0);
+        assert!(left > 0, "the check read the whole queue");
     }
 }
