@@ -67,7 +67,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+mod code;
 mod disk;
+
+pub(crate) use code::runner_code;
 
 use crate::config::Mode;
 

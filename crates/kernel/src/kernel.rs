@@ -660,11 +660,14 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// The bootstrap the interpreter runs (`python -u -c BOOTSTRAP <runner
-/// path>`): it reads the runner from fd 4 — the file the host created with
-/// `O_EXCL | O_NOFOLLOW` in the verified kernel directory — closes it, and
-/// runs it as `__main__` with `__file__` set to the path, so nothing is
-/// re-resolved by name.
-pub const BOOTSTRAP: &str = "import sys\nf=open(4,'rb')\ns=f.read()\nf.close()\np=sys.argv[1]\nsys.argv=[p]\nexec(compile(s,p,'exec'),{'__name__':'__main__','__file__':p,'__builtins__':__builtins__})\n";
+/// path> [code]`): it reads the runner from fd 4 — the file the host
+/// created with `O_EXCL | O_NOFOLLOW` in the verified kernel directory —
+/// closes it, and runs it as `__main__` with `__file__` set to the path,
+/// so nothing is re-resolved by name. With a second argument, fd 5 holds
+/// the runner already compiled by this interpreter (`crate::interpreter`'s
+/// code cache: magic number, then `marshal` data); it runs that instead of
+/// compiling, unless it does not match or load.
+pub const BOOTSTRAP: &str = "import sys\nc=None\nif len(sys.argv)>2:\n try:\n  import marshal\n  f=open(5,'rb')\n  d=f.read()\n  f.close()\n  if d[:4]==sys.modules['_frozen_importlib_external'].MAGIC_NUMBER:c=marshal.loads(d[4:])\n  if type(c) is not type((lambda:0).__code__):c=None\n except Exception:c=None\nf=open(4,'rb')\ns=f.read()\nf.close()\np=sys.argv[1]\nsys.argv=[p]\nexec(c or compile(s,p,'exec'),{'__name__':'__main__','__file__':p,'__builtins__':__builtins__})\n";
 
 /// Creates `name` in `dir` (0600, `O_EXCL | O_NOFOLLOW`) with `text`, and
 /// returns it open for reading from the start.
@@ -941,9 +944,16 @@ impl Kernel {
                 })?;
             (Some(r), Some(w))
         };
+        // The runner compiled once by this interpreter, when remembered.
+        let code = (runner.is_some() && spec.language == crate::language::Language::Python)
+            .then(|| crate::interpreter::runner_code(&spec.interpreter, runner_source))
+            .flatten();
         let mut cmd = std::process::Command::new(&spec.interpreter);
-        cmd.args(spec.language.launch_args(&dir.join(runner_name)))
-            .current_dir(&spec.cwd)
+        cmd.args(spec.language.launch_args(&dir.join(runner_name)));
+        if code.is_some() {
+            cmd.arg("code");
+        }
+        cmd.current_dir(&spec.cwd)
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(if inband {
@@ -957,6 +967,7 @@ impl Kernel {
             .as_ref()
             .map(AsRawFd::as_raw_fd)
             .zip(runner.as_ref().map(AsRawFd::as_raw_fd));
+        let code_fd = code.as_ref().map(AsRawFd::as_raw_fd);
         // Landlock and seccomp: the ruleset and the filter are built here
         // (they open directories, allocate); the child only enforces them.
         // They live until the child has exec'd.
@@ -992,7 +1003,16 @@ impl Kernel {
                 };
                 if let Some((r, runner_fd)) = fds {
                     let (r_hi, runner_hi) = (hi(r)?, hi(runner_fd)?);
+                    let code_hi = match code_fd {
+                        Some(c) => Some(hi(c)?),
+                        None => None,
+                    };
                     if nix::libc::dup2(r_hi, 3) < 0 || nix::libc::dup2(runner_hi, 4) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    if let Some(c) = code_hi
+                        && nix::libc::dup2(c, 5) < 0
+                    {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
@@ -1006,6 +1026,7 @@ impl Kernel {
             .map_err(io_err(format!("launching {}", spec.interpreter.display())))?;
         drop(req_r);
         drop(runner);
+        drop(code);
         drop(confinement);
         let pid = child.id().unwrap_or(0);
         // Into the kernel's cgroup. A cgroup migration waits for an RCU

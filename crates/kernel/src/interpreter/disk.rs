@@ -50,7 +50,7 @@ struct File {
     entries: Vec<Entry>,
 }
 
-fn identity(path: &Path) -> Option<[i64; 5]> {
+pub(super) fn identity(path: &Path) -> Option<[i64; 5]> {
     let m = std::fs::metadata(path).ok()?;
     #[allow(clippy::cast_possible_wrap)]
     Some([
@@ -133,6 +133,11 @@ impl DiskCache {
         Some(Self {
             dir: base.join("toolcell"),
         })
+    }
+
+    /// The directory (not verified here).
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
     }
 
     #[cfg(test)]
