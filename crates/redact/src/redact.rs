@@ -55,6 +55,13 @@ pub enum RedactError {
 
 const EXACT_BIT: u64 = 1 << 63;
 
+/// Most literals in one SIMD search (Slim Teddy's limit).
+const SLIM_TEDDY_MAX: usize = 32;
+
+/// Literal searches at most (3-byte literals apart, longer ones in groups of
+/// [`SLIM_TEDDY_MAX`]); checked by a test.
+const MAX_SCANS: usize = 4;
+
 struct Inner {
     /// SIMD (Teddy) search for the built-in literals.
     scans: Vec<LiteralScan>,
@@ -129,11 +136,19 @@ impl Redactor {
             }
         }
         let mut scans = Vec::new();
+        let mut groups = Vec::new();
         for short in [true, false] {
             let group: Vec<_> = LITERALS
                 .iter()
                 .filter(|(lit, _, _)| (lit.len() < 4) == short)
                 .collect();
+            // Slim Teddy (32 bytes a step) takes at most 32 literals; more
+            // would make it Fat Teddy (16 bytes a step).
+            let n = group.len().div_ceil(SLIM_TEDDY_MAX).max(1);
+            let size = group.len().div_ceil(n).max(1);
+            groups.extend(group.chunks(size).map(<[_]>::to_vec));
+        }
+        for group in groups {
             if group.is_empty() {
                 continue;
             }
@@ -148,6 +163,11 @@ impl Redactor {
                 .map(|(_, kinds, verify)| (rules::mask_of(kinds), *verify))
                 .collect();
             scans.push(LiteralScan { searcher, pat });
+        }
+        if scans.len() > MAX_SCANS {
+            // The candidate cache has room for MAX_SCANS searches; more would
+            // go unsearched (a constant table: every test would fail here).
+            return Err(RedactError::NoSearcher);
         }
         let n_builtin = LITERALS.len();
         let exact = if exact_values.is_empty() {
@@ -391,7 +411,7 @@ impl NextHit {
 
 #[derive(Default)]
 struct Cands {
-    lit: [NextHit; 2],
+    lit: [NextHit; MAX_SCANS],
     sep: NextHit,
     sep_finder: SepFinder,
     exact: NextHit,

@@ -362,7 +362,7 @@ pub(crate) fn separator_candidate(b: &[u8], p: usize) -> bool {
 /// a separator: ASCII whitespace, quotes and closing/list punctuation.
 static VALUE_STOP: [bool; 256] = {
     let mut t = [false; 256];
-    let stops = crate::simd::STOP_BYTES;
+    let stops = b" \t\n\x0c\r\"'`,;&)]}";
     let mut k = 0;
     while k < stops.len() {
         t[stops[k] as usize] = true;
