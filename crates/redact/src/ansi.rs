@@ -189,7 +189,9 @@ impl AnsiStripper {
         while i < input.len() {
             if self.state == State::Ground && self.utf8_len == 0 {
                 // Clean runs and complete CSI sequences (the bulk of colored
-                // output) in a tight loop: the state stays Ground.
+                // output): the state stays Ground. The vector walk does most;
+                // this loop does what it leaves (near the input's end, or
+                // right after a `\r`).
                 loop {
                     if !self.cr {
                         // Runs and CSI sequences in one vector loop; it

@@ -59,7 +59,9 @@ const EXACT_BIT: u64 = 1 << 63;
 const SLIM_TEDDY_MAX: usize = 32;
 
 /// Literal searches at most (3-byte literals apart, longer ones in groups of
-/// [`SLIM_TEDDY_MAX`]); checked by a test.
+/// [`SLIM_TEDDY_MAX`]): the room in the candidate cache. [`Redactor::new`]
+/// fails rather than leave a search out, so every test would catch a table
+/// that needs more.
 const MAX_SCANS: usize = 4;
 
 struct Inner {
@@ -76,6 +78,9 @@ struct Inner {
 /// rule mask and check. Literals are split by length: Teddy fingerprints the
 /// first min(4, shortest) bytes, so mixing 3-byte literals into the long ones
 /// would weaken every fingerprint (two searches measured ~2× faster than one).
+/// The long ones are split again into groups of at most [`SLIM_TEDDY_MAX`]:
+/// two Slim Teddy searches (32 bytes a step) cost less than one Fat Teddy
+/// (16 bytes a step; 18% → 16% of the clean-text profile).
 struct LiteralScan {
     searcher: aho_corasick::packed::Searcher,
     pat: Vec<(u64, Verify)>,

@@ -30,17 +30,23 @@ pub(crate) fn copy_clean_prefix(input: &[u8], out: &mut String) -> usize {
     scalar::copy_clean_prefix(input, out)
 }
 
-/// The ground state's fast path of the ANSI stripper: from `input[i..]`,
-/// appends clean runs (no byte [`is_special`]) to `out` and skips complete
-/// 7-bit CSI sequences (`ESC [`, parameter/intermediate bytes 0x20–0x3F, a
-/// final byte 0x40–0x7E), and returns where it stopped: at a byte that
-/// needs the state machine (another special byte, a CSI it cannot see the
-/// end of), or within the input's last 66 bytes (the scalar loop finishes).
-/// The AVX2 version does both in one loop, each text run and each CSI
-/// ending at a `tzcnt`; without AVX2 it returns `i` (the scalar loop does
-/// all).
+/// The ground state's fast path of the ANSI stripper. From `input[i..]`,
+/// when it starts with text (no byte [`is_special`]), appends clean runs to
+/// `out` and skips complete 7-bit CSI sequences (`ESC [`, parameter and
+/// intermediate bytes 0x20–0x3F, a final byte 0x40–0x7E); returns where it
+/// stopped: at a byte that needs the state machine (another special byte,
+/// or the `ESC` of a CSI it cannot see the end of), or in the input's last
+/// [`GROUND_TAIL`] bytes, which the caller's byte loop finishes. The AVX2
+/// version walks 64-byte blocks by bitmask (each run and each CSI ends at a
+/// `tzcnt`); without AVX2 it returns `i` (the byte loop does all).
 #[inline]
 pub(crate) fn ground_run(input: &[u8], i: usize, out: &mut String) -> usize {
+    // Entered at text only: at anything else the caller's byte loop is
+    // cheaper (progress bars alternate CSI, UTF-8 runs and `\r` every few
+    // bytes, and classifying a block for each would cost more).
+    if input.get(i).is_none_or(|&c| is_special(c)) {
+        return i;
+    }
     #[cfg(target_arch = "x86_64")]
     if input.len().saturating_sub(i) >= GROUND_TAIL && has_avx2() {
         // SAFETY: AVX2 is available on this CPU (checked just above).
@@ -166,6 +172,9 @@ pub(crate) mod scalar {
     pub(crate) fn ground_run(input: &[u8], start: usize, out: &mut String) -> usize {
         let n = input.len();
         let mut i = start.min(n);
+        if input.get(i).is_none_or(|&c| is_special(c)) {
+            return i;
+        }
         let push = |out: &mut String, b: &[u8]| {
             // Only printable ASCII, `\n` and `\t`: always valid UTF-8.
             if let Ok(s) = std::str::from_utf8(b) {
