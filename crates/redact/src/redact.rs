@@ -381,14 +381,8 @@ fn verify(scan: &LiteralScan, hay: &str, start: usize, end: usize, pattern: usiz
 
 /// Next separator (`=`/`:`) at or after `at` that may start a name/header
 /// match. `finder` keeps its block bitmask between calls on one haystack.
-fn next_separator(b: &[u8], mut at: usize, finder: &mut SepFinder) -> Option<usize> {
-    while let Some(p) = finder.next(b, at) {
-        if rules::separator_candidate(b, p) {
-            return Some(p);
-        }
-        at = p + 1;
-    }
-    None
+fn next_separator(b: &[u8], at: usize, finder: &mut SepFinder) -> Option<usize> {
+    finder.next_where(b, at, |p| rules::separator_candidate(b, p))
 }
 
 /// The next hit of one candidate source, remembered between searches of the

@@ -110,8 +110,48 @@ impl SepFinder {
             if self.mask != 0 {
                 return Some(self.base + self.mask.trailing_zeros() as usize);
             }
-            if self.scanned >= b.len() {
+            if !self.refill(b) {
                 return None;
+            }
+        }
+    }
+
+    /// Next `=`/`:` at or after `at` for which `keep` holds: like calling
+    /// [`next`](Self::next) until `keep` says yes, but the separators it
+    /// rejects are skipped in one loop over the mask (this runs at every
+    /// separator of the text).
+    #[inline]
+    pub(crate) fn next_where(
+        &mut self,
+        b: &[u8],
+        at: usize,
+        mut keep: impl FnMut(usize) -> bool,
+    ) -> Option<usize> {
+        let mut p = self.next(b, at)?;
+        loop {
+            if keep(p) {
+                return Some(p);
+            }
+            // `p` is the mask's lowest bit: drop it; the mask now covers
+            // `p + 1..scanned`.
+            self.mask &= self.mask - 1;
+            self.from = p + 1;
+            while self.mask == 0 {
+                if !self.refill(b) {
+                    return None;
+                }
+            }
+            p = self.base + self.mask.trailing_zeros() as usize;
+        }
+    }
+
+    /// Classify the next block (after `scanned`) into `mask`; false at the
+    /// haystack's end.
+    #[inline]
+    fn refill(&mut self, b: &[u8]) -> bool {
+        {
+            if self.scanned >= b.len() {
+                return false;
             }
             #[cfg(target_arch = "x86_64")]
             if self.scanned + 64 <= b.len() && has_avx2() {
@@ -121,13 +161,14 @@ impl SepFinder {
                 self.base = self.scanned;
                 self.from = self.scanned;
                 self.scanned += 64;
-                continue;
+                return true;
             }
             let end = (self.scanned + 64).min(b.len());
             self.mask = scalar::sep_mask(&b[self.scanned..end]);
             self.base = self.scanned;
             self.from = self.scanned;
             self.scanned = end;
+            true
         }
     }
 }
@@ -560,6 +601,35 @@ mod tests {
             let ib = scalar::ground_run(&input, from, &mut b);
             prop_assert_eq!(ia, ib);
             prop_assert_eq!(&a, &b);
+        }
+
+        /// `next_where` skips what the predicate rejects, and leaves the
+        /// finder right for `next` and `next_where` calls after it.
+        #[test]
+        fn sep_finder_next_where_matches_filter(input in bytes(), starts in proptest::collection::vec(0usize..40, 0..50), modulo in 1usize..5) {
+            let keep = |p: usize| (p + usize::from(input[p])).is_multiple_of(modulo);
+            let want = |at: usize, pred: bool| {
+                memchr::memchr2_iter(b'=', b':', input.get(at..).unwrap_or(&[]))
+                    .map(|p| at + p)
+                    .find(|&p| !pred || keep(p))
+            };
+            let mut f = SepFinder::default();
+            let mut at = 0;
+            loop {
+                let w = want(at, true);
+                prop_assert_eq!(f.next_where(&input, at, keep), w);
+                match w { Some(p) => at = p + 1, None => break }
+            }
+            let mut f = SepFinder::default();
+            let mut at = 0;
+            for (k, &s) in starts.iter().enumerate() {
+                at = if k % 5 == 4 { (s * 13) % (input.len() + 1) } else { at + s };
+                let pred = k % 3 != 0;
+                let got = if pred { f.next_where(&input, at, keep) } else { f.next(&input, at) };
+                let w = want(at, pred);
+                prop_assert_eq!(got, w);
+                if let Some(p) = w { at = p + 1; }
+            }
         }
 
         #[test]
