@@ -189,8 +189,18 @@ impl AnsiStripper {
         while i < input.len() {
             if self.state == State::Ground && self.utf8_len == 0 {
                 // Clean runs and complete CSI sequences (the bulk of colored
-                // output) in a tight loop: the state stays Ground.
+                // output): the state stays Ground. The vector walk does most;
+                // this loop does what it leaves (near the input's end, or
+                // right after a `\r`).
                 loop {
+                    if !self.cr {
+                        // Runs and CSI sequences in one vector loop; it
+                        // stops at anything else, or near the input's end.
+                        i = simd::ground_run(input, i, out);
+                        if i == input.len() {
+                            return;
+                        }
+                    }
                     let first = input[i];
                     if !is_special(first) {
                         // Printable ASCII, `\n`, `\t`: checked and copied in one pass.
@@ -630,6 +640,8 @@ mod simd_tests {
         proptest::collection::vec(
             prop_oneof![
                 "[ -~\n\t]{0,100}".prop_map(String::into_bytes),
+                Just(b"\x1b[0m\x1b[1m\x1b[38;5;12m|\x1b[0m text \x1b[0m".to_vec()),
+                Just(b"\x1b[1;2;3;4;5;6;7;8;9;10;11;12;13;14;15;16m".to_vec()),
                 Just(b"\x1b[1;31m".to_vec()),
                 Just(b"\x1b]8;;u\x07".to_vec()),
                 Just(b"\r".to_vec()),
@@ -637,7 +649,7 @@ mod simd_tests {
                 Just("é漢😀\u{85}".as_bytes().to_vec()),
                 proptest::collection::vec(any::<u8>(), 0..4),
             ],
-            0..8,
+            0..16,
         )
         .prop_map(|v| v.concat())
     }

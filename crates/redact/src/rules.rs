@@ -375,8 +375,10 @@ static VALUE_STOP: [bool; 256] = {
 /// [`SEP_ENV`], [`SEP_AUTH`], [`SEP_APIHDR`] bits (0 = none).
 pub(crate) fn separator_rules(b: &[u8], p: usize) -> u8 {
     // End of the name, backwards over blanks, `]` and a closing quote.
-    let mut j = p;
-    while j > 0 && (b[j - 1] == b' ' || b[j - 1] == b'\t') {
+    // The first blank without a branch (code has `x = y` and `x=y` alike).
+    let blank = |c: u8| c == b' ' || c == b'\t';
+    let mut j = p - usize::from(p > 0 && blank(b[p - 1]));
+    while j > 0 && blank(b[j - 1]) {
         j -= 1;
     }
     if j > 0 && b[j - 1] == b']' {
@@ -397,6 +399,7 @@ pub(crate) fn separator_rules(b: &[u8], p: usize) -> u8 {
             (b[end - 2] | 0x20, last),
             (b'o', b'n') | (b'e', b'y') | (b'e', b'n')
         )
+        && maybe_header_end(b, end)
         && let Some(h) = HEADER_NAMES
             .iter()
             .find(|h| end >= h.len() && b[end - h.len()..end].eq_ignore_ascii_case(h.as_bytes()))
@@ -416,7 +419,8 @@ pub(crate) fn separator_rules(b: &[u8], p: usize) -> u8 {
         return 0;
     }
     let mut i = p + 1;
-    while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
+    i += usize::from(i < b.len() && blank(b[i]));
+    while i < b.len() && blank(b[i]) {
         i += 1;
     }
     let mut k = i;
@@ -449,6 +453,20 @@ pub(crate) fn separator_rules(b: &[u8], p: usize) -> u8 {
         SEP_ENV
     } else {
         0
+    }
+}
+
+/// A necessary condition for a [`HEADER_NAMES`] entry to end at `end`
+/// (which ends in `on`, `ey` or `en`), cheaper than the lookup: `…-key` or
+/// `…ikey`, `…-token`, or 13 bytes for `authorization`.
+#[inline]
+fn maybe_header_end(b: &[u8], end: usize) -> bool {
+    match b[end - 1] | 0x20 {
+        b'y' => end >= 6 && b[end - 3] | 0x20 == b'k' && matches!(b[end - 4] | 0x20, b'-' | b'i'),
+        b'n' if b[end - 2] | 0x20 == b'e' => {
+            end >= 9 && b[end - 5..end].eq_ignore_ascii_case(b"token") && b[end - 6] == b'-'
+        }
+        _ => end >= 13,
     }
 }
 
@@ -709,53 +727,37 @@ pub(crate) fn secret_name(name: &str) -> bool {
     secret_name_bytes(name.as_bytes())
 }
 
+/// Is `seg` (one segment of a name) a secret word, or does it end in one
+/// of the unambiguous ones or start with `password`? Case-insensitive.
+/// The words are looked up by length and the suffixes by last letter (this
+/// runs for every name before a credential-shaped value).
 fn secret_segment(seg: &[u8]) -> bool {
-    const WORDS: &[&str] = &[
-        "key",
-        "keys",
-        "apikey",
-        "token",
-        "tokens",
-        "secret",
-        "secrets",
-        "password",
-        "passwords",
-        "passwd",
-        "pwd",
-        "pass",
-        "passphrase",
-        "credential",
-        "credentials",
-        "creds",
-        "cred",
-        "auth",
-        "bearer",
-        "dsn",
-        "webhook",
-        "privatekey",
-        "accesskey",
-        "secretkey",
-        "accesstoken",
-        "authtoken",
-        "sas",
-    ];
-    const SUFFIXES: &[&str] = &[
-        "password",
-        "passwd",
-        "secret",
-        "token",
-        "apikey",
-        "secretkey",
-        "accesskey",
-    ];
-    if seg.is_empty() {
-        return false;
+    let is = |w: &[u8]| seg.eq_ignore_ascii_case(w);
+    let word = match seg.len() {
+        3 => is(b"key") || is(b"pwd") || is(b"dsn") || is(b"sas"),
+        4 => is(b"keys") || is(b"pass") || is(b"cred") || is(b"auth"),
+        5 => is(b"token") || is(b"creds"),
+        6 => is(b"apikey") || is(b"tokens") || is(b"secret") || is(b"passwd") || is(b"bearer"),
+        7 => is(b"secrets") || is(b"webhook"),
+        8 => is(b"password"),
+        9 => is(b"passwords") || is(b"accesskey") || is(b"secretkey") || is(b"authtoken"),
+        10 => is(b"passphrase") || is(b"credential") || is(b"privatekey"),
+        11 => is(b"credentials") || is(b"accesstoken"),
+        _ => false,
+    };
+    if word {
+        return true;
     }
-    WORDS.iter().any(|w| seg.eq_ignore_ascii_case(w.as_bytes()))
-        || SUFFIXES.iter().any(|s| {
-            seg.len() >= s.len() && seg[seg.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
-        })
-        || (seg.len() >= 8 && seg[..8].eq_ignore_ascii_case(b"password"))
+    let ends =
+        |s: &[u8]| seg.len() >= s.len() && seg[seg.len() - s.len()..].eq_ignore_ascii_case(s);
+    let suffix = match seg.last().map(|c| c | 0x20) {
+        Some(b'd') => ends(b"password") || ends(b"passwd"),
+        Some(b't') => ends(b"secret"),
+        Some(b'n') => ends(b"token"),
+        Some(b'y') => ends(b"apikey") || ends(b"secretkey") || ends(b"accesskey"),
+        _ => false,
+    };
+    suffix || (seg.len() >= 8 && seg[..8].eq_ignore_ascii_case(b"password"))
 }
 
 pub(crate) fn secret_name_bytes(name: &[u8]) -> bool {
@@ -814,6 +816,12 @@ mod tests {
                 h.ends_with("on") || h.ends_with("ey") || h.ends_with("en"),
                 "{h}: extend the ending check in separator_rules"
             );
+            for name in [h.to_string(), h.to_ascii_uppercase(), format!("x-{h}")] {
+                assert!(
+                    maybe_header_end(name.as_bytes(), name.len()),
+                    "{name}: extend maybe_header_end"
+                );
+            }
         }
     }
 
@@ -852,5 +860,201 @@ mod tests {
         assert!(!credential_shaped("/usr/local/bin/python3.11"));
         assert!(is_template("{{ vault_password }}"));
         assert!(!random_looking("xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"));
+    }
+}
+
+/// The separator and name checks as they were before their fast paths
+/// (the reference the property tests compare with).
+#[cfg(test)]
+mod reference {
+    use super::*;
+
+    fn separator_rules_reference(b: &[u8], p: usize) -> u8 {
+        // End of the name, backwards over blanks, `]` and a closing quote.
+        let mut j = p;
+        while j > 0 && (b[j - 1] == b' ' || b[j - 1] == b'\t') {
+            j -= 1;
+        }
+        if j > 0 && b[j - 1] == b']' {
+            j -= 1;
+        }
+        if j > 0 && matches!(b[j - 1], b'"' | b'\'' | b'`') {
+            j -= 1;
+        }
+        let end = j;
+        if end == 0 {
+            return 0;
+        }
+        let last = b[end - 1] | 0x20;
+        // Every header name ends in `…on`, `…ey` or `…en` (any case): only
+        // those endings are looked up.
+        if end >= 2
+            && matches!(
+                (b[end - 2] | 0x20, last),
+                (b'o', b'n') | (b'e', b'y') | (b'e', b'n')
+            )
+            && let Some(h) = HEADER_NAMES.iter().find(|h| {
+                end >= h.len() && b[end - h.len()..end].eq_ignore_ascii_case(h.as_bytes())
+            })
+        {
+            // A header name is also a secret name: the assignment rule may apply too.
+            return if *h == "authorization" {
+                SEP_AUTH | SEP_ENV
+            } else {
+                SEP_APIHDR | SEP_ENV
+            };
+        }
+        if !(b[end - 1].is_ascii_alphanumeric() || b[end - 1] == b'_') {
+            return 0;
+        }
+        // Value, forwards: at least 16 bytes that could be a credential.
+        if matches!(b.get(p + 1), Some(b'=')) {
+            return 0;
+        }
+        let mut i = p + 1;
+        while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
+            i += 1;
+        }
+        let mut k = i;
+        while k < b.len()
+            && k < i + 2
+            && matches!(b[k], b'r' | b'R' | b'b' | b'B' | b'u' | b'U' | b'f' | b'F')
+        {
+            k += 1;
+        }
+        if matches!(b.get(k), Some(b'"' | b'\'' | b'`')) {
+            i = k + 1;
+        }
+        if b.len() < i + 16 {
+            return 0;
+        }
+        // Branch-free over the 16 bytes (a byte table, not a match per byte).
+        if b[i..i + 16]
+            .iter()
+            .fold(false, |any, &c| any | super::VALUE_STOP[usize::from(c)])
+        {
+            return 0;
+        }
+        // Only now the name itself.
+        let lo = end.saturating_sub(128);
+        let mut j = end;
+        while j > lo && (b[j - 1].is_ascii_alphanumeric() || matches!(b[j - 1], b'_' | b'.' | b'-'))
+        {
+            j -= 1;
+        }
+        if secret_name_reference(&b[j..end]) {
+            SEP_ENV
+        } else {
+            0
+        }
+    }
+
+    fn secret_segment_reference(seg: &[u8]) -> bool {
+        const WORDS: &[&str] = &[
+            "key",
+            "keys",
+            "apikey",
+            "token",
+            "tokens",
+            "secret",
+            "secrets",
+            "password",
+            "passwords",
+            "passwd",
+            "pwd",
+            "pass",
+            "passphrase",
+            "credential",
+            "credentials",
+            "creds",
+            "cred",
+            "auth",
+            "bearer",
+            "dsn",
+            "webhook",
+            "privatekey",
+            "accesskey",
+            "secretkey",
+            "accesstoken",
+            "authtoken",
+            "sas",
+        ];
+        const SUFFIXES: &[&str] = &[
+            "password",
+            "passwd",
+            "secret",
+            "token",
+            "apikey",
+            "secretkey",
+            "accesskey",
+        ];
+        if seg.is_empty() {
+            return false;
+        }
+        WORDS.iter().any(|w| seg.eq_ignore_ascii_case(w.as_bytes()))
+            || SUFFIXES.iter().any(|s| {
+                seg.len() >= s.len()
+                    && seg[seg.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
+            })
+            || (seg.len() >= 8 && seg[..8].eq_ignore_ascii_case(b"password"))
+    }
+
+    fn secret_name_reference(name: &[u8]) -> bool {
+        let mut start = 0;
+        let mut prev_lower = false;
+        for (i, &c) in name.iter().enumerate() {
+            if !c.is_ascii_alphanumeric() {
+                if secret_segment_reference(&name[start..i]) {
+                    return true;
+                }
+                start = i + 1;
+                prev_lower = false;
+                continue;
+            }
+            if c.is_ascii_uppercase() && prev_lower {
+                if secret_segment_reference(&name[start..i]) {
+                    return true;
+                }
+                start = i;
+            }
+            prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        }
+        secret_segment_reference(&name[start..])
+    }
+
+    use proptest::prelude::*;
+
+    fn code() -> impl Strategy<Value = Vec<u8>> {
+        let piece = prop_oneof![
+            4 => prop::sample::select(vec![
+                "Authorization", "PROXY-AUTHORIZATION", "x-api-key", "X-Auth-Token", "apikey",
+                "rapidapi-key", "subscription-TOKEN", "api_key", "apiKey", "API_KEY", "token",
+                "db_password", "PASSWORDFILE", "SECRET", "Private-Token", "monkey", "author",
+                "region", "on", "EY", "en", "ken", "-key", "ikey", "name", "x", "_", "9",
+                "creds", "webhookUrl", "sas", "DSN", "accessToken", "passphrase", "key",
+            ]).prop_map(|s| s.as_bytes().to_vec()),
+            4 => prop::sample::select(vec![
+                "=", ":", "==", ": ", " = ", "\t:\t", "\"", "'", "`", "]", "\"]", "[\"",
+                " ", "  ", "\t", "f\"", "rb'", "b", "\n", ",", ";", "&", ")", "}",
+                "(", "{", "-", ".", "/", "+", "::",
+            ]).prop_map(|s| s.as_bytes().to_vec()),
+            3 => "[A-Za-z0-9+/_.-]{8,24}".prop_map(String::into_bytes),
+            1 => proptest::collection::vec(any::<u8>(), 0..4),
+        ];
+        proptest::collection::vec(piece, 0..40).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn separator_rules_match_reference(input in code()) {
+            for p in 0..input.len() {
+                prop_assert_eq!(separator_rules(&input, p), separator_rules_reference(&input, p), "at {}", p);
+            }
+        }
+
+        #[test]
+        fn secret_segment_matches_reference(seg in "[A-Za-z0-9]{0,14}|(?i)(pass|key|token|secret|auth|cred|apikey|accesskey|secretkey|password|passwd|webhook|sas|dsn|pwd|bearer|privatekey|x){1,3}") {
+            prop_assert_eq!(secret_segment(seg.as_bytes()), secret_segment_reference(seg.as_bytes()), "{}", seg);
+        }
     }
 }
