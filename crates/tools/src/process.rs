@@ -14,11 +14,19 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
-/// Parent pid of every process visible in `/proc`.
-fn parent_map() -> HashMap<i32, Vec<i32>> {
-    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+/// One process seen in `/proc`: its parent and when it started (clock
+/// ticks since boot, field 22 of `stat`).
+struct Proc {
+    pid: i32,
+    ppid: i32,
+    start: u64,
+}
+
+/// Every process visible in `/proc` (one read of each `stat`).
+fn proc_table() -> Vec<Proc> {
+    let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return children;
+        return out;
     };
     for entry in dir.flatten() {
         let name = entry.file_name();
@@ -29,25 +37,39 @@ fn parent_map() -> HashMap<i32, Vec<i32>> {
             continue;
         };
         // The command name is in parentheses and may contain spaces or
-        // parentheses itself: the fields after the last ')' are fixed.
+        // parentheses itself: the fields after the last ')' are fixed
+        // (state, ppid, …, starttime the 20th).
         let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
             continue;
         };
-        let mut fields = rest.split_whitespace();
-        let _state = fields.next();
-        if let Some(ppid) = fields.next().and_then(|p| p.parse::<i32>().ok()) {
-            children.entry(ppid).or_default().push(pid);
-        }
+        let fields: Vec<&str> = rest.split_whitespace().take(20).collect();
+        let (Some(ppid), Some(start)) = (
+            fields.get(1).and_then(|p| p.parse::<i32>().ok()),
+            fields.get(19).and_then(|p| p.parse::<u64>().ok()),
+        ) else {
+            continue;
+        };
+        out.push(Proc { pid, ppid, start });
+    }
+    out
+}
+
+/// Parent pid → children, from a table.
+fn children_of(table: &[Proc]) -> HashMap<i32, Vec<i32>> {
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for p in table {
+        children.entry(p.ppid).or_default().push(p.pid);
     }
     children
 }
 
-/// Every living descendant of `root` (not `root` itself), parents first.
-pub fn descendants(root: u32) -> Vec<u32> {
-    let Ok(root) = i32::try_from(root) else {
-        return Vec::new();
-    };
-    let map = parent_map();
+/// Parent pid of every process visible in `/proc`.
+fn parent_map() -> HashMap<i32, Vec<i32>> {
+    children_of(&proc_table())
+}
+
+/// The descendants of `root` in `map`, parents first.
+fn descendants_in(map: &HashMap<i32, Vec<i32>>, root: i32) -> Vec<u32> {
     let mut out = Vec::new();
     let mut seen = HashSet::new();
     let mut queue = vec![root];
@@ -60,6 +82,20 @@ pub fn descendants(root: u32) -> Vec<u32> {
         }
     }
     out
+}
+
+/// Whether `pid`'s environment holds exactly `needle` (`NAME=value`).
+fn has_env(pid: u32, needle: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == needle))
+}
+
+/// Every living descendant of `root` (not `root` itself), parents first.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let Ok(root) = i32::try_from(root) else {
+        return Vec::new();
+    };
+    descendants_in(&parent_map(), root)
 }
 
 /// Processes of our uid whose environment contains exactly `NAME=value`.
@@ -78,13 +114,7 @@ pub fn with_env_marker(name: &str, value: &str) -> Vec<u32> {
         else {
             continue;
         };
-        if pid == me {
-            continue;
-        }
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        if env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) {
+        if pid != me && has_env(pid, needle.as_bytes()) {
             out.push(pid);
         }
     }
@@ -109,9 +139,18 @@ pub struct Tree {
 
 impl Tree {
     /// Every member found now (root first; may include dead pids).
+    ///
+    /// One walk of `/proc`: parent links give the descendants; the marker
+    /// is looked for only in processes that started no earlier than the
+    /// root (a process older than the tree cannot have inherited it), so
+    /// the walk reads few `environ` files — each read copies from another
+    /// process's memory, and a kernel's shutdown walks several times.
     pub fn members(&self) -> Vec<u32> {
+        let table = proc_table();
+        let map = children_of(&table);
         let mut all = vec![self.root];
-        all.extend(descendants(self.root));
+        let root = i32::try_from(self.root).unwrap_or(-1);
+        all.extend(descendants_in(&map, root));
         if let Some(cg) = &self.cgroup {
             for p in crate::cgroup::members(cg) {
                 if !all.contains(&p) {
@@ -120,9 +159,22 @@ impl Tree {
             }
         }
         if let Some((k, v)) = &self.marker {
-            for p in with_env_marker(k, v) {
-                if !all.contains(&p) {
-                    all.extend(std::iter::once(p).chain(descendants(p)));
+            let needle = format!("{k}={v}");
+            let me = std::process::id();
+            // The root gone (its tree may live on): every process is asked.
+            let since = table.iter().find(|p| p.pid == root).map(|p| p.start);
+            for p in &table {
+                let pid = p.pid.unsigned_abs();
+                if pid == me || all.contains(&pid) || since.is_some_and(|s| p.start < s) {
+                    continue;
+                }
+                if has_env(pid, needle.as_bytes()) {
+                    all.push(pid);
+                    for d in descendants_in(&map, p.pid) {
+                        if !all.contains(&d) {
+                            all.push(d);
+                        }
+                    }
                 }
             }
         }
@@ -332,5 +384,64 @@ mod tests {
         for d in found {
             assert!(!alive(d), "descendant {d} survived");
         }
+    }
+
+    #[test]
+    fn the_marker_finds_an_orphan_that_left_the_tree_and_only_it() {
+        let marker = format!("TOOLCELL_TEST_MARK=m{}", std::process::id());
+        let (name, value) = marker.split_once('=').unwrap();
+        // An older process with the same marker is not the tree's: it
+        // started before the root.
+        let mut older = std::process::Command::new("sleep")
+            .arg("30")
+            .env(name, value)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        // The root starts a setsid'd sleep in the background and exits at
+        // once: the sleep is an orphan (not a descendant any more) that only
+        // the marker finds.
+        let mut root = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("(setsid sleep 30 >/dev/null 2>&1 < /dev/null & echo $!); sleep 30")
+            .env(name, value)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(root.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let orphan: u32 = line.trim().parse().unwrap();
+        let tree = Tree {
+            root: root.id(),
+            pgid: None,
+            marker: Some((name.to_string(), value.to_string())),
+            cgroup: None,
+        };
+        // The subshell that started it exits just after the echo.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while descendants(root.id()).contains(&orphan) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the test's orphan stays a descendant"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let members = tree.members();
+        assert!(members.contains(&orphan), "{members:?}");
+        assert!(!members.contains(&older.id()), "an older process was taken");
+        tree.signal(Signal::SIGKILL);
+        let _ = root.wait();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while alive(orphan) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!alive(orphan), "the marked orphan survived");
+        assert!(alive(older.id()), "a process outside the tree was killed");
+        let _ = older.kill();
+        let _ = older.wait();
     }
 }
