@@ -436,6 +436,8 @@ pub struct Kernel {
     /// `/proc/<pid>/task/<pid>/stat`, kept open: read before each cell to notice a
     /// kernel that died between cells (one `pread`, no path lookup).
     proc_stat: Option<std::fs::File>,
+    /// When the runner started (`/proc` clock ticks), for [`Kernel::tree`].
+    started: Option<u64>,
     dir: PathBuf,
     child: tokio::process::Child,
     pid: u32,
@@ -794,6 +796,7 @@ impl Kernel {
             // The leader thread's own stat: the process-wide one sums every
             // thread's times on each read (~10 µs for a Python kernel).
             proc_stat: std::fs::File::open(format!("/proc/{pid}/task/{pid}/stat")).ok(),
+            started: toolcell_tools::process::start_time(pid),
         };
         let hello = Request::Hello(Hello {
             sentinel: sentinel.as_str().to_string(),
@@ -1316,6 +1319,7 @@ impl Kernel {
                 self.sentinel_marker_env.clone(),
             )),
             cgroup: self.cgroup.as_ref().map(|c| c.dir().to_path_buf()),
+            started: self.started,
         }
     }
 

@@ -54,6 +54,13 @@ fn proc_table() -> Vec<Proc> {
     out
 }
 
+/// When `pid` started (clock ticks since boot, field 22 of its `stat`).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// Parent pid → children, from a table.
 fn children_of(table: &[Proc]) -> HashMap<i32, Vec<i32>> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
@@ -135,6 +142,11 @@ pub struct Tree {
     /// ([`crate::cgroup`]): its members are members, and SIGKILL also goes
     /// through `cgroup.kill`, which nothing inside can escape.
     pub cgroup: Option<std::path::PathBuf>,
+    /// When the root started ([`start_time`], read while it ran): only
+    /// processes no older are asked for the marker, even after the root is
+    /// gone. `None`: the root's own entry says, or, once it is gone, every
+    /// process is asked.
+    pub started: Option<u64>,
 }
 
 impl Tree {
@@ -162,7 +174,9 @@ impl Tree {
             let needle = format!("{k}={v}");
             let me = std::process::id();
             // The root gone (its tree may live on): every process is asked.
-            let since = table.iter().find(|p| p.pid == root).map(|p| p.start);
+            let since = self
+                .started
+                .or_else(|| table.iter().find(|p| p.pid == root).map(|p| p.start));
             for p in &table {
                 let pid = p.pid.unsigned_abs();
                 if pid == me || all.contains(&pid) || since.is_some_and(|s| p.start < s) {
@@ -338,6 +352,7 @@ pub fn kill_adopted(keep: &[u32]) -> usize {
             pgid: None,
             marker: None,
             cgroup: None,
+            started: None,
         }
         .signal(Signal::SIGKILL);
     }
@@ -377,6 +392,7 @@ mod tests {
             pgid: None,
             marker: None,
             cgroup: None,
+            started: None,
         }
         .signal(Signal::SIGKILL);
         let _ = child.wait();
@@ -420,6 +436,7 @@ mod tests {
             pgid: None,
             marker: Some((name.to_string(), value.to_string())),
             cgroup: None,
+            started: start_time(root.id()),
         };
         // The subshell that started it exits just after the echo.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -435,6 +452,8 @@ mod tests {
         assert!(!members.contains(&older.id()), "an older process was taken");
         tree.signal(Signal::SIGKILL);
         let _ = root.wait();
+        // With the root gone its recorded start still keeps older ones out.
+        assert!(!tree.members().contains(&older.id()));
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while alive(orphan) && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));

@@ -122,6 +122,7 @@ impl Tool for Terminal {
             pgid: Some(pid),
             marker: Some((MARKER_VAR.to_string(), marker)),
             cgroup: None,
+            started: process::start_time(pid),
         };
 
         let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
