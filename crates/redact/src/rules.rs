@@ -761,11 +761,18 @@ fn secret_segment(seg: &[u8]) -> bool {
 }
 
 pub(crate) fn secret_name_bytes(name: &[u8]) -> bool {
+    any_segment(name, secret_segment)
+}
+
+/// Whether `is_secret` holds for a segment of `name`: it is split at every
+/// byte that is not alphanumeric and where a lowercase letter or digit is
+/// followed by an uppercase one (`apiKey` → `api`, `Key`).
+fn any_segment(name: &[u8], is_secret: impl Fn(&[u8]) -> bool) -> bool {
     let mut start = 0;
     let mut prev_lower = false;
     for (i, &c) in name.iter().enumerate() {
         if !c.is_ascii_alphanumeric() {
-            if secret_segment(&name[start..i]) {
+            if is_secret(&name[start..i]) {
                 return true;
             }
             start = i + 1;
@@ -773,14 +780,14 @@ pub(crate) fn secret_name_bytes(name: &[u8]) -> bool {
             continue;
         }
         if c.is_ascii_uppercase() && prev_lower {
-            if secret_segment(&name[start..i]) {
+            if is_secret(&name[start..i]) {
                 return true;
             }
             start = i;
         }
         prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
     }
-    secret_segment(&name[start..])
+    is_secret(&name[start..])
 }
 
 #[cfg(test)]
@@ -999,27 +1006,9 @@ mod reference {
             || (seg.len() >= 8 && seg[..8].eq_ignore_ascii_case(b"password"))
     }
 
+    /// The same splitting (unchanged by the fast path), the old segment check.
     fn secret_name_reference(name: &[u8]) -> bool {
-        let mut start = 0;
-        let mut prev_lower = false;
-        for (i, &c) in name.iter().enumerate() {
-            if !c.is_ascii_alphanumeric() {
-                if secret_segment_reference(&name[start..i]) {
-                    return true;
-                }
-                start = i + 1;
-                prev_lower = false;
-                continue;
-            }
-            if c.is_ascii_uppercase() && prev_lower {
-                if secret_segment_reference(&name[start..i]) {
-                    return true;
-                }
-                start = i;
-            }
-            prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
-        }
-        secret_segment_reference(&name[start..])
+        any_segment(name, secret_segment_reference)
     }
 
     use proptest::prelude::*;
