@@ -224,6 +224,53 @@ async fn sessions_lists_each_live_kernel_with_pid_and_execution_count() {
     assert!(eventually(Duration::from_secs(2), || !alive(a.pid)).await);
 }
 
+/// While a reset replaces a session's kernel, `sessions` never lists the
+/// old kernel's pid once that process has ended (nor counts it: the soak
+/// test saw 17 entries under `max_kernels = 16` this way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_never_lists_a_kernel_a_reset_has_ended() {
+    let f = Arc::new(Fixture::new());
+    let first = f.run_as("a", "import os\nos.getpid()").await;
+    assert_success(&first);
+    let old: u32 = first.output.trim().parse().unwrap();
+    let reset = {
+        let f = Arc::clone(&f);
+        tokio::spawn(async move {
+            f.reg
+                .execute(
+                    ExecuteRequest::new("import os\nos.getpid()")
+                        .owner("a")
+                        .reset(true),
+                )
+                .await
+        })
+    };
+    let mut saw_dead = false;
+    while !reset.is_finished() {
+        // Dead first, listed after: a listing that names it is stale.
+        if !alive(old) {
+            saw_dead = true;
+            let listed: Vec<u32> = f.reg.sessions().iter().map(|s| s.pid).collect();
+            assert!(
+                !listed.contains(&old),
+                "sessions lists pid {old}, which a reset has ended: {listed:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let r = reset.await.unwrap();
+    assert_success(&r);
+    assert!(r.kernel.state_reset);
+    let new: u32 = r.output.trim().parse().unwrap();
+    assert_ne!(new, old);
+    assert!(
+        saw_dead,
+        "the old kernel was still alive when the reset ended"
+    );
+    let listed: Vec<u32> = f.reg.sessions().iter().map(|s| s.pid).collect();
+    assert_eq!(listed, [new]);
+}
+
 struct NoNetwork;
 
 impl Guard for NoNetwork {

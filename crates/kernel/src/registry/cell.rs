@@ -335,9 +335,15 @@ impl Inner {
         if req.reset
             && let Some(k) = guard.take()
         {
+            {
+                // Off the `sessions` list and out of the count before the
+                // kernel goes, so no listing names a pid that has ended.
+                let mut m = slot.meta();
+                m.live = false;
+                m.tree = None;
+            }
             k.shutdown(Duration::from_millis(200)).await;
             ready.state_reset = true;
-            slot.meta().live = false;
         }
         ready.reused = guard.is_some();
         if guard.is_none() {

@@ -489,6 +489,11 @@ impl Registry {
             .values()
             .filter_map(|s| {
                 let m = s.meta();
+                // A slot out of the count (reset, evicted, failed to
+                // start) is not listed even if it still remembers a tree.
+                if !m.live {
+                    return None;
+                }
                 let tree = m.tree.as_ref()?;
                 let key = KeyInfo::from(&s.key);
                 Some(SessionInfo {
