@@ -1969,5 +1969,13 @@ impl Drop for Kernel {
         if let Some(d) = self.owned_cwd.take() {
             let _ = std::fs::remove_dir_all(d);
         }
+        // Closing an inotify instance waits for a kernel grace period
+        // (15–25 ms): not on a runtime worker, where it would stall every
+        // task queued there.
+        if let Some(w) = self.files.take().filter(|w| w.watching())
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn_blocking(move || drop(w));
+        }
     }
 }

@@ -111,8 +111,8 @@ pub use kernel::{
 };
 pub use language::Language;
 pub use registry::{
-    ExecuteRequest, ExtraTools, Guard, KernelMode, KeyInfo, Registry, RegistryError,
-    RegistryOptions, SessionInfo, SessionKey, ToolSource,
+    ExecuteRequest, ExtraTools, Guard, KernelMode, KeyInfo, ONE_CELL_INOTIFY_MIN_ENTRIES, Registry,
+    RegistryError, RegistryOptions, SessionInfo, SessionKey, ToolSource,
 };
 pub use result::{
     ChangedFile, Display, ExecuteResult, FileCounts, FilesChanged, KernelInfo, Status, Usage,

@@ -130,6 +130,8 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
             if let Some(d) = &cwd {
                 o.default_cwd.clone_from(d);
             }
+            // One cell: a small tree is rescanned rather than watched.
+            o.watch_inotify_min_entries = toolcell_kernel::ONE_CELL_INOTIFY_MIN_ENTRIES;
         })?);
         // A bad interpreter is the configuration's fault (exit 2), found
         // before any kernel is started: the registry's own resolution then

@@ -565,9 +565,14 @@ impl Inner {
                 skip.push(p.into());
             }
         }
+        let mut inotify_min_entries = self.opts.watch_inotify_min_entries;
+        if self.opts.kernel_mode == KernelMode::PerCall {
+            inotify_min_entries = inotify_min_entries.max(super::ONE_CELL_INOTIFY_MIN_ENTRIES);
+        }
         watch::WatchSettings {
             max_entries: self.opts.watch_max_entries,
             skip,
+            inotify_min_entries,
         }
     }
 

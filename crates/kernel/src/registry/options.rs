@@ -20,6 +20,11 @@ pub enum KernelMode {
     PerCall,
 }
 
+/// The least [`RegistryOptions::watch_inotify_min_entries`] of a kernel
+/// that runs one cell: about 10 ms of rescanning, under what closing an
+/// inotify instance costs.
+pub const ONE_CELL_INOTIFY_MIN_ENTRIES: usize = 1_000;
+
 /// Resolved settings of a registry (what `[execution]`, `[kernels]`,
 /// `[output]`, `[env]`, `[tools]`, `[rpc]`, `[web]` and `[guard]` say).
 #[derive(Debug, Clone)]
@@ -73,6 +78,13 @@ pub struct RegistryOptions {
     /// Entries (files and directories) one scan of a working directory
     /// records at most; beyond it changes are not reported.
     pub watch_max_entries: usize,
+    /// A working directory of at most this many entries is rescanned after
+    /// each cell instead of watched with inotify (0: always watch; see
+    /// [`crate::watch::WatchSettings::inotify_min_entries`]). For hosts
+    /// whose kernels run one cell (`toolcell exec`), where tearing the
+    /// inotify instance down at the end costs more than a rescan; per-call
+    /// kernels use at least [`ONE_CELL_INOTIFY_MIN_ENTRIES`].
+    pub watch_inotify_min_entries: usize,
     /// Folding of repeated lines and long lines in cell output
     /// (`[output] fold`, `fold_min_run`, `fold_keep`, `max_line_chars`).
     pub fold: crate::fold::FoldOptions,
@@ -191,6 +203,7 @@ impl Default for RegistryOptions {
             spill_prune_every: Duration::from_secs(3600),
             watch_files: true,
             watch_max_entries: crate::watch::DEFAULT_MAX_ENTRIES,
+            watch_inotify_min_entries: 0,
             fold: crate::fold::FoldOptions::off(),
             passthrough: Vec::new(),
             tools: crate::config::default_tools(),
@@ -249,6 +262,7 @@ impl RegistryOptions {
             spill_prune_every: Duration::from_secs(3600),
             watch_files: config.output.watch_files,
             watch_max_entries: config.output.watch_max_entries,
+            watch_inotify_min_entries: 0,
             fold: if config.output.fold {
                 crate::fold::FoldOptions {
                     fold: true,
