@@ -197,6 +197,16 @@ impl Tree {
 
     /// Sends `signal` to the group and every member.
     pub fn signal(&self, signal: Signal) {
+        self.signal_group(signal);
+        for pid in self.members() {
+            if let Ok(p) = i32::try_from(pid) {
+                let _ = kill(Pid::from_raw(p), signal);
+            }
+        }
+    }
+
+    /// `signal` to the process group, and SIGKILL through the cgroup.
+    fn signal_group(&self, signal: Signal) {
         if signal == Signal::SIGKILL
             && let Some(cg) = &self.cgroup
         {
@@ -204,11 +214,6 @@ impl Tree {
         }
         if let Some(g) = self.pgid.and_then(|g| i32::try_from(g).ok()) {
             let _ = killpg(Pid::from_raw(g), signal);
-        }
-        for pid in self.members() {
-            if let Ok(p) = i32::try_from(pid) {
-                let _ = kill(Pid::from_raw(p), signal);
-            }
         }
     }
 
@@ -220,6 +225,18 @@ impl Tree {
     /// SIGTERM to everything, then SIGKILL after `grace` to whatever is
     /// still there (members are looked up again, so late forks are caught).
     pub async fn kill(&self, grace: Duration) {
+        // One walk first: when nothing is left (the common case after a
+        // SIGKILL or a clean exit) there is nothing to signal, and nothing
+        // alive could have forked since; a shutdown walked `/proc` four
+        // times before.
+        let members = self.members();
+        if !members.iter().any(|&p| alive(p)) {
+            // Still the group and the cgroup (no walk): a member that
+            // cleared its environment and was re-parented is in neither
+            // list.
+            self.signal_group(Signal::SIGKILL);
+            return;
+        }
         self.signal(Signal::SIGTERM);
         let deadline = tokio::time::Instant::now() + grace;
         while tokio::time::Instant::now() < deadline && self.any_alive() {
