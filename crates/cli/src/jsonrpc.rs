@@ -822,9 +822,10 @@ where
     let (tx, mut rx) = mpsc::channel::<String>(1024);
     let writer = tokio::spawn(async move {
         let mut output = output;
-        while let Some(line) = rx.recv().await {
+        while let Some(mut line) = rx.recv().await {
+            // One write per line: a client reading lines wakes once.
+            line.push('\n');
             if output.write_all(line.as_bytes()).await.is_err()
-                || output.write_all(b"\n").await.is_err()
                 || output.flush().await.is_err()
             {
                 // The client is gone; keep draining so senders never block.
