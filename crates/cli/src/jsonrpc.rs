@@ -825,9 +825,7 @@ where
         while let Some(mut line) = rx.recv().await {
             // One write per line: a client reading lines wakes once.
             line.push('\n');
-            if output.write_all(line.as_bytes()).await.is_err()
-                || output.flush().await.is_err()
-            {
+            if output.write_all(line.as_bytes()).await.is_err() || output.flush().await.is_err() {
                 // The client is gone; keep draining so senders never block.
                 while rx.recv().await.is_some() {}
                 return;
