@@ -343,6 +343,9 @@ pub struct CellOptions {
     pub fold: crate::fold::FoldOptions,
     /// Fires to interrupt the cell (caller interrupt).
     pub interrupt: CancellationToken,
+    /// A second token that interrupts the cell as `interrupt` does (a
+    /// request's own cancel), watched beside it: no task links the two.
+    pub cancel: Option<CancellationToken>,
 }
 
 impl std::fmt::Debug for CellOptions {
@@ -369,7 +372,19 @@ impl Default for CellOptions {
             live: None,
             fold: crate::fold::FoldOptions::off(),
             interrupt: CancellationToken::new(),
+            cancel: None,
         }
+    }
+}
+
+/// Until `interrupt` or `cancel` fires.
+async fn interrupted(interrupt: &CancellationToken, cancel: Option<&CancellationToken>) {
+    match cancel {
+        Some(c) => tokio::select! {
+            () = interrupt.cancelled() => {}
+            () = c.cancelled() => {}
+        },
+        None => interrupt.cancelled().await,
     }
 }
 
@@ -1645,7 +1660,7 @@ impl Kernel {
                         Phase::Killed { .. } => break,
                     }
                 },
-                () = opts.interrupt.cancelled(), if phase == Phase::Running => {
+                () = interrupted(&opts.interrupt, opts.cancel.as_ref()), if phase == Phase::Running => {
                     self.interrupt();
                     phase = Phase::Interrupting { by_caller: true };
                     timer = Instant::now() + opts.interrupt_grace / 2;

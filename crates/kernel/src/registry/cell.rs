@@ -103,9 +103,10 @@ impl Registry {
                 &plan.blank,
             );
         }
-        // From here a cancel interrupts this cell (not the session's others).
-        let (interrupt, _unlink) = cell_interrupt(req, &token);
-        let opts = inner.cell_options(req, &interrupt);
+        // From here a cancel interrupts this cell (not the session's
+        // others): the cell watches the request's token beside the
+        // session's.
+        let opts = inner.cell_options(req, &token);
         let watcher = inner.files_before(kernel).await;
         let mut outcome = kernel.execute(&plan.cell_id, &req.code, &opts).await;
         // The runner's figure list is the cell's to forge: only checked
@@ -443,6 +444,7 @@ impl Inner {
             live: req.live.clone(),
             fold: o.fold,
             interrupt: interrupt.clone(),
+            cancel: req.cancel.clone(),
         }
     }
 
@@ -645,25 +647,4 @@ fn runner_display(ending: &mut Ending) -> Vec<toolcell_protocol::Display> {
         }
         _ => Vec::new(),
     }
-}
-
-/// The token that interrupts the running cell: the session's, and with a
-/// request's own cancel token a child of it that the cancel also fires
-/// (the guard ends the link task with the cell).
-fn cell_interrupt(
-    req: &ExecuteRequest,
-    session: &CancellationToken,
-) -> (CancellationToken, Option<tokio_util::sync::DropGuard>) {
-    let Some(cancel) = &req.cancel else {
-        return (session.clone(), None);
-    };
-    let cell = session.child_token();
-    let (cancel, linked) = (cancel.clone(), cell.clone());
-    tokio::spawn(async move {
-        tokio::select! {
-            () = cancel.cancelled() => linked.cancel(),
-            () = linked.cancelled() => {}
-        }
-    });
-    (cell.clone(), Some(cell.drop_guard()))
 }

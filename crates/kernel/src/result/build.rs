@@ -369,6 +369,7 @@ mod tests {
             live: None,
             fold: crate::fold::FoldOptions::off(),
             interrupt: tokio_util::sync::CancellationToken::new(),
+            cancel: None,
         }
     }
 
