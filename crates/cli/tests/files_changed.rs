@@ -96,6 +96,27 @@ fn create_modify_delete_and_rename_are_reported() {
     assert!(status.contains("· 1 file created, 1 modified"), "{status}");
 }
 
+/// toolcell's cache directory (probes, compiled runners) is its own, like
+/// the spill directory: here it is under the working directory (`HOME`
+/// is the test's directory), and what is written there, while a kernel
+/// starts or by a cell, is never reported.
+#[test]
+fn toolcells_own_cache_directory_is_never_reported() {
+    let env = Env::fast();
+    let r = exec_json(
+        &env,
+        "import os\n\
+         os.makedirs('cache/toolcell', exist_ok=True)\n\
+         open('cache/toolcell/cell-wrote-this', 'w').write('x')\n\
+         open('mine.txt', 'w').write('y')",
+    );
+    assert!(
+        env.path().join("cache/toolcell/cell-wrote-this").is_file(),
+        "the cell did not write where the test expects the cache: {r:#}"
+    );
+    assert_eq!(paths(&r["files"], "created"), ["mine.txt"], "{r:#}");
+}
+
 #[test]
 fn a_cell_that_changes_nothing_has_no_files_field() {
     let env = Env::fast();

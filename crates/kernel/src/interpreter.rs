@@ -314,6 +314,13 @@ struct Cached {
     outcome: Result<Probe, Reason>,
 }
 
+/// toolcell's cache directory of this user (`$XDG_CACHE_HOME/toolcell`,
+/// else `~/.cache/toolcell`), where probes and compiled runners are kept;
+/// `None` when there is none or `TOOLCELL_PROBE_CACHE=off`.
+pub(crate) fn user_cache_dir() -> Option<std::path::PathBuf> {
+    disk::DiskCache::for_user().map(|c| c.dir().to_path_buf())
+}
+
 /// The per-host cache of probes (see the module docs). One process-wide
 /// instance is [`ProbeCache::global`]; tests make their own to count probes.
 #[derive(Debug)]

@@ -555,10 +555,11 @@ impl Inner {
     }
 
     /// What scans of working directories skip: toolcell's own spill
-    /// directory, kernels root and journal.
+    /// directory, kernels root, journal and cache directory (the probe
+    /// cache and compiled runners, written while a kernel starts).
     fn watch_settings(&self) -> watch::WatchSettings {
-        #[allow(unused_mut)]
         let mut skip = vec![self.opts.spill_dir.clone(), self.root.clone()];
+        skip.extend(crate::interpreter::user_cache_dir());
         #[cfg(feature = "journal")]
         if let Some(j) = &self.opts.journal {
             for suffix in ["", "-wal", "-shm", "-journal"] {

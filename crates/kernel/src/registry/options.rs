@@ -21,9 +21,13 @@ pub enum KernelMode {
 }
 
 /// The least [`RegistryOptions::watch_inotify_min_entries`] of a kernel
-/// that runs one cell: about 10 ms of rescanning, under what closing an
-/// inotify instance costs.
-pub const ONE_CELL_INOTIFY_MIN_ENTRIES: usize = 1_000;
+/// that runs one cell. Unwatched, its tree is scanned as it starts (beside
+/// the interpreter's start) and again before and after the cell (~10 µs
+/// an entry each): at 500 entries about 10 ms on the cell's path, under
+/// the 15–25 ms closing an inotify instance costs. (The scan before the
+/// cell stays: toolcell's own start, writing its caches, may touch the
+/// tree, and that is not the cell's doing.)
+pub const ONE_CELL_INOTIFY_MIN_ENTRIES: usize = 500;
 
 /// Resolved settings of a registry (what `[execution]`, `[kernels]`,
 /// `[output]`, `[env]`, `[tools]`, `[rpc]`, `[web]` and `[guard]` say).
