@@ -1069,17 +1069,8 @@ fn header_key_shaped(v: &str) -> bool {
 /// name run; the name starts at the run's first letter or `_`). `None` when
 /// no acceptable name starts there.
 fn assignment_name_start(b: &[u8], p: usize) -> Option<usize> {
-    let mut j = p;
-    while j > 0 && (b[j - 1] == b' ' || b[j - 1] == b'\t') {
-        j -= 1;
-    }
-    if j > 0 && b[j - 1] == b']' {
-        j -= 1;
-    }
-    if j > 0 && matches!(b[j - 1], b'"' | b'\'' | b'`') {
-        j -= 1;
-    }
-    let end = j;
+    let end = rules::name_end(b, p);
+    let mut j = end;
     let lo = end.saturating_sub(102);
     while j > lo && (b[j - 1].is_ascii_alphanumeric() || matches!(b[j - 1], b'_' | b'.' | b'-')) {
         j -= 1;

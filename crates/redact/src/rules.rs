@@ -371,12 +371,17 @@ static VALUE_STOP: [bool; 256] = {
     t
 };
 
-/// Which separator-anchored rules the separator at `p` enables:
-/// [`SEP_ENV`], [`SEP_AUTH`], [`SEP_APIHDR`] bits (0 = none).
-pub(crate) fn separator_rules(b: &[u8], p: usize) -> u8 {
-    // End of the name, backwards over blanks, `]` and a closing quote.
+/// A space or a tab.
+#[inline]
+fn blank(c: u8) -> bool {
+    c == b' ' || c == b'\t'
+}
+
+/// Where the name before the separator at `p` ends: back over blanks,
+/// `]` and a closing quote (`key = v`, `a["key"]: v`, `KEY=v`).
+#[inline]
+pub(crate) fn name_end(b: &[u8], p: usize) -> usize {
     // The first blank without a branch (code has `x = y` and `x=y` alike).
-    let blank = |c: u8| c == b' ' || c == b'\t';
     let mut j = p - usize::from(p > 0 && blank(b[p - 1]));
     while j > 0 && blank(b[j - 1]) {
         j -= 1;
@@ -387,7 +392,13 @@ pub(crate) fn separator_rules(b: &[u8], p: usize) -> u8 {
     if j > 0 && matches!(b[j - 1], b'"' | b'\'' | b'`') {
         j -= 1;
     }
-    let end = j;
+    j
+}
+
+/// Which separator-anchored rules the separator at `p` enables:
+/// [`SEP_ENV`], [`SEP_AUTH`], [`SEP_APIHDR`] bits (0 = none).
+pub(crate) fn separator_rules(b: &[u8], p: usize) -> u8 {
+    let end = name_end(b, p);
     if end == 0 {
         return 0;
     }
