@@ -166,6 +166,96 @@ pub(crate) fn open_regular(path: &Path) -> Result<(File, Metadata), OpenError> {
     Ok((file, meta))
 }
 
+/// File systems whose reads never wait on a network or another process:
+/// a path that resolves within one of them may be opened and read on a
+/// runtime thread. FUSE, NFS, SMB, 9p, autofs and everything else are not
+/// listed and keep the blocking pool.
+const LOCAL_FS: &[nix::sys::statfs::FsType] = {
+    use nix::sys::statfs::*;
+    &[
+        EXT4_SUPER_MAGIC, // also ext2 and ext3 (one magic number)
+        XFS_SUPER_MAGIC,
+        BTRFS_SUPER_MAGIC,
+        F2FS_SUPER_MAGIC,
+        TMPFS_MAGIC,
+        OVERLAYFS_SUPER_MAGIC,
+    ]
+};
+
+/// `/`, opened once, when it is on a local file system ([`LOCAL_FS`]).
+fn local_root() -> Option<&'static std::os::fd::OwnedFd> {
+    static ROOT: std::sync::OnceLock<Option<std::os::fd::OwnedFd>> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let fd = nix::fcntl::open(
+            "/",
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .ok()?;
+        let kind = nix::sys::statfs::fstatfs(&fd).ok()?.filesystem_type();
+        LOCAL_FS.contains(&kind).then_some(fd)
+    })
+    .as_ref()
+}
+
+/// `path` opened from the local root without leaving its mount, and without
+/// magic links (`/proc/<pid>/fd/N`).
+fn open_on_root_mount(
+    root: &std::os::fd::OwnedFd,
+    rel: &Path,
+    flags: OFlag,
+) -> Option<std::os::fd::OwnedFd> {
+    use nix::fcntl::{OpenHow, ResolveFlag, openat2};
+    // openat2 refuses any flag but O_CLOEXEC (and two others) beside O_PATH.
+    let extra = if flags.contains(OFlag::O_PATH) {
+        OFlag::O_CLOEXEC
+    } else {
+        OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK
+    };
+    let how = OpenHow::new()
+        .flags(flags | extra)
+        .resolve(ResolveFlag::RESOLVE_NO_XDEV | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    openat2(root, rel, how).ok()
+}
+
+/// [`open_regular`] without blocking on anything but a local disk, for the
+/// common case: `Some` only when absolute `path` resolves, without crossing
+/// a mount point, on the root file system, that file system is local
+/// ([`LOCAL_FS`]), and the file is a regular file. Callers may then read it
+/// on a runtime thread. `None` says nothing about the path: use
+/// [`open_regular`] on the blocking pool, which also makes every error
+/// message.
+///
+/// Why this is as safe as [`open_regular`]: `openat2`'s `RESOLVE_NO_XDEV`
+/// refuses to enter any other mount, so `/proc`, `/dev`, FUSE, NFS and
+/// automount points (not even triggered) are out of reach, through symlinks
+/// too, and `RESOLVE_NO_MAGICLINKS` refuses fd links on their own. The type
+/// is checked on an `O_PATH` handle first, so a device or FIFO is never
+/// opened (barring a swap between the two opens, which the `fstat` of the
+/// opened file then catches, as in [`open_regular`]).
+pub(crate) fn open_regular_local(path: &Path) -> Option<(File, Metadata)> {
+    #[cfg(target_os = "linux")]
+    {
+        let root = local_root()?;
+        let rel = path.strip_prefix("/").ok()?;
+        if rel.as_os_str().is_empty() {
+            return None;
+        }
+        let probe = File::from(open_on_root_mount(root, rel, OFlag::O_PATH)?);
+        if !probe.metadata().ok()?.is_file() {
+            return None;
+        }
+        let file = File::from(open_on_root_mount(root, rel, OFlag::O_RDONLY)?);
+        let meta = file.metadata().ok()?;
+        meta.is_file().then_some((file, meta))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        None
+    }
+}
+
 /// Checks that `path` may be (re)written: not an fd alias, and either
 /// missing or a regular file (a symlink to one counts). Directories and
 /// special files are refused before anything is created.
@@ -228,6 +318,81 @@ impl Drop for StopOnDrop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `dir` is on the root mount, read from `/proc/self/mountinfo`
+    /// (the longest mount point above its real path), and `/` is local: the
+    /// condition under which `open_regular_local` may say `Some`.
+    fn inline_expected(dir: &Path) -> bool {
+        let real = std::fs::canonicalize(dir).unwrap_or_else(|e| panic!("{e}"));
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mount = info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|m| real.starts_with(m))
+            .max_by_key(|m| m.len())
+            .unwrap_or("/");
+        let root_local =
+            nix::sys::statfs::statfs("/").is_ok_and(|f| LOCAL_FS.contains(&f.filesystem_type()));
+        mount == "/" && root_local
+    }
+
+    fn check_inline_in(dir: &Path) {
+        let expected = inline_expected(dir);
+        let file = dir.join("plain.txt");
+        std::fs::write(&file, "hello\n").unwrap_or_else(|e| panic!("{e}"));
+        let link = dir.join("link.txt");
+        std::os::unix::fs::symlink("plain.txt", &link).unwrap_or_else(|e| panic!("{e}"));
+        for p in [&file, &link] {
+            let got = open_regular_local(p);
+            assert_eq!(got.is_some(), expected, "{}", p.display());
+            if let Some((mut f, meta)) = got {
+                let mut text = String::new();
+                io::Read::read_to_string(&mut f, &mut text).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!((text.as_str(), meta.len()), ("hello\n", 6));
+            }
+        }
+    }
+
+    #[test]
+    fn a_regular_file_on_the_local_root_mount_opens_without_the_blocking_pool() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        check_inline_in(tmp.path());
+        // The build tree too, which is on the root file system on a typical
+        // machine even where the temp dir is a tmpfs mount of its own.
+        let here =
+            tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap_or_else(|e| panic!("{e}"));
+        check_inline_in(here.path());
+    }
+
+    #[test]
+    fn the_inline_open_leaves_everything_but_plain_local_files_to_the_slow_path() {
+        let tmp =
+            tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap_or_else(|e| panic!("{e}"));
+        let dir = tmp.path();
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap_or_else(|e| panic!("{e}"));
+        let to_fd = dir.join("to_fd");
+        std::os::unix::fs::symlink("/proc/self/fd/0", &to_fd).unwrap_or_else(|e| panic!("{e}"));
+        let to_dev = dir.join("to_dev");
+        std::os::unix::fs::symlink("/dev/null", &to_dev).unwrap_or_else(|e| panic!("{e}"));
+        let to_proc = dir.join("to_proc");
+        std::os::unix::fs::symlink("/proc/self/status", &to_proc).unwrap_or_else(|e| panic!("{e}"));
+        for p in [
+            fifo.as_path(),
+            to_fd.as_path(),
+            to_dev.as_path(),
+            to_proc.as_path(),
+            dir,
+            Path::new("/"),
+            Path::new("/proc/self/status"),
+            Path::new("/proc/self/fd/0"),
+            Path::new("/dev/stdin"),
+            Path::new("relative.txt"),
+            &dir.join("missing"),
+        ] {
+            assert!(open_regular_local(p).is_none(), "{}", p.display());
+        }
+    }
 
     #[test]
     fn fd_aliases_are_recognised_literally() {

@@ -6,7 +6,10 @@
 //! returned line keeps at most [`MAX_LINE_BYTES`] (the rest is counted and
 //! marked), and the content stops growing at [`MAX_CONTENT_BYTES`]. The scan
 //! runs on a blocking thread that stops when the cell is cancelled or its
-//! deadline passes.
+//! deadline passes; a file of at most [`INLINE_MAX_BYTES`] that
+//! `fsutil::open_regular_local` could open (the local root file system,
+//! no mount crossed) is read at once on the calling thread instead, which
+//! saves the two thread hand-offs of the blocking pool.
 
 use std::io::Read;
 use std::num::NonZeroUsize;
@@ -53,6 +56,9 @@ pub struct Output {
     pub truncated: bool,
 }
 
+/// Files up to this size on a local file system are read on the runtime
+/// thread that took the call (see [`fsutil::open_regular_local`]).
+const INLINE_MAX_BYTES: u64 = 256 * 1024;
 /// Bytes looked at to decide whether a file is binary.
 const SNIFF: usize = 8192;
 /// Bytes read from the file at a time.
@@ -94,8 +100,21 @@ impl Tool for ReadFile {
         // rpc server dropping it), the worker stops.
         let _guard = StopOnDrop(Arc::clone(&stop));
         let worker_stop = Arc::clone(&stop);
-        let work = tokio::task::spawn_blocking(move || {
-            read(&path, args.offset.get(), args.limit.get(), &worker_stop)
+        let (offset, limit) = (args.offset.get(), args.limit.get());
+        // A small file on the local root file system is read right here: a
+        // trip through the blocking pool costs two thread hand-offs, more
+        // than the read. Anything else (another mount, a network file
+        // system, a large file, any error) goes to the blocking pool.
+        let opened = fsutil::open_regular_local(&path);
+        let opened = match opened {
+            Some((file, meta)) if meta.len() <= INLINE_MAX_BYTES => {
+                return read_open(file, meta.len(), &path, offset, limit, &stop);
+            }
+            other => other,
+        };
+        let work = tokio::task::spawn_blocking(move || match opened {
+            Some((file, meta)) => read_open(file, meta.len(), &path, offset, limit, &worker_stop),
+            None => read(&path, offset, limit, &worker_stop),
         });
         tokio::select! {
             joined = work => joined
@@ -113,16 +132,33 @@ pub(crate) fn read(
     limit: usize,
     stop: &AtomicBool,
 ) -> Result<Output, ToolError> {
-    let (mut file, _) = fsutil::open_regular(path).map_err(|e| match e {
+    let (file, meta) = fsutil::open_regular(path).map_err(|e| match e {
         OpenError::Dir => ToolError::failed(format!(
             "{} is a directory; use search_files(pattern, target=\"files\", path=...) to list it",
             path.display()
         )),
         other => ToolError::failed(other.message("read_file", "read", path)),
     })?;
+    read_open(file, meta.len(), path, offset, limit, stop)
+}
+
+/// The lines `offset..offset+limit` of the opened regular file `path`,
+/// `len` bytes long when it was opened (it sizes the read buffer only).
+fn read_open(
+    mut file: std::fs::File,
+    len: u64,
+    path: &Path,
+    offset: usize,
+    limit: usize,
+    stop: &AtomicBool,
+) -> Result<Output, ToolError> {
     let io_err = |e: &std::io::Error| ToolError::io("read", path, e);
     let mut lines = Lines::new(offset, limit);
-    let mut buf = vec![0u8; CHUNK];
+    // A small file gets a small buffer (never under SNIFF, the bytes the
+    // binary check looks at); a file that grew meanwhile is read in more
+    // rounds.
+    let size = usize::try_from(len.saturating_add(1)).unwrap_or(CHUNK);
+    let mut buf = vec![0u8; size.clamp(SNIFF, CHUNK)];
     let mut first = true;
     loop {
         if stop.load(Ordering::Relaxed) {
