@@ -142,6 +142,9 @@ criterion_group!(benches, bench);
 /// B=$(ls -t target/release/deps/kernel-* | grep -v '\.d$' | head -1)
 /// for n in 200 3200; do TOOLCELL_BENCH_CELLS=$n perf stat -e task-clock,context-switches $B --bench; done
 /// ```
+///
+/// `TOOLCELL_BENCH_CODE` replaces `x += 1` (the tool-call figure in
+/// BENCHMARKS.md uses `for _ in range(100): read_file('f.txt')`).
 fn cells_only() -> bool {
     let Some(n) = std::env::var("TOOLCELL_BENCH_CELLS")
         .ok()
@@ -149,11 +152,17 @@ fn cells_only() -> bool {
     else {
         return false;
     };
+    // `TOOLCELL_BENCH_CODE`: another cell to repeat, e.g. one that makes
+    // 100 tool calls, for the CPU of a tool call.
+    let code = std::env::var("TOOLCELL_BENCH_CODE").unwrap_or_else(|_| "x += 1".into());
     let e = env();
-    run(&e, ExecuteRequest::new("x = 0"));
+    run(
+        &e,
+        ExecuteRequest::new("x = 0\nfrom toolcell_tools import read_file"),
+    );
     let t = Instant::now();
     for _ in 0..n {
-        run(&e, ExecuteRequest::new("x += 1"));
+        run(&e, ExecuteRequest::new(code.as_str()));
     }
     let per = t.elapsed() / u32::try_from(n.max(1)).unwrap_or(u32::MAX);
     eprintln!("{n} warm cells: {per:?} per cell (wall)");
