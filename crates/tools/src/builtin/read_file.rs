@@ -105,15 +105,22 @@ impl Tool for ReadFile {
         // trip through the blocking pool costs two thread hand-offs, more
         // than the read. Anything else (another mount, a network file
         // system, a large file, any error) goes to the blocking pool.
-        let opened = fsutil::open_regular_local(&path);
-        let opened = match opened {
-            Some((file, meta)) if meta.len() <= INLINE_MAX_BYTES => {
-                return read_open(file, meta.len(), &path, offset, limit, &stop);
+        let scan = match fsutil::open_regular_local(&path) {
+            Some((file, meta)) => {
+                let mut scan = Scan::new(file, meta.len(), &path, offset, limit);
+                if meta.len() <= INLINE_MAX_BYTES {
+                    // Bounded: a file that grows while it is read (a cell
+                    // appending to it) continues on the blocking pool.
+                    if let Some(out) = scan.run(&stop, Some(2 * INLINE_MAX_BYTES))? {
+                        return Ok(out);
+                    }
+                }
+                Some(scan)
             }
-            other => other,
+            None => None,
         };
-        let work = tokio::task::spawn_blocking(move || match opened {
-            Some((file, meta)) => read_open(file, meta.len(), &path, offset, limit, &worker_stop),
+        let work = tokio::task::spawn_blocking(move || match scan {
+            Some(scan) => scan.read_to_end(&worker_stop),
             None => read(&path, offset, limit, &worker_stop),
         });
         tokio::select! {
@@ -139,53 +146,79 @@ pub(crate) fn read(
         )),
         other => ToolError::failed(other.message("read_file", "read", path)),
     })?;
-    read_open(file, meta.len(), path, offset, limit, stop)
+    Scan::new(file, meta.len(), path, offset, limit).read_to_end(stop)
 }
 
-/// The lines `offset..offset+limit` of the opened regular file `path`,
-/// `len` bytes long when it was opened (it sizes the read buffer only).
-fn read_open(
-    mut file: std::fs::File,
-    len: u64,
-    path: &Path,
-    offset: usize,
-    limit: usize,
-    stop: &AtomicBool,
-) -> Result<Output, ToolError> {
-    let io_err = |e: &std::io::Error| ToolError::io("read", path, e);
-    let mut lines = Lines::new(offset, limit);
-    // A small file gets a small buffer (never under SNIFF, the bytes the
-    // binary check looks at); a file that grew meanwhile is read in more
-    // rounds.
-    let size = usize::try_from(len.saturating_add(1)).unwrap_or(CHUNK);
-    let mut buf = vec![0u8; size.clamp(SNIFF, CHUNK)];
-    let mut first = true;
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return Err(ToolError::failed(OUT_OF_TIME));
+/// A read of one opened regular file for the lines `offset..offset+limit`.
+/// It can stop after a number of bytes and go on later (on another thread).
+struct Scan {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    lines: Lines,
+    buf: Vec<u8>,
+    first: bool,
+}
+
+impl Scan {
+    /// `len` is the file's size when it was opened; it sizes the buffer only.
+    fn new(file: std::fs::File, len: u64, path: &Path, offset: usize, limit: usize) -> Self {
+        // A small file gets a small buffer (never under SNIFF, the bytes the
+        // binary check looks at); a file that grew meanwhile is read in more
+        // rounds.
+        let size = usize::try_from(len.saturating_add(1)).unwrap_or(CHUNK);
+        Self {
+            file,
+            path: path.to_path_buf(),
+            lines: Lines::new(offset, limit),
+            buf: vec![0u8; size.clamp(SNIFF, CHUNK)],
+            first: true,
         }
-        let n = match file.read(&mut buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io_err(&e)),
-        };
-        if n == 0 {
-            break;
-        }
-        let chunk = buf.get(..n).unwrap_or_default();
-        if first {
-            first = false;
-            if chunk[..chunk.len().min(SNIFF)].contains(&0) {
-                return Err(ToolError::failed(format!(
-                    "{} looks binary (it contains NUL bytes); read_file returns text only. \
-                     Open it from Python (open(path, 'rb')) to inspect bytes.",
-                    path.display()
-                )));
+    }
+
+    /// Reads to the end of the file.
+    fn read_to_end(mut self, stop: &AtomicBool) -> Result<Output, ToolError> {
+        loop {
+            if let Some(out) = self.run(stop, None)? {
+                return Ok(out);
             }
         }
-        lines.feed(chunk);
     }
-    Ok(lines.finish())
+
+    /// Reads to the end of the file (`Some`), or until at least `budget`
+    /// bytes were read (`None`: call again to go on).
+    fn run(&mut self, stop: &AtomicBool, budget: Option<u64>) -> Result<Option<Output>, ToolError> {
+        let mut left = budget;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Err(ToolError::failed(OUT_OF_TIME));
+            }
+            if left == Some(0) {
+                return Ok(None);
+            }
+            let n = match self.file.read(&mut self.buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(ToolError::io("read", &self.path, &e)),
+            };
+            if n == 0 {
+                let lines = std::mem::replace(&mut self.lines, Lines::new(1, 1));
+                return Ok(Some(lines.finish()));
+            }
+            left = left.map(|b| b.saturating_sub(n as u64));
+            let chunk = self.buf.get(..n).unwrap_or_default();
+            if self.first {
+                self.first = false;
+                if chunk[..chunk.len().min(SNIFF)].contains(&0) {
+                    return Err(ToolError::failed(format!(
+                        "{} looks binary (it contains NUL bytes); read_file returns text only. \
+                         Open it from Python (open(path, 'rb')) to inspect bytes.",
+                        self.path.display()
+                    )));
+                }
+            }
+            self.lines.feed(chunk);
+        }
+    }
 }
 
 /// Line accounting over a stream of chunks.
@@ -320,6 +353,34 @@ mod tests {
             l.feed(c);
         }
         l.finish()
+    }
+
+    #[test]
+    fn a_read_stopped_by_its_byte_budget_goes_on_where_it_stopped() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = tmp.path().join("lines.txt");
+        let text: String = (0..40_000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&path, &text).unwrap_or_else(|e| panic!("{e}"));
+        let stop = AtomicBool::new(false);
+        let open = || std::fs::File::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let len = text.len() as u64;
+        let mut scan = Scan::new(open(), len, &path, 39_990, 5);
+        // The first round stops after its budget with the file unfinished.
+        let first = scan.run(&stop, Some(64 * 1024));
+        assert!(matches!(first, Ok(None)), "{first:?}");
+        let out = scan.read_to_end(&stop).unwrap_or_else(|e| panic!("{e}"));
+        let whole = Scan::new(open(), len, &path, 39_990, 5)
+            .read_to_end(&stop)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            out.content,
+            "line 39989\nline 39990\nline 39991\nline 39992\nline 39993\n"
+        );
+        assert_eq!((out.total_lines, out.truncated), (40_000, true));
+        assert_eq!(
+            (out.content, out.total_lines, out.truncated),
+            (whole.content, whole.total_lines, whole.truncated)
+        );
     }
 
     #[test]
