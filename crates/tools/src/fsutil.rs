@@ -178,6 +178,8 @@ const LOCAL_FS: &[nix::sys::statfs::FsType] = {
         BTRFS_SUPER_MAGIC,
         F2FS_SUPER_MAGIC,
         TMPFS_MAGIC,
+        // A container's root. Its layers are local in every container
+        // runtime; an overlay over NFS would wrongly count as local.
         OVERLAYFS_SUPER_MAGIC,
     ]
 };
