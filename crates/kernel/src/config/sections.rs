@@ -63,7 +63,7 @@ section! {
     pub struct Limits {
         /// Address space of each kernel process (`RLIMIT_AS`), in bytes or a size such as `"512MiB"` or `"2GiB"`.
         memory: u64 = 0, Size::LIMIT;
-        /// CPU seconds one cell may use (`RLIMIT_CPU`, re-armed before each cell).
+        /// CPU seconds one cell may use (`RLIMIT_CPU`, re-armed before each cell). Linux counts it on its tick-sampled CPU clock, so on a busy machine a cell may be stopped a little before or after exactly this much.
         cpu_seconds: u64 = 0, Limit { what: "a whole number of CPU seconds per cell" };
         /// Open file descriptors per process (`RLIMIT_NOFILE`).
         open_files: u64 = 0, Limit { what: "a whole number of open files" };
