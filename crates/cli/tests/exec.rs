@@ -370,18 +370,20 @@ fn python_flag_picks_the_interpreter() {
 #[test]
 fn long_output_is_cut_and_spilled_to_the_user_cache_dir() {
     let env = Env::fast();
-    let out = env.run(&["exec", "--json", "print('x' * 100000)"]);
+    // 2000 distinct lines of 50 letters (nothing to fold): 102 000 bytes.
+    const LINES: &str = "import random\nrandom.seed(7)\nprint('\\n'.join(''.join(random.choice('ghijklmnop') for _ in range(50)) for _ in range(2000)))";
+    let out = env.run(&["exec", "--json", LINES]);
     out.expect_code(0);
     let r = out.json();
     assert_eq!(r["stdout_truncated"], true);
-    assert_eq!(r["stdout_bytes_total"], 100_001);
+    assert_eq!(r["stdout_bytes_total"], 102_000);
     assert_eq!(r["stdout_bytes_captured"], 50_000);
-    assert_eq!(r["stdout_bytes_omitted"], 50_001);
+    assert_eq!(r["stdout_bytes_omitted"], 52_000);
     assert!(
         r["output"]
             .as_str()
             .unwrap()
-            .contains("[OUTPUT TRUNCATED - 50001 bytes omitted out of 100001 total]")
+            .contains("[OUTPUT TRUNCATED - 52000 bytes omitted out of 102000 total]")
     );
     let spill = std::path::PathBuf::from(r["stdout_spill_path"].as_str().unwrap());
     assert!(
@@ -392,16 +394,16 @@ fn long_output_is_cut_and_spilled_to_the_user_cache_dir() {
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(&spill).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    assert_eq!(meta.len(), 100_001);
+    assert_eq!(meta.len(), 102_000);
     assert!(r["warning"].as_str().unwrap().contains("read_file"), "{r}");
 
     // Human mode: printed in full; the status line says the cut is the
     // agent's (see a_long_output_is_printed_in_full_…).
-    let out = env.run(&["exec", "print('y' * 100000)"]);
+    let out = env.run(&["exec", LINES]);
     out.expect_code(0);
-    assert_eq!(out.stdout.len(), 100_001);
+    assert_eq!(out.stdout.len(), 102_000);
     assert!(
-        status_line(&out.stderr).contains("omits 50001 of its 100001 bytes"),
+        status_line(&out.stderr).contains("omits 52000 of its 102000 bytes"),
         "{}",
         out.stderr
     );

@@ -1,7 +1,9 @@
 //! Folding repetition out of cell output, through the real binary: runs of
 //! same-shape lines and over-long lines come back short, the result says
-//! what was left out, the spill file holds the whole text, and output
-//! without repetition is exactly what it was.
+//! what was left out (`*_truncated`, true byte counts, a warning naming the
+//! spill file), the spill file holds the whole text, and output without
+//! repetition is exactly what it was. `[output] fold = "auto"` (the
+//! default) folds only a stream over its cap; `true` always; `false` never.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -13,7 +15,8 @@ fn exec(env: &Env, code: &str) -> Value {
     env.run(&["exec", "--json", code]).json()
 }
 
-/// An environment with folding on (it is off by default).
+/// An environment that folds every stream (`fold = true`; the default,
+/// `"auto"`, folds only streams over their cap).
 fn folding() -> Env {
     Env::with_config("[output]\nfold = true\n")
 }
@@ -69,15 +72,190 @@ fn output_without_repetition_is_unchanged_and_fold_false_turns_it_off() {
     let env = folding();
     let code = "import json\nprint(json.dumps({'a': 1, 'b': [1, 2, 3]}, indent=2))\nfor w in ['alpha', 'beta', 'gamma']:\n    print(w.upper(), len(w))\nprint('done')";
     let on = exec(&env, code);
-    // The default: off.
-    let off_env = Env::new();
+    let off_env = Env::with_config("[output]\nfold = false\n");
     let off = exec(&off_env, code);
     assert_eq!(on["output"], off["output"]);
     assert!(on.get("stdout_lines_folded").is_none(), "{on}");
+    assert_eq!(on["stdout_truncated"], false, "{on}");
     let rows = "for i in range(50):\n    print('row', i)";
     let r = exec(&off_env, rows);
     assert_eq!(r["output"].as_str().unwrap().lines().count(), 50, "{r}");
     assert!(r.get("stdout_lines_folded").is_none(), "{r}");
+    // `fold = true` folds them even though they fit the cap, and says so.
+    let r = exec(&env, rows);
+    assert_eq!(r["stdout_lines_folded"], 44, "{r}");
+    assert_eq!(r["stdout_truncated"], true, "{r}");
+}
+
+/// The default (`"auto"`): what fits the cap comes back byte for byte,
+/// repetition included.
+#[test]
+fn by_default_a_stream_that_fits_its_cap_is_returned_byte_for_byte() {
+    let env = Env::new();
+    let code = "for i in range(200):\n    print('row', i)\nprint('<' + 'x' * 9998 + '>')";
+    let r = exec(&env, code);
+    let out = r["output"].as_str().unwrap();
+    let want: String = (0..200).map(|i| format!("row {i}\n")).collect::<String>()
+        + "<"
+        + &"x".repeat(9998)
+        + ">\n";
+    assert_eq!(out, want);
+    assert_eq!(r["stdout_truncated"], false, "{r}");
+    assert_eq!(r["stdout_bytes_total"], want.len() as u64);
+    assert_eq!(r["stdout_bytes_captured"], want.len() as u64);
+    assert_eq!(r["stdout_bytes_omitted"], 0);
+    assert!(
+        r.get("warning").is_none() && r.get("stdout_spill_path").is_none(),
+        "{r}"
+    );
+}
+
+/// The default (`"auto"`), a stream over its cap: folded first, and only
+/// then cut if still over; the counts are true and add up.
+#[test]
+fn by_default_a_stream_over_its_cap_is_folded_before_any_cut() {
+    let env = Env::new();
+    // 400 log lines (~30 KB) with one error, and one 60 KB line: ~90 KB in
+    // all, over the 50 000-byte cap; folded it fits, so nothing is cut.
+    let code = r#"
+for i in range(400):
+    print(f"2026-12-01T18:00:{i % 60:02d}Z INFO worker-{i % 4} processed batch {i} of 400")
+    if i == 250:
+        print("2026-12-01T18:04:10Z ERROR worker-2 lost its connection to db-7f3a9c21")
+print('[' + 'y' * 60000 + ']')
+print('done')
+"#;
+    let r = exec(&env, code);
+    let out = r["output"].as_str().unwrap();
+    assert!(out.len() < 5_000, "{} bytes: {out}", out.len());
+    assert!(!out.contains("OUTPUT TRUNCATED"), "{out}");
+    assert!(out.contains("ERROR worker-2 lost its connection"), "{out}");
+    assert!(out.ends_with("]\ndone\n"), "{out}");
+    assert_eq!(r["stdout_truncated"], true, "{r}");
+    assert_eq!(r["stdout_lines_cut"], 1, "{r}");
+    assert!(r["stdout_lines_folded"].as_u64().unwrap() > 380, "{r}");
+    let spill = std::fs::read_to_string(r["stdout_spill_path"].as_str().unwrap()).unwrap();
+    let total = r["stdout_bytes_total"].as_u64().unwrap();
+    assert_eq!(
+        total,
+        spill.len() as u64,
+        "the total is what the cell wrote"
+    );
+    assert_eq!(spill.lines().count(), 403);
+    let captured = r["stdout_bytes_captured"].as_u64().unwrap();
+    assert_eq!(
+        r["stdout_bytes_omitted"].as_u64().unwrap(),
+        total - captured
+    );
+    assert!(
+        captured < out.len() as u64,
+        "markers are not counted as captured: {r}"
+    );
+    let w = r["warning"].as_str().unwrap();
+    assert!(w.starts_with("stdout was truncated: "), "{w}");
+    assert!(
+        w.contains("similar lines were folded") && w.contains("1 long line was cut"),
+        "{w}"
+    );
+    assert!(w.contains(r["stdout_spill_path"].as_str().unwrap()), "{w}");
+
+    // Without repetition, over the cap: head and tail, as with fold = false.
+    let r = exec(
+        &env,
+        "import random\nrandom.seed(1)\nfor i in range(3000):\n    print(''.join(random.choice('abcdefgh ') for _ in range(random.randint(5, 60))))",
+    );
+    assert_eq!(r["stdout_truncated"], true, "{r}");
+    assert!(
+        r["output"].as_str().unwrap().contains("OUTPUT TRUNCATED"),
+        "{r}"
+    );
+    assert_eq!(
+        r["stdout_bytes_captured"].as_u64().unwrap() + r["stdout_bytes_omitted"].as_u64().unwrap(),
+        r["stdout_bytes_total"].as_u64().unwrap()
+    );
+}
+
+/// A 100 000-character line: over the cap, so folded to its head and tail;
+/// the result says output was left out and where all of it is.
+#[test]
+fn a_huge_single_line_says_what_was_left_out_and_where_it_is() {
+    for config in ["", "[output]\nfold = true\n", "[output]\nfold = false\n"] {
+        let env = Env::with_config(config);
+        let r = exec(&env, "print('x' * 100000)");
+        assert_eq!(r["stdout_truncated"], true, "{config}: {r}");
+        assert_eq!(r["stdout_bytes_total"], 100_001, "{config}: {r}");
+        let captured = r["stdout_bytes_captured"].as_u64().unwrap();
+        assert_eq!(
+            r["stdout_bytes_omitted"].as_u64().unwrap(),
+            100_001 - captured
+        );
+        let path = r["stdout_spill_path"].as_str().unwrap();
+        assert_eq!(std::fs::read(path).unwrap().len(), 100_001, "{config}");
+        let w = r["warning"].as_str().unwrap();
+        assert!(
+            w.contains("bytes omitted") && w.contains(path),
+            "{config}: {w}"
+        );
+        if config.contains("false") {
+            assert!(r.get("stdout_lines_cut").is_none(), "{r}");
+            assert_eq!(captured, 50_000, "{r}");
+        } else {
+            assert_eq!(r["stdout_lines_cut"], 1, "{config}: {r}");
+            // The line's head and tail: 2000 characters and the newline.
+            assert_eq!(captured, 2001, "{config}: {r}");
+        }
+    }
+}
+
+/// `fold = true` with a 5 001-byte stream (one line of 5 000): the counts
+/// are the stream's, not the folded text's.
+#[test]
+fn counts_are_true_when_a_fitting_stream_is_folded() {
+    let env = Env::with_config("[output]\nfold = true\n");
+    let r = exec(&env, "print('x' * 5000)");
+    assert_eq!(r["stdout_bytes_total"], 5001, "{r}");
+    assert_eq!(r["stdout_bytes_captured"], 2001, "{r}");
+    assert_eq!(r["stdout_bytes_omitted"], 3000, "{r}");
+    assert_eq!(r["stdout_truncated"], true, "{r}");
+    assert!(
+        r["warning"]
+            .as_str()
+            .unwrap()
+            .contains("3000 of 5001 bytes omitted"),
+        "{r}"
+    );
+}
+
+/// 200 MB on stdout and a large stderr: bounded, counted, and said.
+#[test]
+fn two_hundred_megabytes_are_counted_and_the_warning_says_where_they_are() {
+    let env = Env::new();
+    let r = exec(
+        &env,
+        "import sys\nchunk = 'z' * 1_000_000\nfor _ in range(200):\n    sys.stdout.write(chunk)\nprint()\n_ = sys.stderr.write('e' * 30000 + '\\n')",
+    );
+    assert_eq!(r["status"], "success", "{r}");
+    assert_eq!(r["stdout_bytes_total"], 200_000_001u64, "{r}");
+    assert_eq!(r["stdout_truncated"], true, "{r}");
+    assert!(r["output"].as_str().unwrap().len() < 60_000, "{r}");
+    let path = r["stdout_spill_path"].as_str().unwrap();
+    // The spill file is capped (5 MB by default) and the warning says so.
+    assert!(std::fs::metadata(path).unwrap().len() <= 5_000_000);
+    let w = r["warning"].as_str().unwrap();
+    assert!(
+        w.contains("stdout was truncated") && w.contains(path),
+        "{w}"
+    );
+    assert!(w.contains("capped"), "{w}");
+    // stderr's counts, beside stdout's.
+    assert_eq!(r["stderr_bytes_total"], 30_001, "{r}");
+    assert_eq!(r["stderr_truncated"], true, "{r}");
+    assert_eq!(
+        r["stderr_bytes_omitted"].as_u64().unwrap(),
+        30_001 - r["stderr_bytes_captured"].as_u64().unwrap()
+    );
+    assert!(w.contains("stderr was truncated"), "{w}");
+    assert!(r["stderr_spill_path"].as_str().is_some(), "{r}");
 }
 
 #[test]

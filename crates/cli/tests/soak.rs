@@ -369,7 +369,7 @@ fn check_result_shape(r: &Value) -> Result<(), String> {
             && f["truncated"].is_boolean()
     })?;
     // `files` is SPEC §16; the folding counts appear only with `[output] fold`.
-    const KNOWN: [&str; 22] = [
+    const KNOWN: [&str; 27] = [
         "status",
         "output",
         "exit_code",
@@ -392,6 +392,11 @@ fn check_result_shape(r: &Value) -> Result<(), String> {
         "stdout_lines_cut",
         "stderr_lines_folded",
         "stderr_lines_cut",
+        "stderr_truncated",
+        "stderr_bytes_captured",
+        "stderr_bytes_total",
+        "stderr_bytes_omitted",
+        "stderr_spill_path",
     ];
     if let Some(k) = o.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(format!("field `{k}` is not in SPEC §6"));

@@ -14,8 +14,11 @@ use toolcell_redact::HeadTail;
 pub struct Captured {
     /// The text to return: everything, or head + truncation notice + tail.
     pub text: String,
-    /// True when the middle was cut.
+    /// True when any byte of the stream was left out: folded, a long line
+    /// cut, or the middle cut.
     pub truncated: bool,
+    /// True when the middle was cut (head and tail kept).
+    pub cut: bool,
     /// Bytes of stream text included in `text` (notice excluded).
     pub bytes_captured: u64,
     /// Bytes the stream had in all.
@@ -51,8 +54,12 @@ pub struct SpillTarget {
 #[derive(Debug)]
 pub struct Capture {
     kept: HeadTail,
-    /// Folds repetition before the cut; `None` when folding is off.
+    /// Folds repetition before the cut; `None` when folding is off (or,
+    /// with `"auto"`, until the stream passes its cap).
     folder: Option<crate::fold::Folder>,
+    /// With `"auto"`: the settings a folder starts with once the stream
+    /// passes its cap.
+    fold_later: Option<crate::fold::FoldOptions>,
     /// Bytes of the stream so far, before folding.
     raw_total: u64,
     cap: usize,
@@ -177,10 +184,13 @@ impl Capture {
         spill: Option<SpillTarget>,
         fold: crate::fold::FoldOptions,
     ) -> Self {
-        let folds = fold.fold || fold.max_line_chars > 0;
+        use crate::fold::FoldWhen;
+        let active = fold.active();
         Self {
             kept: HeadTail::new(cap),
-            folder: folds.then(|| crate::fold::Folder::new(fold)),
+            folder: (active && fold.when == FoldWhen::Always)
+                .then(|| crate::fold::Folder::new(fold)),
+            fold_later: (active && fold.when == FoldWhen::OverCap).then_some(fold),
             raw_total: 0,
             cap,
             folded: String::new(),
@@ -198,6 +208,28 @@ impl Capture {
     /// Adds cleaned text.
     pub fn push(&mut self, text: &str) {
         if text.is_empty() {
+            return;
+        }
+        if let Some(opts) = self.fold_later
+            && self.raw_total + text.len() as u64 > self.cap as u64
+        {
+            // `"auto"`, and the stream no longer fits: fold it from its
+            // start. Nothing was left out yet, so `kept` holds all of it.
+            self.fold_later = None;
+            let mut so_far = String::with_capacity(self.raw_total as usize + text.len());
+            so_far.push_str(self.kept.head());
+            let (a, b) = self.kept.tail();
+            let mut tail = Vec::with_capacity(a.len() + b.len());
+            tail.extend_from_slice(a);
+            tail.extend_from_slice(b);
+            // The head ends on a character boundary and nothing was
+            // dropped, so the tail is whole characters.
+            so_far.push_str(&String::from_utf8_lossy(&tail));
+            so_far.push_str(text);
+            self.kept = HeadTail::new(self.cap);
+            self.raw_total = 0;
+            self.folder = Some(crate::fold::Folder::new(opts));
+            self.push(&so_far);
             return;
         }
         if self.folder.is_none() {
@@ -321,9 +353,11 @@ impl Capture {
         // Totals count the stream as it came; what folding left out is
         // omitted like what the cut left out.
         let omitted = (kept.omitted + stats.bytes_omitted).min(self.raw_total);
+        let left_out = kept.truncated || stats.lines_folded > 0 || stats.lines_cut > 0;
         Captured {
             text: kept.text,
-            truncated: kept.truncated,
+            truncated: left_out,
+            cut: kept.truncated,
             bytes_captured: self.raw_total - omitted,
             bytes_total: self.raw_total,
             bytes_omitted: omitted,

@@ -20,11 +20,26 @@
 
 use std::collections::VecDeque;
 
+/// When a capture folds (`[output] fold`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FoldWhen {
+    /// Never (`false`): over its cap a stream is only cut to head and tail.
+    Never,
+    /// Only a stream over its cap (`"auto"`, the default): one that fits
+    /// comes back byte for byte; one that does not is folded first and cut
+    /// to head and tail only if it is still over.
+    OverCap,
+    /// Always (`true`), whether or not the stream fits its cap.
+    Always,
+}
+
 /// Folding settings (`[output] fold`, `fold_min_run`, `fold_keep`,
 /// `max_line_chars`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FoldOptions {
-    /// Fold runs of same-shape lines at all.
+    /// When the capture folds at all.
+    pub when: FoldWhen,
+    /// Fold runs of same-shape lines (else only long lines are cut).
     pub fold: bool,
     /// Shortest run that is folded.
     pub min_run: usize,
@@ -37,6 +52,7 @@ pub struct FoldOptions {
 impl Default for FoldOptions {
     fn default() -> Self {
         Self {
+            when: FoldWhen::Always,
             fold: true,
             min_run: 8,
             keep: 3,
@@ -46,14 +62,30 @@ impl Default for FoldOptions {
 }
 
 impl FoldOptions {
+    /// The default of `[output] fold = "auto"`: a stream that fits its cap
+    /// is left alone, one over it is folded before the head/tail cut.
+    pub fn auto() -> Self {
+        Self {
+            when: FoldWhen::OverCap,
+            ..Self::default()
+        }
+    }
+
     /// Settings that change nothing.
     pub fn off() -> Self {
         Self {
+            when: FoldWhen::Never,
             fold: false,
             min_run: usize::MAX,
             keep: 0,
             max_line_chars: 0,
         }
+    }
+
+    /// Whether a capture with these settings may leave anything out
+    /// before its head/tail cut.
+    pub fn active(&self) -> bool {
+        self.when != FoldWhen::Never && (self.folds() || self.max_line_chars > 0)
     }
 
     fn folds(&self) -> bool {
@@ -85,6 +117,8 @@ pub struct Folder {
     partial: String,
     /// Characters of the current line so far.
     partial_chars: usize,
+    /// Bytes of the current line so far (cut or not).
+    partial_bytes: u64,
     /// Head of an over-long current line (when cutting).
     long_head: Option<String>,
     /// Tail window of an over-long current line.
@@ -120,6 +154,7 @@ impl Folder {
             opts,
             partial: String::new(),
             partial_chars: 0,
+            partial_bytes: 0,
             long_head: None,
             long_tail: VecDeque::new(),
             run_last: String::new(),
@@ -251,12 +286,15 @@ impl Folder {
     }
 
     fn add_to_line(&mut self, body: &str) {
+        self.partial_bytes += body.len() as u64;
         let max = self.opts.max_line_chars;
         if max == 0 {
             self.partial.push_str(body);
             self.partial_chars += body.chars().count();
             return;
         }
+        let tail_chars = max - max / 2;
+        let mut rest = body;
         if self.long_head.is_none() {
             // The common case: the line stays under the cap; no per-char work.
             let n = body.chars().count();
@@ -265,36 +303,45 @@ impl Folder {
                 self.partial_chars += n;
                 return;
             }
+            // The line passes the cap in this piece: keep its head, and the
+            // rest of what it has so far starts the tail window.
+            let take = max - self.partial_chars;
+            let split = body.char_indices().nth(take).map_or(body.len(), |(i, _)| i);
+            self.partial.push_str(&body[..split]);
+            self.partial_chars += take;
+            rest = &body[split..];
+            let head_chars = max / 2;
+            let cut_at = self
+                .partial
+                .char_indices()
+                .nth(head_chars)
+                .map_or(self.partial.len(), |(i, _)| i);
+            let head = self.partial[..cut_at].to_string();
+            self.long_tail.clear();
+            self.long_tail.extend(self.partial[cut_at..].chars());
+            self.long_head = Some(head);
+            self.partial.clear();
         }
-        for c in body.chars() {
-            self.partial_chars += 1;
-            if self.long_head.is_none() {
-                self.partial.push(c);
-                if self.partial_chars > max {
-                    // Cut from here on: keep the head, then a tail window.
-                    let head_chars = max / 2;
-                    let mut head = String::new();
-                    let mut rest: VecDeque<char> = VecDeque::new();
-                    for (i, ch) in self.partial.chars().enumerate() {
-                        if i < head_chars {
-                            head.push(ch);
-                        } else {
-                            rest.push_back(ch);
-                        }
-                    }
-                    let tail_chars = max - head_chars;
-                    while rest.len() > tail_chars {
-                        rest.pop_front();
-                    }
-                    self.long_head = Some(head);
-                    self.long_tail = rest;
-                    self.partial.clear();
-                }
+        // Only the last `tail_chars` characters of `rest` can stay in the
+        // window: skip the others without touching them one by one.
+        let n = rest.chars().count();
+        self.partial_chars += n;
+        if n >= tail_chars {
+            // From the end: only `tail_chars` steps, however long `rest` is.
+            let from = if tail_chars == 0 {
+                rest.len()
             } else {
-                self.long_tail.push_back(c);
-                if self.long_tail.len() > max - max / 2 {
-                    self.long_tail.pop_front();
-                }
+                rest.char_indices()
+                    .rev()
+                    .nth(tail_chars - 1)
+                    .map_or(0, |(i, _)| i)
+            };
+            self.long_tail.clear();
+            self.long_tail.extend(rest[from..].chars());
+        } else {
+            self.long_tail.extend(rest.chars());
+            while self.long_tail.len() > tail_chars {
+                self.long_tail.pop_front();
             }
         }
     }
@@ -302,6 +349,7 @@ impl Folder {
     /// The finished current line, with its `\n`, cut if it was too long.
     fn take_line(&mut self) -> String {
         let chars = std::mem::take(&mut self.partial_chars);
+        let bytes = std::mem::take(&mut self.partial_bytes);
         match self.long_head.take() {
             None => {
                 let mut line = std::mem::take(&mut self.partial);
@@ -313,9 +361,8 @@ impl Folder {
                 let kept = head.chars().count() + tail.chars().count();
                 let cut = chars - kept;
                 self.stats.lines_cut += 1;
-                // Bytes cut: the line's bytes were not all kept; count chars
-                // as an approximation of bytes for non-ASCII text.
-                self.stats.bytes_omitted += cut as u64;
+                // Exact: the line's bytes less the head's and the tail's.
+                self.stats.bytes_omitted += bytes.saturating_sub((head.len() + tail.len()) as u64);
                 format!("{head} … [{cut} characters cut from this line of {chars}] … {tail}\n")
             }
         }

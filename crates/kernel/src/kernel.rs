@@ -370,7 +370,7 @@ impl Default for CellOptions {
             max_stderr_bytes: 10_000,
             spill: None,
             live: None,
-            fold: crate::fold::FoldOptions::off(),
+            fold: crate::fold::FoldOptions::auto(),
             interrupt: CancellationToken::new(),
             cancel: None,
         }

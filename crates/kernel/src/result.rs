@@ -169,6 +169,9 @@ pub struct ExecuteResult {
     /// Stderr lines whose middle was cut.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub stderr_lines_cut: u64,
+    /// Stderr's counts, when the cell wrote to stderr.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<StderrCounts>,
     /// True when the cell tried to read input.
     #[serde(default, skip_serializing_if = "is_false")]
     pub stdin_requested: bool,
@@ -182,6 +185,38 @@ pub struct ExecuteResult {
     /// deleted under the kernel's working directory; absent when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files: Option<FilesChanged>,
+}
+
+/// The stderr counterparts of the `stdout_*` counts, present when the cell
+/// wrote to stderr (the traceback is not counted: it is not written by the
+/// cell).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StderrCounts {
+    /// Any byte of stderr was left out (folded, a long line cut, the middle cut).
+    pub stderr_truncated: bool,
+    /// Stderr bytes in `output`.
+    pub stderr_bytes_captured: u64,
+    /// Stderr bytes the cell wrote in all.
+    pub stderr_bytes_total: u64,
+    /// `stderr_bytes_total - stderr_bytes_captured`.
+    pub stderr_bytes_omitted: u64,
+    /// The file with the whole stderr, when anything was left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_spill_path: Option<String>,
+}
+
+impl StderrCounts {
+    /// The counts of a stream that wrote `total` bytes; `None` when it
+    /// wrote none.
+    pub fn of(truncated: bool, captured: u64, total: u64, spill: Option<String>) -> Option<Self> {
+        (total > 0).then(|| Self {
+            stderr_truncated: truncated,
+            stderr_bytes_captured: captured,
+            stderr_bytes_total: total,
+            stderr_bytes_omitted: total.saturating_sub(captured),
+            stderr_spill_path: spill,
+        })
+    }
 }
 
 impl ExecuteResult {
@@ -206,6 +241,7 @@ impl ExecuteResult {
             stdout_lines_cut: 0,
             stderr_lines_folded: 0,
             stderr_lines_cut: 0,
+            stderr: None,
             stdin_requested: false,
             usage: None,
             display: Vec::new(),

@@ -399,6 +399,9 @@ pub struct ExecuteCodeOptions {
     pub confined: bool,
     /// The kernel's language: `python` (or empty), `r`, `javascript`.
     pub language: String,
+    /// Output over its cap is folded (runs of similar lines, long lines)
+    /// before the head/tail cut (`[output] fold`, not `false`).
+    pub folds: bool,
 }
 
 impl Default for ExecuteCodeOptions {
@@ -414,6 +417,7 @@ impl Default for ExecuteCodeOptions {
             resource_limits: Vec::new(),
             confined: false,
             language: String::new(),
+            folds: true,
         }
     }
 }
@@ -478,6 +482,16 @@ fn seconds(s: f64) -> String {
     }
 }
 
+/// How output over its cap is shortened, for the description.
+fn shortened(folds: bool) -> &'static str {
+    if folds {
+        "shortened (runs of similar lines and over-long lines folded, then head and tail kept if \
+         still over)"
+    } else {
+        "cut (head and tail kept)"
+    }
+}
+
 /// The `execute_code` description: what it does, the enabled tools with
 /// their signatures and result shapes, the configured limits, the cwd rule
 /// of the mode, that state persists, and what a timeout does to it.
@@ -533,12 +547,13 @@ pub fn execute_code_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOp
     let _ = write!(
         d,
         "Limits per call: {} seconds; at most {} tool calls; stdout beyond {} bytes and stderr \
-         beyond {} bytes is cut (head and tail kept) and the full output is saved to a file whose \
+         beyond {} bytes is {} and the full output is saved to a file whose \
          path is returned; {page} instead of re-running. ",
         seconds(opts.timeout_secs),
         opts.max_tool_calls,
         opts.max_stdout_bytes,
         opts.max_stderr_bytes,
+        shortened(opts.folds),
     );
     match opts.on_timeout {
         OnTimeout::Interrupt => {
@@ -642,12 +657,13 @@ fn other_language_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOpti
     let _ = write!(
         d,
         "Limits per call: {} seconds; at most {} tool calls; stdout beyond {} bytes and stderr \
-         beyond {} bytes is cut (head and tail kept) and the full output is saved to a file whose \
+         beyond {} bytes is {} and the full output is saved to a file whose \
          path is returned. ",
         seconds(opts.timeout_secs),
         opts.max_tool_calls,
         opts.max_stdout_bytes,
         opts.max_stderr_bytes,
+        shortened(opts.folds),
     );
     match opts.on_timeout {
         OnTimeout::Interrupt => {

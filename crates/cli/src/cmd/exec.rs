@@ -296,7 +296,7 @@ pub fn report(result: &ExecuteResult, json: bool, streamed: bool) -> anyhow::Res
 fn streamed_truncation_note(result: &ExecuteResult) -> String {
     let mut note = format!(
         "stdout printed in full above, but the result an agent receives (--json, serve, mcp) \
-         omits {} of its {} bytes (head and tail kept)",
+         omits {} of its {} bytes (see the warning above for how)",
         result.stdout_bytes_omitted, result.stdout_bytes_total
     );
     match &result.stdout_spill_path {

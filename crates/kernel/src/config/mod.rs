@@ -843,6 +843,7 @@ impl Config {
                 .collect(),
             confined: self.execution.confine,
             language: self.execution.language.as_str().to_string(),
+            folds: self.output.fold != Switch::Off,
         }
     }
 

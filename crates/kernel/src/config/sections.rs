@@ -93,8 +93,8 @@ section! {
         watch_files: bool = true, Flag;
         /// Entries (files and directories) one scan of the working directory covers at most; beyond it the scan stops and the result says so (`files.scan_stopped`).
         watch_max_entries: usize = 20_000, Count { max: 10_000_000 };
-        /// Fold repetition out of output before the head/tail cut, for hosts whose output goes to a model: runs of `fold_min_run` or more same-shape lines (equal once numbers, hex ids, timestamps and UUIDs are masked) keep their first and last `fold_keep` lines and one line saying how many were omitted, and lines longer than `max_line_chars` keep their head and tail. The full text goes to the spill file. Off by default, so output is cut exactly as described under `max_stdout_bytes`.
-        fold: bool = false, Flag;
+        /// Fold repetition out of a stream before the head/tail cut: runs of `fold_min_run` or more same-shape lines (equal once numbers, hex ids, timestamps and UUIDs are masked) keep their first and last `fold_keep` lines and one line saying how many were omitted, and lines longer than `max_line_chars` keep their head and tail. `"auto"`: only a stream over its cap is folded (one that fits comes back byte for byte), and it is cut to head and tail only if it is still over; `true`: every stream is folded; `false`: never (over the cap, head and tail only). Whenever anything is left out the whole text is in the spill file.
+        fold: Switch = Switch::Auto, AutoFlag;
         /// With `fold`: the shortest run of same-shape lines that is folded.
         fold_min_run: usize = 8, Count { max: 1_000_000 };
         /// With `fold`: lines shown at each end of a folded run (fewer than half of `fold_min_run`).

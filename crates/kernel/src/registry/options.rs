@@ -208,7 +208,7 @@ impl Default for RegistryOptions {
             watch_files: true,
             watch_max_entries: crate::watch::DEFAULT_MAX_ENTRIES,
             watch_inotify_min_entries: 0,
-            fold: crate::fold::FoldOptions::off(),
+            fold: crate::fold::FoldOptions::auto(),
             passthrough: Vec::new(),
             tools: crate::config::default_tools(),
             rpc_tcp: false,
@@ -267,16 +267,20 @@ impl RegistryOptions {
             watch_files: config.output.watch_files,
             watch_max_entries: config.output.watch_max_entries,
             watch_inotify_min_entries: 0,
-            fold: if config.output.fold {
-                crate::fold::FoldOptions {
+            fold: match config.output.fold {
+                config::Switch::Off => crate::fold::FoldOptions::off(),
+                when => crate::fold::FoldOptions {
+                    when: if when == config::Switch::On {
+                        crate::fold::FoldWhen::Always
+                    } else {
+                        crate::fold::FoldWhen::OverCap
+                    },
                     fold: true,
                     min_run: config.output.fold_min_run,
                     keep: config.output.fold_keep,
                     max_line_chars: usize::try_from(config.output.max_line_chars)
                         .unwrap_or(usize::MAX),
-                }
-            } else {
-                crate::fold::FoldOptions::off()
+                },
             },
             passthrough: config.env.passthrough.clone(),
             tools: config.tools.enabled.clone(),

@@ -14,7 +14,25 @@ use crate::kernel::{CellOptions, CellOutcome, Ending, last_lines};
 /// Most bytes of the exception line quoted in `error` (one sentence).
 const MAX_EXCEPTION_LINE: usize = 500;
 
+/// The exception a traceback ends with, on one line: every line after the
+/// last indented one (frames, source lines, carets), so a message of
+/// several lines is kept whole (joined with spaces); when the traceback
+/// ends indented (another language's stack, an exception group), its last
+/// unindented line.
 fn exception_line(traceback: &str) -> Option<String> {
+    let lines: Vec<&str> = traceback.lines().collect();
+    let start = lines
+        .iter()
+        .rposition(|l| l.starts_with(' ') || l.starts_with('\t'))
+        .map_or(0, |i| i + 1);
+    let own: Vec<&str> = lines[start..]
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    if !own.is_empty() && !own[0].starts_with("Traceback (most recent call last)") {
+        return Some(clip(&own.join(" "), MAX_EXCEPTION_LINE));
+    }
     traceback
         .lines()
         .rev()
@@ -48,15 +66,17 @@ fn cap_traceback(traceback: &str, cap: usize) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// What folding left out of a stream, and where the whole text is.
-fn fold_warning(name: &str, c: &Captured) -> Option<String> {
-    let f = &c.folded;
-    if f.lines_folded == 0 && f.lines_cut == 0 {
+/// The sentence for a stream of which anything was left out (folded, a
+/// long line cut, the middle cut): how much, how, and where the whole text
+/// is. `None` when the stream came back whole.
+fn stream_warning(name: &str, c: &Captured) -> Option<String> {
+    if !c.truncated {
         return None;
     }
-    let mut parts = Vec::new();
+    let f = &c.folded;
+    let mut how = Vec::new();
     if f.lines_folded > 0 {
-        parts.push(format!(
+        how.push(format!(
             "{} similar lines were folded ({} run{} of same-shape lines, each shown by its first and last lines)",
             f.lines_folded,
             f.runs_folded,
@@ -64,45 +84,40 @@ fn fold_warning(name: &str, c: &Captured) -> Option<String> {
         ));
     }
     if f.lines_cut > 0 {
-        parts.push(format!(
+        how.push(format!(
             "{} long line{} cut in the middle",
             f.lines_cut,
             if f.lines_cut == 1 { " was" } else { "s were" }
         ));
     }
-    let mut w = format!("{name}: {}.", parts.join(" and "));
-    // The truncation warning names the file when the cut happened too.
-    if !c.truncated
-        && let Some(p) = &c.spill_path
-    {
-        w.push_str(&format!(
-            " The full {name} is saved in {}; page it with read_file(\"{}\", offset=…).",
-            p.display(),
-            p.display()
-        ));
-    }
-    Some(w)
-}
-
-fn truncation_warning(name: &str, c: &Captured) -> Option<String> {
-    if !c.truncated {
-        return None;
+    if c.cut {
+        how.push(if how.is_empty() {
+            "head and tail kept".to_string()
+        } else {
+            "then the middle was cut (head and tail kept)".to_string()
+        });
     }
     let mut w = format!(
-        "{name} was truncated: {} of {} bytes omitted (head and tail kept).",
-        c.bytes_omitted, c.bytes_total
+        "{name} was truncated: {} of {} bytes omitted ({}).",
+        c.bytes_omitted,
+        c.bytes_total,
+        how.join(", ")
     );
     if let Some(p) = &c.spill_path {
-        w.push_str(&format!(
-            " The full {name} is saved in {}; page it with read_file(\"{}\", offset=…) instead of re-running the cell.",
-            p.display(),
-            p.display()
-        ));
+        let p = p.display();
         if c.spill_capped {
-            w.push_str(" (The file itself was capped; its end is missing.)");
+            w.push_str(&format!(
+                " The start of the full {name} is saved in {p} (the file is capped at [output] spill_cap_bytes, so its end is missing); page it with read_file(\"{p}\", offset=…) instead of re-running the cell."
+            ));
+        } else {
+            w.push_str(&format!(
+                " The full {name} is saved in {p}; page it with read_file(\"{p}\", offset=…) instead of re-running the cell."
+            ));
         }
     } else if let Some(e) = &c.spill_error {
         w.push_str(&format!(" It could not be saved to a file: {e}."));
+    } else {
+        w.push_str(" The whole text was not saved (no spill directory).");
     }
     Some(w)
 }
@@ -305,10 +320,8 @@ pub(crate) fn build_result(
         hints::hint(&traceback, &cx)
     });
     let warning: Vec<String> = [
-        fold_warning("stdout", &stdout),
-        fold_warning("stderr", &stderr),
-        truncation_warning("stdout", &stdout),
-        truncation_warning("stderr", &stderr),
+        stream_warning("stdout", &stdout),
+        stream_warning("stderr", &stderr),
     ]
     .into_iter()
     .flatten()
@@ -339,6 +352,12 @@ pub(crate) fn build_result(
         stdout_lines_cut: stdout.folded.lines_cut,
         stderr_lines_folded: stderr.folded.lines_folded,
         stderr_lines_cut: stderr.folded.lines_cut,
+        stderr: super::StderrCounts::of(
+            stderr.truncated,
+            stderr.bytes_captured,
+            stderr.bytes_total,
+            stderr.spill_path.map(|p| p.display().to_string()),
+        ),
         stdin_requested: runner.stdin_requested,
         usage: runner.usage,
         // Set by the caller from the checked figures (crate::figures).
@@ -384,6 +403,23 @@ mod tests {
         let mut k = KernelInfo::default();
         let v = verdict(ending, traceback, "boom\n", &opts(), &mut k);
         (v, k)
+    }
+
+    #[test]
+    fn the_exception_line_keeps_a_message_of_several_lines() {
+        let tb = "Traceback (most recent call last):\n  File \"<cell-2>\", line 1, in <module>\n    u()\ntoolcell_tools.ToolError: u: ValueError: bad\nsecond line\n";
+        assert_eq!(
+            exception_line(tb).unwrap(),
+            "toolcell_tools.ToolError: u: ValueError: bad second line"
+        );
+        let syntax = "  File \"<cell-1>\", line 1\n    x = (\n        ^\nSyntaxError: '(' was never closed\n";
+        assert_eq!(
+            exception_line(syntax).unwrap(),
+            "SyntaxError: '(' was never closed"
+        );
+        // A JavaScript stack ends indented: the error line before it.
+        let js = "Error: boom\n    at <cell-1>:1:7\n";
+        assert_eq!(exception_line(js).unwrap(), "Error: boom");
     }
 
     #[test]
