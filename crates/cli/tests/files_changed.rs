@@ -205,9 +205,10 @@ fn a_huge_directory_is_scanned_only_up_to_the_bound_and_the_result_says_so() {
         warning.contains("more than 20000 entries") && warning.contains("watch_max_entries"),
         "{r:#}"
     );
-    if let Some(f) = r.get("files") {
-        assert_eq!(f["scan_stopped"], true, "{f:#}");
-    }
+    assert_eq!(r["files"]["scan_stopped"], true, "{r:#}");
+    // The root was listed (and watched) but not finished: the new file at
+    // the top is still seen.
+    assert_eq!(paths(&r["files"], "created"), ["new.txt"], "{r:#}");
     assert!(took < Duration::from_secs(20), "{took:?}");
 
     // A smaller bound (a config key) stops earlier; the status line of a
@@ -223,6 +224,63 @@ fn a_huge_directory_is_scanned_only_up_to_the_bound_and_the_result_says_so() {
             .is_some_and(|w| w.contains("more than 3 entries")),
         "{r:#}"
     );
+}
+
+/// A tree bigger than `watch_max_entries`: the scan stops, yet a session's
+/// later cells still report what inotify saw in the directories it
+/// reached (a file created at the top), and every result — not only the
+/// first — says the report may be incomplete.
+#[test]
+fn a_stopped_scan_still_reports_what_inotify_saw_and_says_so_every_cell() {
+    let env = Env::with_config(&format!(
+        "{FAST_CONFIG}\n[output]\nwatch_max_entries = 200\n"
+    ));
+    for d in 0..10 {
+        for f in 0..40 {
+            env.write(&format!("d{d}/f{f}.txt"), "x");
+        }
+    }
+    env.write("d3/old.txt", "old");
+    let mut s = Serve::start(&env, &[]);
+    let mut run = |id: i64, code: &str| -> Value {
+        let msg = s.call(id, "execute", json!({"session": "big", "code": code}));
+        let r = msg["result"].clone();
+        assert_eq!(r["status"], "success", "{msg:#}");
+        r
+    };
+    let r1 = run(1, "open('before.txt', 'w').write('b')");
+    let r2 = run(2, "open('after.txt', 'w').write('aa')");
+    let r3 = run(3, "x = 1");
+    let r4 = run(
+        4,
+        "import os\nos.remove('before.txt')\nopen('after.txt', 'a').write('more')",
+    );
+    for (i, r) in [&r1, &r2, &r3, &r4].into_iter().enumerate() {
+        let f = &r["files"];
+        assert_eq!(f["scan_stopped"], true, "cell {}: {r:#}", i + 1);
+        let w = r["warning"].as_str().unwrap_or_default();
+        assert!(
+            w.contains("may be incomplete") && w.contains("watch_max_entries"),
+            "cell {}: {r:#}",
+            i + 1
+        );
+    }
+    assert!(
+        r1["warning"]
+            .as_str()
+            .unwrap()
+            .contains("more than 200 entries")
+    );
+    assert_eq!(paths(&r1["files"], "created"), ["before.txt"], "{r1:#}");
+    assert_eq!(paths(&r2["files"], "created"), ["after.txt"], "{r2:#}");
+    assert_eq!(bytes_of(&r2["files"], "created", "after.txt"), 2);
+    // Nothing changed: empty lists, still marked.
+    for kind in ["created", "modified", "deleted"] {
+        assert!(paths(&r3["files"], kind).is_empty(), "{r3:#}");
+    }
+    assert_eq!(paths(&r4["files"], "deleted"), ["before.txt"], "{r4:#}");
+    assert_eq!(paths(&r4["files"], "modified"), ["after.txt"], "{r4:#}");
+    assert_eq!(bytes_of(&r4["files"], "modified", "after.txt"), 6);
 }
 
 #[test]

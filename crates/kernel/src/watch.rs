@@ -299,6 +299,128 @@ pub fn scan(root: &Path, settings: &WatchSettings, mut on_dir: impl FnMut(&Path)
     snap
 }
 
+/// Adds to `changes` what inotify saw in directories a stopped scan did
+/// not finish: paths neither scan can speak for (one of them stopped before
+/// reaching them). Each is looked at now (`lstat`); whether it existed
+/// before the cell comes from the `before` scan when that reached it, else
+/// from the first event that named it (a creation, or a change/removal of
+/// something that was there). Directories are not listed, and paths the
+/// scan would skip (ignore rules, toolcell's own) are left out.
+fn add_touched(
+    root: &Path,
+    before: &Snapshot,
+    after: &Snapshot,
+    touched: &Touched,
+    changes: &mut Changes,
+) {
+    let mut known: HashSet<String> = HashSet::new();
+    known.extend(changes.created.iter().map(|(p, _)| p.clone()));
+    known.extend(changes.modified.iter().map(|(p, _)| p.clone()));
+    known.extend(changes.deleted.iter().cloned());
+    let mut ignores = IgnoreCache::default();
+    for (path, touch) in &touched.paths {
+        let Ok(rel) = path.strip_prefix(root) else {
+            continue;
+        };
+        if rel.as_os_str().is_empty() {
+            continue;
+        }
+        let covered = |s: &Snapshot| s.entries.contains_key(rel) || s.absent(rel);
+        if covered(before) && covered(after) {
+            continue; // `diff` already judged it
+        }
+        let shown_path = shown(rel);
+        if known.contains(&shown_path) {
+            continue;
+        }
+        let now = std::fs::symlink_metadata(path).ok();
+        if now.as_ref().is_some_and(std::fs::Metadata::is_dir)
+            || matches!(before.entries.get(rel), Some(m) if m.kind == Kind::Dir)
+        {
+            continue;
+        }
+        if ignores.ignored(root, rel) {
+            continue;
+        }
+        let was = before.entries.get(rel).copied();
+        let existed = was.is_some() || touch.existed_before;
+        match now {
+            Some(md) => {
+                let meta = Meta::file(md.len(), (md.mtime(), md.mtime_nsec()), md.ino());
+                match was {
+                    Some(w) if w == meta => {}
+                    _ if existed => changes.modified.push((shown_path, md.len())),
+                    _ => changes.created.push((shown_path, md.len())),
+                }
+            }
+            None if existed => changes.deleted.push(shown_path),
+            None => {}
+        }
+    }
+}
+
+/// `.gitignore`/`.ignore` rules of the directories from the filesystem root
+/// down to a path's parent, read once per directory, judged as the scan's
+/// walker does: the deepest file that matches decides, `.ignore` before
+/// `.gitignore` in one directory; `.git/info/exclude` of the root last.
+#[derive(Default)]
+struct IgnoreCache {
+    dirs: HashMap<PathBuf, Vec<ignore::gitignore::Gitignore>>,
+}
+
+impl IgnoreCache {
+    fn matchers(&mut self, dir: &Path) -> &[ignore::gitignore::Gitignore] {
+        self.dirs.entry(dir.to_path_buf()).or_insert_with(|| {
+            [".ignore", ".gitignore"]
+                .iter()
+                .filter_map(|name| {
+                    let file = dir.join(name);
+                    if !file.is_file() {
+                        return None;
+                    }
+                    let (gi, _err) = ignore::gitignore::Gitignore::new(&file);
+                    Some(gi)
+                })
+                .collect()
+        })
+    }
+
+    /// Whether the scan of `root` skips `rel` (a file) or a directory above it.
+    fn ignored(&mut self, root: &Path, rel: &Path) -> bool {
+        let path = root.join(rel);
+        let name_skipped = rel
+            .components()
+            .any(|c| SKIPPED_DIRS.iter().any(|n| c.as_os_str() == OsStr::new(n)));
+        if name_skipped {
+            return true;
+        }
+        // Deepest first (each is an ancestor, so the matchers' "path under
+        // the root" precondition holds).
+        for dir in path.ancestors().skip(1) {
+            for gi in self.matchers(dir) {
+                let m = gi.matched_path_or_any_parents(&path, false);
+                if m.is_ignore() {
+                    return true;
+                }
+                if m.is_whitelist() {
+                    return false;
+                }
+            }
+        }
+        let exclude = root.join(".git").join("info").join("exclude");
+        if exclude.is_file() {
+            let mut b = ignore::gitignore::GitignoreBuilder::new(root);
+            let _ = b.add(&exclude);
+            if let Ok(gi) = b.build()
+                && gi.matched_path_or_any_parents(&path, false).is_ignore()
+            {
+                return true;
+            }
+        }
+        false
+    }
+}
+
 /// The inotify instance of a watcher and the directories it watches.
 #[derive(Debug)]
 struct Notify {
@@ -361,7 +483,7 @@ impl Notify {
     /// an endless drain would hold the host's thread. Stopping there counts
     /// as a change (the tree is being written; what is still queued could
     /// be anything).
-    fn drain(&mut self, skip: &[PathBuf]) -> Option<bool> {
+    fn drain(&mut self, skip: &[PathBuf], touched: &mut Touched) -> Option<bool> {
         let mut any = false;
         for _ in 0..MAX_DRAIN_READS {
             match self.fd.read_events() {
@@ -372,9 +494,13 @@ impl Notify {
                             self.watches.remove(&ev.wd);
                         }
                         let skipped = match (&ev.name, self.watches.get(&ev.wd)) {
-                            (Some(name), Some(dir)) if !skip.is_empty() => {
+                            (Some(name), Some(dir)) => {
                                 let p = dir.join(name);
-                                skip.contains(&p)
+                                let skipped = skip.contains(&p);
+                                if !skipped {
+                                    touched.note(p, ev.mask);
+                                }
+                                skipped
                             }
                             _ => false,
                         };
@@ -397,6 +523,51 @@ impl Notify {
 /// buffer of events, about a hundred).
 const MAX_DRAIN_READS: usize = 64;
 
+/// Paths named by inotify events during a cell, remembered at most.
+const MAX_TOUCHED: usize = 1024;
+
+/// What inotify said about one path during a cell.
+#[derive(Debug, Clone, Copy)]
+struct Touch {
+    /// The first event said the path existed before it (a change or a
+    /// removal, not a creation).
+    existed_before: bool,
+}
+
+/// The paths (absolute) inotify events named since the cell started,
+/// bounded. They let a stopped scan still report what happened in the
+/// directories it listed but did not finish.
+#[derive(Debug, Default)]
+struct Touched {
+    paths: HashMap<PathBuf, Touch>,
+    /// More paths were named than [`MAX_TOUCHED`].
+    overflow: bool,
+}
+
+impl Touched {
+    fn note(&mut self, path: PathBuf, mask: AddWatchFlags) {
+        if self.paths.contains_key(&path) {
+            return;
+        }
+        if self.paths.len() >= MAX_TOUCHED {
+            self.overflow = true;
+            return;
+        }
+        let created = mask.intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
+        self.paths.insert(
+            path,
+            Touch {
+                existed_before: !created,
+            },
+        );
+    }
+
+    fn clear(&mut self) {
+        self.paths.clear();
+        self.overflow = false;
+    }
+}
+
 /// The files of one kernel's working directory, cell after cell.
 #[derive(Debug)]
 pub struct Watcher {
@@ -409,8 +580,11 @@ pub struct Watcher {
     /// No inotify instance yet: the first scan that lists more than
     /// [`WatchSettings::inotify_min_entries`] entries makes one.
     lazy: bool,
-    /// The notice that the scan stopped was given (once per watcher).
+    /// The notice that the scan stopped was given in full (later cells get
+    /// a short one).
     told_stopped: bool,
+    /// Paths inotify named since the cell started.
+    touched: Touched,
 }
 
 impl Watcher {
@@ -429,6 +603,7 @@ impl Watcher {
             notify: if lazy { None } else { Notify::new() },
             lazy,
             told_stopped: false,
+            touched: Touched::default(),
         }
     }
 
@@ -459,7 +634,7 @@ impl Watcher {
         let Some(n) = self.notify.as_mut() else {
             return false;
         };
-        match n.drain(&self.settings.skip) {
+        match n.drain(&self.settings.skip, &mut self.touched) {
             Some(any) => !any,
             None => {
                 self.notify = None;
@@ -473,7 +648,7 @@ impl Watcher {
         let mut notify = self.notify.take();
         if let Some(n) = notify.as_mut() {
             // Events so far are covered by this scan.
-            if n.drain(&self.settings.skip).is_none() {
+            if n.drain(&self.settings.skip, &mut self.touched).is_none() {
                 notify = None;
             }
         }
@@ -514,15 +689,25 @@ impl Watcher {
         if !self.is_current() {
             self.rescan();
         }
+        self.touched.clear();
     }
 
     /// After a cell: what changed since [`Watcher::before_cell`], cut for a
     /// result; `None` when nothing did. Blocking when it has to rescan.
     pub fn after_cell(&mut self) -> Option<FilesChanged> {
         if self.is_current() {
-            return None;
+            return self.unchanged();
         }
         self.rescan_and_compare()
+    }
+
+    /// The report of a cell after which inotify saw nothing: nothing, or —
+    /// when the scan stopped early, so the cell may have changed what no
+    /// watch covers — an empty report that says so.
+    fn unchanged(&mut self) -> Option<FilesChanged> {
+        self.touched.clear();
+        let stopped = self.snap.as_ref().is_some_and(Snapshot::stopped);
+        FilesChanged::from_changes(Changes::default(), MAX_LISTED, stopped)
     }
 
     /// The rescan after a cell that touched the tree, compared with the
@@ -541,18 +726,28 @@ impl Watcher {
             checked += 1;
             checked > MAX_CONFIRM || std::fs::symlink_metadata(root.join(p)).is_err()
         });
-        FilesChanged::from_changes(changes, MAX_LISTED, before.stopped() || after.stopped())
+        let stopped = before.stopped() || after.stopped();
+        let touched = std::mem::take(&mut self.touched);
+        if stopped {
+            add_touched(root, &before, after, &touched, &mut changes);
+        }
+        FilesChanged::from_changes(changes, MAX_LISTED, stopped)
     }
 
     /// The sentence for a result when the scan stopped at `max_entries`,
     /// once per watcher.
     pub fn stopped_notice(&mut self) -> Option<String> {
-        if self.told_stopped || !self.snap.as_ref().is_some_and(Snapshot::stopped) {
+        if !self.snap.as_ref().is_some_and(Snapshot::stopped) {
             return None;
         }
-        self.told_stopped = true;
+        if std::mem::replace(&mut self.told_stopped, true) {
+            return Some(format!(
+                "The files report may be incomplete: the scan of the working directory stops at {} entries ([output] watch_max_entries; `files.scan_stopped`).",
+                self.settings.max_entries
+            ));
+        }
         Some(format!(
-            "The working directory has more than {} entries ([output] watch_max_entries): the scan for changed files stopped there, so changes further on are not reported (`files.scan_stopped`).",
+            "The working directory has more than {} entries ([output] watch_max_entries): the scan for changed files stopped there, so the files report may be incomplete (`files.scan_stopped`): beyond that point only changes inotify saw in directories the scan reached are listed.",
             self.settings.max_entries
         ))
     }
@@ -581,10 +776,12 @@ fn resolve(p: &Path) -> Option<PathBuf> {
 /// [`Watcher::before_cell`], scanning on the blocking pool only when it must.
 pub(crate) async fn before(mut w: Box<Watcher>) -> Option<Box<Watcher>> {
     if w.is_current() {
+        w.touched.clear();
         return Some(w);
     }
     tokio::task::spawn_blocking(move || {
         w.rescan();
+        w.touched.clear();
         w
     })
     .await
@@ -595,7 +792,8 @@ pub(crate) async fn before(mut w: Box<Watcher>) -> Option<Box<Watcher>> {
 /// must; the watcher comes back with the change list.
 pub(crate) async fn after(mut w: Box<Watcher>) -> Option<(Box<Watcher>, Option<FilesChanged>)> {
     if w.is_current() {
-        return Some((w, None));
+        let files = w.unchanged();
+        return Some((w, files));
     }
     tokio::task::spawn_blocking(move || {
         // The events were read just now: rescan without asking again.

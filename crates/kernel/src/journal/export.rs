@@ -183,6 +183,10 @@ fn code_span(text: &str) -> String {
 fn files_note(r: &CellRecord) -> Option<String> {
     let f = r.files.as_ref()?;
     let t = f.totals();
+    if t.created + t.modified + t.deleted == 0 {
+        // Only a stopped scan reports nothing changed: nothing to show.
+        return None;
+    }
     let mut kinds: Vec<String> = Vec::new();
     for (list, total, word) in [
         (&f.created, t.created, "created"),
@@ -213,7 +217,7 @@ fn files_note(r: &CellRecord) -> Option<String> {
     let mut note = format!("**Files changed** ({}): {}.", f.summary(), kinds.join("; "));
     if f.scan_stopped {
         note.push_str(
-            " The scan of the working directory stopped early: changes further on are not listed.",
+            " The scan of the working directory stopped early: the list may be incomplete.",
         );
     }
     Some(note)

@@ -523,7 +523,7 @@ impl Inner {
     }
 
     /// After the cell: what it changed (paths redacted like output) and,
-    /// once per kernel, the notice that the scan stopped early. The
+    /// whenever the scan stopped early, the notice saying so. The
     /// watcher goes back to the kernel for the next cell.
     async fn files_after(
         &self,

@@ -82,7 +82,7 @@ impl FilesChanged {
     /// (`truncated` and `counts` when more); `None` when nothing changed
     /// and the scan was complete.
     pub fn from_changes(changes: Changes, max: usize, scan_stopped: bool) -> Option<Self> {
-        if changes.is_empty() {
+        if changes.is_empty() && !scan_stopped {
             return None;
         }
         let counts = FileCounts {
@@ -150,7 +150,11 @@ impl FilesChanged {
             }
         }
         if parts.is_empty() {
-            return "no files changed".into();
+            return if self.scan_stopped {
+                "no file changes seen".into()
+            } else {
+                "no files changed".into()
+            };
         }
         parts.join(", ")
     }
@@ -176,9 +180,13 @@ impl FilesChanged {
             }
             kinds.push(s);
         }
-        let mut line = format!("files: {}", kinds.join("; "));
+        let mut line = if kinds.is_empty() {
+            format!("files: {}", self.summary())
+        } else {
+            format!("files: {}", kinds.join("; "))
+        };
         if self.scan_stopped {
-            line.push_str(" (scan stopped early: changes further on are not reported)");
+            line.push_str(" (the scan stopped early: the report may be incomplete)");
         }
         line
     }
@@ -200,15 +208,16 @@ mod tests {
     }
 
     #[test]
-    fn nothing_changed_is_no_field() {
+    fn nothing_changed_is_no_field_unless_the_scan_stopped() {
         assert_eq!(
             FilesChanged::from_changes(Changes::default(), 50, false),
             None
         );
-        assert_eq!(
-            FilesChanged::from_changes(Changes::default(), 50, true),
-            None
-        );
+        // A stopped scan cannot say "nothing changed": the field says it
+        // stopped, with empty lists.
+        let f = FilesChanged::from_changes(Changes::default(), 50, true).unwrap();
+        assert!(f.scan_stopped);
+        assert!(f.created.is_empty() && f.modified.is_empty() && f.deleted.is_empty());
     }
 
     #[test]
