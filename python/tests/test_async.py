@@ -94,3 +94,34 @@ def test_interrupt(tmp_path):
             assert (await task).status == "interrupted"
 
     run(main())
+
+
+def test_a_client_outlives_the_event_loop_that_made_it(tmp_path):
+    """Made in one `asyncio.run`, used in the next: async tools and stream
+    callbacks follow to the loop that is running."""
+    holder = {}
+
+    async def make():
+        tc = AsyncToolcell(config=CONFIG, cwd=tmp_path)
+
+        @tc.tool
+        async def double(x: int) -> int:
+            await asyncio.sleep(0)
+            return 2 * x
+
+        await tc.execute("pass")
+        holder["tc"] = tc
+
+    asyncio.run(make())
+    tc = holder["tc"]
+
+    async def use():
+        chunks = []
+        r = await tc.execute("print('hi', flush=True)\nprint(double(21))", stream=lambda c: chunks.append(c.text))
+        await tc.aclose()
+        return r, "".join(chunks)
+
+    r, streamed = asyncio.run(use())
+    assert r.ok, r.output
+    assert r.output == "hi\n42\n"
+    assert streamed == "hi\n42\n"

@@ -152,3 +152,18 @@ def test_a_server_that_cannot_start_says_why(tmp_path):
         tc.execute("2")  # sent after the exit: the same message
     assert any("no_such_key" in line for line in tc.stderr_tail)
     assert tc.close() == 2
+
+
+def test_close_leaves_no_pipe_open(tmp_path):
+    import gc
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ResourceWarning)
+        tc = Toolcell(cwd=tmp_path)
+        assert tc.execute("print(1)").output == "1\n"
+        tc.close()
+        del tc
+        gc.collect()
+    leaks = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
+    assert leaks == []

@@ -238,3 +238,64 @@ def test_a_name_that_clashes_is_refused(tc):
         tc.tool(read_file)
     assert e.value.code == -32602 and "read_file" in e.value.message
     assert "read_file" not in tc.tools
+
+
+def test_register_tool_from_a_json_schema(tc):
+    """A tool whose schema already exists (a framework's): `register_tool`."""
+    calls = []
+
+    def get_order(**kwargs):
+        calls.append(kwargs)
+        return {"id": kwargs["id"], "total": ORDERS[kwargs["id"]]}
+
+    schema = {
+        "type": "object",
+        "properties": {"id": {"type": "string", "description": "The order id."}},
+        "required": ["id"],
+    }
+    assert tc.register_tool("get-order", get_order, schema, description="One order.",
+                            output_schema={"type": "object"}) == ["get-order"]
+    r = tc.execute("print(sum(get_order(i)['total'] for i in ['A-1', 'A-3']))")
+    assert r.output == "1110.0\n", r.output
+    assert calls == [{"id": "A-1"}, {"id": "A-3"}]
+    # the server checks the schema before the function runs
+    r = tc.execute("get_order(7)")
+    assert r.status == "error" and "bad arguments" in r.output and len(calls) == 2
+    assert "One order." in tc.schema()["function"]["description"]
+    with pytest.raises(TypeError):
+        tc.register_tool("x", get_order, "not a schema")  # type: ignore[arg-type]
+
+
+def test_register_tool_async_and_session_scoped(tc):
+    async def slow_echo(text: str) -> str:
+        await asyncio.sleep(0.01)
+        return text.upper()
+
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    tc.register_tool("shout", slow_echo, schema, session="s1")
+    assert tc.execute("print(shout('hi'))", session="s1").output == "HI\n"
+    assert tc.execute("shout('hi')", session="s2").status == "error"
+
+
+def test_a_tool_knows_which_call_it_serves(tc):
+    """`current_tool_call()`: one tool for every session tells them apart."""
+    from toolcell import current_tool_call
+
+    def whoami() -> dict:
+        call = current_tool_call()
+        return {"session": call.session, "name": call.name, "has_deadline": call.deadline_ms is not None}
+
+    async def whoami_async() -> str:
+        await asyncio.sleep(0)
+        return current_tool_call().session
+
+    tc.register_tools([
+        {"name": "whoami", "fn": whoami, "input_schema": {"type": "object", "properties": {}}},
+        {"name": "whoami_async", "fn": whoami_async, "input_schema": {"type": "object", "properties": {}}},
+    ])
+    assert tc.execute("print(whoami())", session="alpha").output == \
+        "{'session': 'alpha', 'name': 'whoami', 'has_deadline': True}\n"
+    assert tc.execute("print(whoami_async())", session="beta").output == "beta\n"
+    assert current_tool_call() is None  # outside a call
+    with pytest.raises(TypeError):
+        tc.register_tools([{"name": "x", "fn": whoami}])

@@ -16,7 +16,7 @@ for asyncio hosts.
 """
 
 from ._binary import find_toolcell_bin
-from ._client import AsyncToolcell, Chunk, Tool, Toolcell
+from ._client import AsyncToolcell, Chunk, Tool, ToolCall, Toolcell, current_tool_call
 from ._errors import RPCError, ServerExited, ToolcellError, ToolError
 from ._result import Display, ExecuteResult, FileChange, FilesChanged, KernelInfo, Usage
 from ._schema import function_schema, type_schema
@@ -43,10 +43,12 @@ __all__ = [
     "RPCError",
     "ServerExited",
     "Tool",
+    "ToolCall",
     "ToolError",
     "Toolcell",
     "ToolcellError",
     "Usage",
+    "current_tool_call",
     "find_toolcell_bin",
     "function_schema",
     "type_schema",

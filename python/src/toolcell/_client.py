@@ -12,6 +12,7 @@ import asyncio
 import atexit
 import collections
 import concurrent.futures
+import contextvars
 import inspect
 import itertools
 import json
@@ -55,6 +56,39 @@ class Chunk:
     session: str
     stream: str
     text: str
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """The call a client tool function is serving: see `current_tool_call()`."""
+
+    #: the session whose cell made the call
+    session: Optional[str]
+    #: the tool's name
+    name: str
+    #: the server's id of the call (a string)
+    id: Any
+    #: milliseconds left of the cell's time when the call was sent
+    deadline_ms: Optional[int]
+
+
+_current_call: "contextvars.ContextVar[Optional[ToolCall]]" = contextvars.ContextVar(
+    "toolcell_tool_call", default=None
+)
+
+
+def current_tool_call() -> Optional[ToolCall]:
+    """The call being served, inside a client tool function (sync or async); else None.
+
+    A tool registered once for every session can tell the sessions apart:
+    ``current_tool_call().session``.
+    """
+    return _current_call.get()
+
+
+async def _serving(call: ToolCall, coro: Awaitable[Any]) -> Any:
+    _current_call.set(call)  # the task's own context: nothing leaks out
+    return await coro
 
 
 @dataclass
@@ -394,12 +428,26 @@ class _Connection:
         except Exception as e:
             self._answer(cid, error=_error_of(e))
             return
+        deadline = p.get("deadline_ms")
+        call = ToolCall(session=session, name=name, id=cid,
+                        deadline_ms=deadline if isinstance(deadline, int) else None)
         fut: "concurrent.futures.Future[Any]"
         try:
             if tool.is_async:
-                fut = self._coroutine_runner()(tool.fn(**kwargs))
+                inner = tool.fn(**kwargs)
+                outer = _serving(call, inner)
+                try:
+                    fut = self._coroutine_runner()(outer)
+                except BaseException:
+                    for c in (outer, inner):
+                        close = getattr(c, "close", None)
+                        if close is not None:
+                            close()  # never run: no "was never awaited" warning
+                    raise
             else:
-                fut = self._pool.submit(tool.fn, **kwargs)
+                ctx = contextvars.copy_context()
+                ctx.run(_current_call.set, call)
+                fut = self._pool.submit(ctx.run, tool.fn, **kwargs)
         except Exception as e:  # the pool is shut down, or calling the coroutine function failed
             self._answer(cid, error=_error_of(e))
             return
@@ -468,6 +516,15 @@ class _Connection:
             self.exit_status = self.proc.wait()
         if threading.current_thread() is not self._reader:
             self._reader.join(timeout=5)
+        if threading.current_thread() is not self._stderr_reader:
+            self._stderr_reader.join(timeout=5)
+        # The readers are done with the pipes (the server exited): close them.
+        for pipe, reader in ((self.proc.stdout, self._reader), (self.proc.stderr, self._stderr_reader)):
+            if pipe is not None and not reader.is_alive():
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
         self._pool.shutdown(wait=False)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
@@ -509,6 +566,41 @@ def _execute_params(code: str, session: str, timeout: Optional[float], stream: b
         if v is not None:
             params[k] = os.fspath(v) if k == "cwd" else v
     return params
+
+
+def _schema_tool(name: str, fn: Callable[..., Any], input_schema: Mapping[str, Any], description: str,
+                 output_schema: Optional[Mapping[str, Any]], session: Optional[str]) -> Tool:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"register_tool: the name must be a non-empty string, got {name!r}")
+    if not callable(fn):
+        raise TypeError(f"register_tool: expected a function for {name!r}, got {fn!r}")
+    if not isinstance(input_schema, Mapping):
+        raise TypeError(f"register_tool: the input schema of {name!r} must be a JSON Schema object (a dict)")
+    return Tool(
+        name=name,
+        fn=fn,
+        description=description or "",
+        input_schema=dict(input_schema),
+        output_schema=dict(output_schema) if output_schema else None,
+        session=session,
+        is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__),
+    )
+
+
+def _schema_tools(specs: Sequence[Mapping[str, Any]], session: Optional[str]) -> List[Tool]:
+    out: List[Tool] = []
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, Mapping):
+            raise TypeError(f"register_tools: entry {i} must be a dict with name, fn and input_schema, got {spec!r}")
+        unknown = set(spec) - {"name", "fn", "input_schema", "description", "output_schema"}
+        if unknown:
+            raise TypeError(f"register_tools: entry {i} has unknown keys {sorted(unknown)}")
+        missing = [k for k in ("name", "fn", "input_schema") if k not in spec]
+        if missing:
+            raise TypeError(f"register_tools: entry {i} lacks {', '.join(missing)}")
+        out.append(_schema_tool(spec["name"], spec["fn"], spec["input_schema"], spec.get("description") or "",
+                                spec.get("output_schema"), session))
+    return out
 
 
 class _Base:
@@ -678,6 +770,33 @@ class Toolcell(_Base):
                 raise
         return names
 
+    def register_tool(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        input_schema: Mapping[str, Any],
+        *,
+        description: str = "",
+        output_schema: Optional[Mapping[str, Any]] = None,
+        session: Optional[str] = None,
+    ) -> List[str]:
+        """Register a client tool whose JSON Schema you already have (a framework's tool, say).
+
+        `fn` is called with the arguments as keyword arguments (one per
+        property of `input_schema`, which the server checks first); it may
+        be an `async def` function. The names registered.
+        """
+        return self._register([_schema_tool(name, fn, input_schema, description, output_schema, session)])
+
+    def register_tools(self, tools: Sequence[Mapping[str, Any]], *, session: Optional[str] = None) -> List[str]:
+        """`register_tool` for several tools in one request.
+
+        Each entry is a dict with ``name``, ``fn``, ``input_schema`` and
+        optionally ``description`` and ``output_schema``. All or none are
+        registered. The names registered.
+        """
+        return self._register(_schema_tools(tools, session))
+
     def unregister(self, *names: str, session: Optional[str] = None) -> List[str]:
         """Remove client tools; the names removed."""
         params: Dict[str, Any] = {"names": list(names)}
@@ -719,9 +838,11 @@ class AsyncToolcell(_Base):
     """`Toolcell` for asyncio hosts: the same API, with `await`.
 
     ``async with AsyncToolcell() as tc: r = await tc.execute("1 + 1")``.
-    `async def` tools run on the event loop that created the client; plain
-    functions on pool threads; `stream` callbacks are called on that loop
-    too (an `async def` callback is scheduled as a task).
+    `async def` tools run on the event loop that created the client (once
+    that loop is closed, on the loop of the next call: a client outlives an
+    `asyncio.run`); plain functions on pool threads; `stream` callbacks are
+    called on the loop awaiting the cell (an `async def` callback is
+    scheduled as a task).
     `@tc.tool` registers at once in the background; the next request waits
     for it (a registration error is raised there).
     """
@@ -744,7 +865,9 @@ class AsyncToolcell(_Base):
         self._conn = _Connection(config, cwd, binary, args, env, max_tool_threads, self._run_coroutine)
 
     def _host_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
+        # The loop that created the client, or — once that one is closed
+        # (a second `asyncio.run`) — the one running now.
+        if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.get_running_loop()
         return self._loop
 
@@ -797,7 +920,8 @@ class AsyncToolcell(_Base):
     ) -> ExecuteResult:
         """Run a cell (see `Toolcell.execute`); cancelling the awaiting task cancels the cell."""
         await self._flush()
-        loop = self._host_loop()
+        self._host_loop()
+        loop = asyncio.get_running_loop()  # chunks go to the loop awaiting this cell
         on_chunk = None
         if stream is not None:
             cb = stream
@@ -837,6 +961,36 @@ class AsyncToolcell(_Base):
     async def register(self, *fns: Callable[..., Any], session: Optional[str] = None) -> List[str]:
         """Register several functions and wait for the server; the names registered."""
         tools = [self._make_tool(f, None, None, session) for f in fns]
+        params: Dict[str, Any] = {"tools": [t.definition() for t in tools]}
+        if session is not None:
+            params["session"] = session
+        self._conn.add_tools(tools)
+        try:
+            return (await self._call("tools/register", params)).get("registered", [])
+        except BaseException:
+            self._conn.remove_tools([t.name for t in tools], session)
+            raise
+
+    async def register_tool(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        input_schema: Mapping[str, Any],
+        *,
+        description: str = "",
+        output_schema: Optional[Mapping[str, Any]] = None,
+        session: Optional[str] = None,
+    ) -> List[str]:
+        """Register a client tool from its JSON Schema and wait (see `Toolcell.register_tool`)."""
+        return await self._register_now([_schema_tool(name, fn, input_schema, description, output_schema, session)],
+                                        session)
+
+    async def register_tools(self, tools: Sequence[Mapping[str, Any]], *,
+                             session: Optional[str] = None) -> List[str]:
+        """`register_tool` for several tools in one request (see `Toolcell.register_tools`)."""
+        return await self._register_now(_schema_tools(tools, session), session)
+
+    async def _register_now(self, tools: List[Tool], session: Optional[str]) -> List[str]:
         params: Dict[str, Any] = {"tools": [t.definition() for t in tools]}
         if session is not None:
             params["session"] = session
