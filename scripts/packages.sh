@@ -8,7 +8,9 @@
 #     examples/python_agent.py;
 #   - npm: npm/scripts/build.sh with the binary from the wheel, `npm pack`ed,
 #     installed into a temp dir, then `node --test` on npm/test and
-#     examples/ts_agent.ts compiled against the installed types.
+#     examples/ts_agent.ts compiled against the installed types;
+#   - the agent-framework integrations, from both artifacts
+#     (scripts/test-integrations.sh: pinned frameworks in cached venvs).
 #
 # usage: scripts/packages.sh [--out DIR] [--release]
 #   --out DIR   keep the wheel and the .tgz in DIR (default: only tested, then removed)
@@ -157,6 +159,14 @@ step "examples/ts_agent.ts (tsc against the installed types, then node)"
 out="$(cd "$work/node" && node ts_agent.js)"
 [[ "$out" == "Orders over 100: A-1, A-3" ]] || { echo "TypeScript example printed: $out" >&2; exit 1; }
 summary+=("node    example: $out")
+
+# ---------------------------------------------------------------- integrations
+# The agent-framework adapters (toolcell.integrations.*, toolcell/ai), each
+# against its pinned framework, from these same artifacts.
+step "scripts/test-integrations.sh (agent frameworks)"
+i0=$SECONDS
+scripts/test-integrations.sh --wheel "$wheel" --tarball "$tarball" | tee "$work/integrations.log"
+summary+=("frameworks: $(grep -cE '^  (pydantic_ai|smolagents|langchain|openai_agents|llama_index|vercel_ai)  ' "$work/integrations.log") tested ($((SECONDS - i0))s)")
 
 if [[ -n "$keep" ]]; then
     mkdir -p "$keep"

@@ -1,0 +1,383 @@
+// toolcell for the Vercel AI SDK (`ai` v7): one AI SDK tool, `execute_code`,
+// whose cells run in a persistent Python kernel and call the app's own AI SDK
+// tools as Python functions.
+//
+//   import { generateText, isStepCount } from "ai";
+//   import { toolcellTool } from "toolcell/ai";
+//
+//   const execute_code = await toolcellTool({ tools: { get_order }, session: chatId });
+//   const { text } = await generateText({ model, tools: { execute_code }, stopWhen: isStepCount(5), prompt });
+//   await execute_code.close(); // when the conversation is over
+//
+// `ai` is an optional peer dependency of the `toolcell` package: only this
+// entry point (`toolcell/ai`) needs it.
+
+import { randomUUID } from "crypto";
+import { asSchema, jsonSchema, tool } from "ai";
+import type { ModelMessage, Tool, ToolExecutionOptions, ToolSet } from "ai";
+import { Toolcell, ToolError } from "./index.js";
+import type { Chunk, ExecuteResult, ToolcellOptions } from "./index.js";
+
+/** What the model sends: the cell's Python source, and whether to start a fresh kernel first. */
+export interface ToolcellToolInput {
+  code: string;
+  reset?: boolean;
+}
+
+/**
+ * What `execute_code` returns. While the cell runs (`streamText`, or any
+ * consumer of preliminary tool results) the tool yields
+ * `{status: "running", text: <output so far>}`; the final result has the
+ * cell's `status`, the `text` the model reads (see {@link resultText}) and
+ * the whole structured `result` (kernel, files, usage, ...), kept by the SDK
+ * in `toolResults` and the UI message parts. The model itself gets only
+ * `text` (the tool's `toModelOutput`).
+ */
+export interface ToolcellToolOutput {
+  status: ExecuteResult["status"] | "running";
+  text: string;
+  result?: ExecuteResult;
+}
+
+/**
+ * The tool's own context (the `execute_code` entry of `toolsContext`): the
+ * contexts of the app's tools, by tool name. A nested call of `get_order`
+ * gets `toolsContext.execute_code.get_order` as its `context`.
+ */
+export type ToolcellToolContext = Record<string, unknown>;
+
+export interface ToolcellToolOptions {
+  /**
+   * The client that runs the cells; share one between conversations (each
+   * gets its own session). Without it a client is started with `config` and
+   * `cwd`, and `close()` ends it.
+   */
+  toolcell?: Toolcell;
+  /**
+   * `config` of the client started when `toolcell` is not given. Unless it
+   * has a `tools` section, that client offers only the app's tools
+   * (`{tools: {enabled: []}}`: no built-in `read_file`, `terminal`, ...), as
+   * the Python integrations do.
+   */
+  config?: ToolcellOptions["config"];
+  /** The working directory of the client started when `toolcell` is not given. */
+  cwd?: string;
+  /**
+   * The app's own AI SDK tools (`tool({...})` with an `execute`). Cells call
+   * them as Python functions; their JSON Schema comes from `inputSchema`
+   * (zod, `jsonSchema(...)` or any standard schema), and `execute` runs here,
+   * in this process, with the outer tool call's `messages` and an
+   * `abortSignal` that fires when the cell ends or the generation is
+   * aborted. Registered for this session only.
+   */
+  tools?: ToolSet;
+  /**
+   * The toolcell session: one kernel whose variables live on from one cell,
+   * and one `generateText` call, to the next. Use one per conversation.
+   */
+  session?: string;
+  /** A conversation id (e.g. `useChat`'s `id`); the session is `ai:<id>`. Ignored when `session` is given. */
+  conversationId?: string;
+  /** Seconds a cell may run (default: the server's configured timeout). */
+  timeout?: number;
+  /** Yield preliminary results with the output so far while a cell runs (default true). */
+  stream?: boolean;
+  /** The tool's description; default: the server's, which lists every function the cells can call. */
+  description?: string;
+}
+
+/** The `execute_code` AI SDK tool, with the session it runs in. */
+export type ToolcellTool = Tool<ToolcellToolInput, ToolcellToolOutput, ToolcellToolContext> & {
+  execute: NonNullable<Tool<ToolcellToolInput, ToolcellToolOutput, ToolcellToolContext>["execute"]>;
+  /** The toolcell session of this conversation. */
+  readonly session: string;
+  /** The client running the cells. */
+  readonly toolcell: Toolcell;
+  /**
+   * End the conversation: its kernel and the app tools registered for it
+   * (and the client, when the adapter started it). Call it when the
+   * conversation is over, not after each request.
+   */
+  close(): Promise<void>;
+};
+
+/**
+ * The cell's result as the text a model should read: the cleaned output
+ * first, then (each on its own line, only when present) `status: …` (when
+ * not success), `error: …`, `hint: …` and `warning: …`; a cell that printed
+ * nothing and succeeded reads `(no output)`. The same text as the Python
+ * integrations' `result_text`.
+ */
+export function resultText(result: ExecuteResult): string {
+  const parts: string[] = [];
+  const out = result.output ?? "";
+  if (out) parts.push(out.endsWith("\n") ? out : out + "\n");
+  if (result.status !== "success") parts.push(`status: ${result.status}\n`);
+  if (result.error) parts.push(`error: ${result.error}\n`);
+  if (result.hint) parts.push(`hint: ${result.hint}\n`);
+  if (result.warning) parts.push(`warning: ${result.warning}\n`);
+  if (!parts.length) return "(no output)";
+  return parts.join("").replace(/\n+$/, "");
+}
+
+// The outer `execute_code` calls whose cells a session has queued, oldest
+// (the running one) first: a nested tool call belongs to the head. Cells of
+// one session run one at a time in the order they were sent, so this holds
+// even when a step has several `execute_code` calls, or two adapters share a
+// session.
+interface OuterCall {
+  options: ToolExecutionOptions<ToolcellToolContext>;
+  nested: number;
+}
+const queues = new WeakMap<Toolcell, Map<string, OuterCall[]>>();
+
+function queueOf(tc: Toolcell, session: string): OuterCall[] {
+  let bySession = queues.get(tc);
+  if (!bySession) queues.set(tc, (bySession = new Map()));
+  let q = bySession.get(session);
+  if (!q) bySession.set(session, (q = []));
+  return q;
+}
+
+function dequeue(tc: Toolcell, session: string, call: OuterCall): void {
+  const bySession = queues.get(tc);
+  const q = bySession?.get(session);
+  if (!q) return;
+  const i = q.indexOf(call);
+  if (i >= 0) q.splice(i, 1);
+  if (!q.length) bySession!.delete(session);
+}
+
+function anySignal(signals: (AbortSignal | undefined)[]): AbortSignal | undefined {
+  const live = signals.filter((s): s is AbortSignal => s !== undefined);
+  if (live.length <= 1) return live[0];
+  const any = (AbortSignal as unknown as { any?: (s: AbortSignal[]) => AbortSignal }).any;
+  if (any) return any(live);
+  const c = new AbortController();
+  for (const s of live) {
+    if (s.aborted) c.abort(s.reason);
+    else s.addEventListener("abort", () => c.abort(s.reason), { once: true });
+  }
+  return c.signal;
+}
+
+function isAsyncIterable(v: unknown): v is AsyncIterable<unknown> {
+  return v != null && typeof (v as any)[Symbol.asyncIterator] === "function";
+}
+
+/** A schema's validation error on one line: `path: message; ...` (zod and standard-schema issues), else its message. */
+function invalid(error: unknown): string {
+  const e = error as { issues?: unknown; cause?: { issues?: unknown }; message?: string } | undefined;
+  const issues = Array.isArray(e?.cause?.issues) ? e!.cause!.issues : Array.isArray(e?.issues) ? e!.issues : undefined;
+  if (issues && (issues as unknown[]).length) {
+    return (issues as { path?: PropertyKey[]; message?: string }[])
+      .map((i) => (i.path?.length ? `${i.path.map(String).join(".")}: ` : "") + (i.message ?? "invalid"))
+      .join("; ");
+  }
+  return String(e?.message ?? error).split("\n")[0];
+}
+
+function describe(t: Tool): string | undefined {
+  if (typeof t.description === "string") return t.description;
+  if (typeof t.description === "function") {
+    try {
+      return t.description({ context: undefined as never });
+    } catch {
+      return undefined; // a description that needs its context: the schema still tells the arguments
+    }
+  }
+  return undefined;
+}
+
+async function registerAppTool(tc: Toolcell, session: string, name: string, t: Tool): Promise<void> {
+  if (t.type === "provider") {
+    throw new TypeError(
+      `toolcellTool: tools.${name} is a provider tool; cells can call only function tools (tool({...}) with an execute). ` +
+        "Give it to generateText directly instead.",
+    );
+  }
+  if (typeof t.execute !== "function") {
+    throw new TypeError(
+      `toolcellTool: tools.${name} has no execute function, so a cell cannot call it. ` +
+        "Give it an execute, or pass it to generateText directly (its result then comes from your app).",
+    );
+  }
+  const input = asSchema(t.inputSchema);
+  const definition: { description?: string; input_schema: Record<string, unknown>; output_schema?: Record<string, unknown> } = {
+    input_schema: (await input.jsonSchema) as Record<string, unknown>,
+  };
+  const description = describe(t);
+  if (description) definition.description = description;
+  if (t.outputSchema) {
+    try {
+      definition.output_schema = (await asSchema(t.outputSchema).jsonSchema) as Record<string, unknown>;
+    } catch {
+      /* an output schema without a JSON Schema form: the cell sees `-> Any` */
+    }
+  }
+  const context = t.contextSchema ? asSchema(t.contextSchema) : undefined;
+  const execute = t.execute;
+  tc.tool(
+    name,
+    definition,
+    async (args, ctx) => {
+      const outer = queueOf(tc, session)[0];
+      let value: unknown = args;
+      if (input.validate) {
+        const checked = await input.validate(args);
+        if (!checked.success) throw new ToolError(`invalid arguments: ${invalid(checked.error)}`);
+        value = checked.value;
+      }
+      let toolContext = (outer?.options.context as ToolcellToolContext | undefined)?.[name];
+      if (context?.validate) {
+        const checked = await context.validate(toolContext);
+        if (!checked.success) {
+          throw new ToolError(
+            `invalid context: ${invalid(checked.error)} (give it in generateText's toolsContext, under the code tool's name: toolsContext.execute_code.${name})`,
+          );
+        }
+        toolContext = checked.value;
+      }
+      const n = outer ? ++outer.nested : 0;
+      const options: ToolExecutionOptions<any> = {
+        toolCallId: outer ? `${outer.options.toolCallId}.${name}.${n}` : `toolcell.${name}`,
+        messages: outer?.options.messages ?? ([] as ModelMessage[]),
+        abortSignal: anySignal([ctx.signal, outer?.options.abortSignal]),
+        context: toolContext,
+      };
+      if (outer?.options.experimental_sandbox) options.experimental_sandbox = outer.options.experimental_sandbox;
+      const out = execute.call(t, value as never, options);
+      if (isAsyncIterable(out)) {
+        let last: unknown;
+        for await (const v of out) last = v; // preliminary results of a nested tool: the last one counts
+        return last;
+      }
+      return await out;
+    },
+    { session },
+  );
+}
+
+/**
+ * The `execute_code` tool for `generateText`, `streamText` and agents: the
+ * model writes Python, a persistent kernel runs it, and the code calls the
+ * app's own AI SDK `tools` as Python functions (they run here, in Node).
+ *
+ * Resolves once the app's tools are registered, with the server's
+ * description of the tool (it lists every callable function, with
+ * signatures). The kernel's state lives as long as the session: reuse the
+ * same `session` (or `conversationId`) across requests of one conversation,
+ * and call `close()` when it is over.
+ *
+ * A failing cell is a result, not an error: the model reads its traceback.
+ * An app tool that throws raises `ToolError` in the cell (`"<tool>: Error:
+ * <message>"`; a thrown `ToolError` from `toolcell`: `"<tool>: <message>"`). Aborting the
+ * generation (`abortSignal`, or a tool timeout) cancels the cell.
+ */
+/** The config of a client the adapter starts: the app's tools only, unless it says otherwise. */
+function ownConfig(config: ToolcellToolOptions["config"]): ToolcellToolOptions["config"] {
+  if (typeof config === "string") return config;
+  if (config && "tools" in config) return config;
+  return { ...(config ?? {}), tools: { enabled: [] } };
+}
+
+export async function toolcellTool(options: ToolcellToolOptions = {}): Promise<ToolcellTool> {
+  const own = options.toolcell === undefined;
+  const tc = options.toolcell ?? new Toolcell({ config: ownConfig(options.config), cwd: options.cwd });
+  const session =
+    options.session ?? (options.conversationId !== undefined ? `ai:${options.conversationId}` : `ai:${randomUUID()}`);
+  const names = Object.keys(options.tools ?? {});
+  const streaming = options.stream ?? true;
+  let parameters: Record<string, unknown>;
+  let description: string;
+  try {
+    for (const name of names) await registerAppTool(tc, session, name, options.tools![name] as Tool);
+    const schema = await tc.schema("openai", session);
+    parameters = schema.function.parameters;
+    description = options.description ?? schema.function.description;
+  } catch (e) {
+    if (own) await tc.close();
+    throw e;
+  }
+
+  const start = (input: ToolcellToolInput, opts: ToolExecutionOptions<ToolcellToolContext>, onChunk?: (c: Chunk) => void) => {
+    if (typeof input?.code !== "string" || !input.code.trim()) {
+      throw new ToolError("execute_code needs `code`: the Python source to run");
+    }
+    const call: OuterCall = { options: opts, nested: 0 };
+    const q = queueOf(tc, session);
+    q.push(call);
+    const cell = tc.execute(input.code, {
+      session,
+      timeout: options.timeout,
+      reset: input.reset === true,
+      stream: onChunk,
+      signal: opts.abortSignal,
+    });
+    return cell.finally(() => dequeue(tc, session, call));
+  };
+  const final = (result: ExecuteResult): ToolcellToolOutput => ({ status: result.status, text: resultText(result), result });
+
+  async function* executeStreaming(
+    input: ToolcellToolInput,
+    opts: ToolExecutionOptions<ToolcellToolContext>,
+  ): AsyncGenerator<ToolcellToolOutput, void, unknown> {
+    let soFar = "";
+    let fresh = false;
+    let wake: (() => void) | undefined;
+    let settled = false;
+    const cell = start(input, opts, (c) => {
+      soFar += c.text;
+      fresh = true;
+      wake?.();
+    });
+    const done = cell.then(
+      () => undefined,
+      () => undefined,
+    );
+    void done.then(() => {
+      settled = true;
+      wake?.();
+    });
+    while (!settled) {
+      if (!fresh) await new Promise<void>((r) => (wake = r));
+      wake = undefined;
+      if (fresh && !settled) {
+        fresh = false;
+        yield { status: "running", text: soFar };
+      }
+    }
+    yield final(await cell);
+  }
+
+  async function executeOnce(input: ToolcellToolInput, opts: ToolExecutionOptions<ToolcellToolContext>): Promise<ToolcellToolOutput> {
+    return final(await start(input, opts));
+  }
+
+  const base = tool<ToolcellToolInput, ToolcellToolOutput, ToolcellToolContext>({
+    description,
+    inputSchema: jsonSchema<ToolcellToolInput>(parameters as any),
+    execute: streaming ? executeStreaming : executeOnce,
+    toModelOutput: ({ output }) => ({ type: "text", value: output.text }),
+  });
+
+  let closed: Promise<void> | undefined;
+  const close = (): Promise<void> =>
+    (closed ??= (async () => {
+      if (own) {
+        await tc.close();
+        return;
+      }
+      await tc.shutdownSession(session);
+      if (names.length) await tc.unregister(names, { session });
+    })());
+
+  // Not enumerable: the SDK copies and inspects tools; these are for the app.
+  Object.defineProperties(base, {
+    session: { value: session },
+    toolcell: { value: tc },
+    close: { value: close },
+  });
+  return base as ToolcellTool;
+}
+

@@ -1,0 +1,705 @@
+"""toolcell.integrations.pydantic_ai against a real toolcell server and pydantic-ai's FunctionModel.
+
+Each test scripts the model (FunctionModel plays the steps in order and
+keeps every request it got), runs a real agent, and checks what a user
+would see: the answer, the tool return and its metadata, the host-side
+calls, the messages the model received.
+"""
+
+import asyncio
+import dataclasses
+import inspect
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Union
+
+import pytest
+from pydantic_ai import Agent, DeferredToolRequests, RunContext, Tool, ToolDefinition
+from pydantic_ai.exceptions import ModelRetry, UserError
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturn,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from pydantic_ai.toolsets import FunctionToolset
+
+from toolcell import AsyncToolcell, ExecuteResult
+from toolcell.integrations.pydantic_ai import (
+    RUN_CODE_TOOL_NAME,
+    ToolcellCodeMode,
+    ToolcellCodeModeToolset,
+    ToolcellOutputEvent,
+)
+
+try:
+    from pydantic_ai.messages import CustomEvent  # noqa: F401
+
+    HAS_CUSTOM_EVENTS = True
+except ImportError:  # older pydantic-ai: no events, on_output only
+    HAS_CUSTOM_EVENTS = False
+
+HAS_RETURN_SCHEMAS = "return_schema" in {f.name for f in dataclasses.fields(ToolDefinition)}
+
+ORDERS = {"A-1": 120.0, "A-2": 35.5, "A-3": 10.0}
+
+
+def get_order(id: str) -> dict:
+    """One order, with its total in EUR."""
+    return {"id": id, "total": ORDERS[id]}
+
+
+class Code:
+    """A model step: call run_code with this code."""
+
+    def __init__(self, code: str, restart: bool = False):
+        self.args: Dict[str, Any] = {"code": textwrap.dedent(code).strip() + "\n"}
+        if restart:
+            self.args["restart"] = True
+
+
+Step = Union[Code, Callable[[List[ModelMessage]], str]]
+
+
+class Script:
+    """A scripted model: plays its steps one request at a time and keeps what it was sent."""
+
+    def __init__(self, *steps: Step):
+        self.steps = list(steps)
+        self.requests: List[List[ModelMessage]] = []
+        self.infos: List[AgentInfo] = []
+
+    def _next(self, messages: List[ModelMessage], info: AgentInfo) -> Step:
+        self.requests.append(list(messages))
+        self.infos.append(info)
+        i = len(self.requests) - 1
+        assert i < len(self.steps), f"the model was asked more often than scripted ({i + 1} requests)"
+        return self.steps[i]
+
+    def respond(self, messages: List[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = self._next(messages, info)
+        if isinstance(step, Code):
+            n = len(self.requests)
+            return ModelResponse(parts=[ToolCallPart(RUN_CODE_TOOL_NAME, step.args, tool_call_id=f"call-{n}")])
+        return ModelResponse(parts=[TextPart(step(messages))])
+
+    async def stream(self, messages: List[ModelMessage], info: AgentInfo):  # type: ignore[no-untyped-def]
+        step = self._next(messages, info)
+        if isinstance(step, Code):
+            n = len(self.requests)
+            yield {0: DeltaToolCall(name=RUN_CODE_TOOL_NAME, json_args=json.dumps(step.args), tool_call_id=f"call-{n}")}
+        else:
+            yield step(messages)
+
+    @property
+    def model(self) -> FunctionModel:
+        return FunctionModel(self.respond, stream_function=self.stream)
+
+
+def last_return(messages: List[ModelMessage]) -> ToolReturnPart:
+    """The latest run_code return in a message list."""
+    parts = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts
+             if isinstance(p, ToolReturnPart) and p.tool_name == RUN_CODE_TOOL_NAME]
+    assert parts, "no run_code return in the messages"
+    return parts[-1]
+
+
+def code_returns(messages: List[ModelMessage]) -> List[ToolReturnPart]:
+    return [p for m in messages if isinstance(m, ModelRequest) for p in m.parts
+            if isinstance(p, ToolReturnPart) and p.tool_name == RUN_CODE_TOOL_NAME]
+
+
+def answer_with_last_return(messages: List[ModelMessage]) -> str:
+    return f"answer: {last_return(messages).content}"
+
+
+def usage_of(result: Any) -> Any:
+    """The run's usage (a property in new pydantic-ai, a method in old)."""
+    usage = result.usage
+    return usage if hasattr(usage, "tool_calls") else usage()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# ---------------------------------------------------------------- the required scenarios
+
+
+def test_one_cell_loops_over_the_agents_tools_and_the_calls_run_in_the_host() -> None:
+    host_calls: List[str] = []
+    script = Script(
+        Code("""
+            total = sum(get_order(id=i)["total"] for i in ["A-1", "A-2", "A-3"])
+            print(f"total={total}")
+        """),
+        answer_with_last_return,
+    )
+    cap = ToolcellCodeMode()
+    agent = Agent(script.model, capabilities=[cap])
+
+    @agent.tool_plain
+    def get_order(id: str) -> dict:
+        """One order, with its total in EUR."""
+        host_calls.append(id)
+        return {"id": id, "total": ORDERS[id]}
+
+    async def main() -> Any:
+        try:
+            return await agent.run("What do the three orders come to?")
+        finally:
+            await cap.aclose()
+
+    result = run(main())
+    assert result.output == "answer: total=165.5"
+    assert host_calls == ["A-1", "A-2", "A-3"]
+    # the model was offered one tool, whose description lists get_order with its signature
+    tools = script.infos[0].function_tools
+    assert [t.name for t in tools] == [RUN_CODE_TOOL_NAME]
+    shape = "dict" if HAS_RETURN_SCHEMAS else "Any"  # pydantic-ai before 1.78 has no return schemas
+    assert f"get_order(id: str) -> {shape}: One order, with its total in EUR." in tools[0].description
+    assert "restart=true" in tools[0].description
+    # the nested calls are recorded on the tool return, as CodeMode records them
+    ret = last_return(result.all_messages())
+    meta = ret.metadata
+    assert meta["toolcell"] is True
+    assert [c.args for c in meta["tool_calls"].values()] == [{"id": "A-1"}, {"id": "A-2"}, {"id": "A-3"}]
+    assert [r.content["total"] for r in meta["tool_returns"].values()] == [120.0, 35.5, 10.0]
+    assert all(k.startswith("call-1__") for k in meta["tool_calls"])
+    assert meta["tool_errors"] == {}
+    res = ExecuteResult.from_dict(meta["result"])
+    assert res.status == "success" and res.tool_calls_made == 3
+    # the nested calls count as tool calls of the run
+    assert usage_of(result).tool_calls == 4
+
+
+def test_a_later_step_uses_a_variable_the_first_cell_defined() -> None:
+    script = Script(
+        Code("orders = {i: get_order(id=i) for i in ['A-1', 'A-2']}"),
+        Code("print(round(sum(o['total'] for o in orders.values()) * 2, 1))"),
+        answer_with_last_return,
+    )
+    ts = ToolcellCodeModeToolset(get_order)
+    agent = Agent(script.model, toolsets=[ts])
+
+    async def main() -> Any:
+        try:
+            return await agent.run("twice the sum")
+        finally:
+            await ts.aclose()
+
+    result = run(main())
+    assert result.output == "answer: 311.0"
+    first, second = code_returns(result.all_messages())
+    assert first.content == "(no output)"
+    assert first.metadata["session"] == second.metadata["session"]
+    assert second.metadata["result"]["kernel"]["reused"] is True
+
+
+def test_a_failing_tool_raises_ToolError_in_the_cell_and_the_model_reads_it() -> None:
+    def get_order(id: str) -> dict:
+        """One order."""
+        raise LookupError(f"no order {id!r} in the shop")
+
+    script = Script(Code("print(get_order(id='Z-9'))"), answer_with_last_return)
+    ts = ToolcellCodeModeToolset(get_order)
+    agent = Agent(script.model, toolsets=[ts])
+
+    async def main() -> Any:
+        try:
+            return await agent.run("look Z-9 up")
+        finally:
+            await ts.aclose()
+
+    result = run(main())
+    # the request after the cell carries the ToolError text
+    seen = last_return(script.requests[1])
+    assert "ToolError" in seen.content
+    assert "LookupError: no order 'Z-9' in the shop" in seen.content
+    assert "status: error" in seen.content
+    assert result.output.startswith("answer: ")
+    meta = seen.metadata
+    (err,) = meta["tool_errors"].values()
+    assert err == "LookupError: no order 'Z-9' in the shop"
+    assert meta["tool_returns"] == {}
+
+
+def test_ModelRetry_from_a_wrapped_tool_is_a_ToolError_the_code_can_catch() -> None:
+    def get_order(id: str) -> dict:
+        """One order."""
+        if not id.startswith("A-"):
+            raise ModelRetry("order ids look like A-1")
+        return {"id": id, "total": ORDERS[id]}
+
+    script = Script(
+        Code("""
+            try:
+                get_order(id="1")
+            except ToolError as e:
+                print("caught:", e)
+            print(get_order(id="A-2")["total"])
+        """),
+        answer_with_last_return,
+    )
+    ts = ToolcellCodeModeToolset(get_order)
+    agent = Agent(script.model, toolsets=[ts])
+
+    async def main() -> Any:
+        try:
+            return await agent.run("go")
+        finally:
+            await ts.aclose()
+
+    result = run(main())
+    ret = last_return(result.all_messages())
+    assert "caught:" in ret.content and "order ids look like A-1" in ret.content
+    assert ret.content.endswith("35.5")
+    assert list(ret.metadata["tool_errors"].values()) == ["order ids look like A-1"]
+    assert len(ret.metadata["tool_returns"]) == 1
+
+
+# ---------------------------------------------------------------- tools and toolsets
+
+
+def test_plain_functions_Tool_objects_and_a_FunctionToolset_all_become_functions() -> None:
+    def get_order(id: str) -> dict:
+        """One order."""
+        return {"id": id, "total": ORDERS[id]}
+
+    def vat(amount: float, rate: float = 0.2) -> float:
+        """The VAT on an amount."""
+        return round(amount * rate, 2)
+
+    def shipping(weight_kg: float) -> float:
+        """Shipping cost for a parcel."""
+        return 4.5 if weight_kg < 2 else 9.0
+
+    script = Script(
+        Code("t = get_order(id='A-1')['total']\nprint(t + vat(amount=t) + shipping(weight_kg=3))"),
+        answer_with_last_return,
+    )
+    ts = ToolcellCodeModeToolset(get_order, Tool(vat), FunctionToolset([shipping]))
+    agent = Agent(script.model, toolsets=[ts])
+
+    async def main() -> Any:
+        try:
+            return await agent.run("price it")
+        finally:
+            await ts.aclose()
+
+    result = run(main())
+    assert result.output == "answer: 153.0"
+    desc = script.infos[0].function_tools[0].description
+    assert "get_order(id: str)" in desc
+    assert "vat(amount: float, rate: float = 0.2)" in desc
+    assert "shipping(weight_kg: float)" in desc
+
+
+def test_a_nested_ToolReturn_gives_the_code_its_value_and_the_model_its_content() -> None:
+    def chart(sku: str) -> ToolReturn:
+        """Sales of a SKU, with a chart for the model."""
+        return ToolReturn(return_value={"sold": 12}, content=f"[chart of {sku} sales]", metadata={"rows": 3})
+
+    script = Script(Code("print(chart(sku='X')['sold'] * 2)"), answer_with_last_return)
+    ts = ToolcellCodeModeToolset(chart)
+    agent = Agent(script.model, toolsets=[ts])
+
+    async def main() -> Any:
+        try:
+            return await agent.run("sales")
+        finally:
+            await ts.aclose()
+
+    result = run(main())
+    assert result.output == "answer: 24"
+    (ret,) = last_return(result.all_messages()).metadata["tool_returns"].values()
+    assert ret.content == {"sold": 12} and ret.metadata == {"rows": 3}
+    sent = [p.content for m in script.requests[1] if isinstance(m, ModelRequest) for p in m.parts]
+    assert any("[chart of X sales]" in str(c) for c in sent)
+
+
+def test_nested_calls_get_the_runs_context_and_deps() -> None:
+    seen: List[Any] = []
+    script = Script(Code("print(price(sku='X'))"), answer_with_last_return)
+    agent = Agent(script.model, deps_type=dict, capabilities=[cap := ToolcellCodeMode()])
+
+    @agent.tool
+    def price(ctx: RunContext[dict], sku: str) -> float:
+        """A price, after the customer's discount."""
+        seen.append((ctx.tool_name, ctx.tool_call_id, ctx.deps["discount"]))
+        return 100.0 * (1 - ctx.deps["discount"])
+
+    async def main() -> Any:
+        try:
+            return await agent.run("price X", deps={"discount": 0.25})
+        finally:
+            await cap.aclose()
+
+    result = run(main())
+    assert result.output == "answer: 75.0"
+    assert seen == [("price", "call-1__1", 0.25)]
+
+
+MCP_SERVER = '''
+try:
+    from mcp.server.mcpserver import MCPServer as Server   # mcp 2
+    from mcp.server.mcpserver.exceptions import ToolError
+except ImportError:
+    from mcp.server.fastmcp import FastMCP as Server       # mcp 1
+    from mcp.server.fastmcp.exceptions import ToolError
+server = Server("inventory")
+
+@server.tool()
+def stock(sku: str) -> int:
+    """Units of one SKU in stock."""
+    return {"X-1": 4, "X-2": 7}[sku]
+
+@server.tool(name="price-of")
+def price_of(sku: str) -> float:
+    """Unit price of one SKU, in EUR."""
+    if sku not in ("X-1", "X-2"):
+        raise ToolError(f"unknown sku {sku}")
+    return {"X-1": 2.5, "X-2": 10.0}[sku]
+
+if __name__ == "__main__":
+    server.run()
+'''
+
+
+def mcp_toolset(script: Path) -> Any:
+    """An MCP toolset running `script` over stdio, in the shape this pydantic-ai has.
+
+    The server may take seconds to import on a busy machine: wait up to a minute for it.
+    """
+    try:
+        from fastmcp.client.transports import StdioTransport
+        from pydantic_ai.mcp import MCPToolset
+    except ImportError:  # pydantic-ai 1.x
+        from pydantic_ai.mcp import MCPServerStdio
+
+        return MCPServerStdio(sys.executable, args=[str(script)], timeout=60)
+    transport = StdioTransport(command=sys.executable, args=[str(script)])
+    if "init_timeout" in inspect.signature(MCPToolset).parameters:
+        return MCPToolset(transport, init_timeout=60)
+    from fastmcp import Client
+
+    return MCPToolset(Client(transport, init_timeout=60))
+
+
+def test_an_mcp_servers_tools_are_functions_in_the_cell(tmp_path: Path) -> None:
+    script_path = tmp_path / "inventory_server.py"
+    script_path.write_text(MCP_SERVER)
+    script = Script(
+        Code("""
+            value = sum(stock(sku=s) * price_of(sku=s) for s in ["X-1", "X-2"])
+            print("value", value)
+            try:
+                price_of(sku="nope")
+            except ToolError as e:
+                print("error:", e)
+        """),
+        answer_with_last_return,
+    )
+    ts = ToolcellCodeModeToolset(mcp_toolset(script_path))
+    agent = Agent(script.model, toolsets=[ts])
+
+    async def main() -> Any:
+        try:
+            return await agent.run("stock value")
+        finally:
+            await ts.aclose()
+
+    result = run(main())
+    ret = last_return(result.all_messages())
+    assert "value 80.0" in ret.content
+    assert "error:" in ret.content and "unknown sku nope" in ret.content
+    desc = script.infos[0].function_tools[0].description
+    # the hyphenated MCP name is a Python name in the cell; the result shape is the unwrapped value
+    if HAS_RETURN_SCHEMAS:
+        assert "price_of(sku: str) -> float: Unit price of one SKU, in EUR." in desc
+        assert "stock(sku: str) -> int: Units of one SKU in stock." in desc
+    else:
+        assert "price_of(sku: str) -> Any: Unit price of one SKU, in EUR." in desc
+    names = [c.tool_name for c in ret.metadata["tool_calls"].values()]
+    assert names == ["stock", "price-of", "stock", "price-of", "price-of"]
+
+
+def test_the_selector_keeps_other_tools_native_and_approval_tools_stay_out() -> None:
+    script = Script(lambda messages: "done")
+    cap = ToolcellCodeMode(tools=["get_order"])
+    agent = Agent(script.model, capabilities=[cap], output_type=[str, DeferredToolRequests])
+    agent.tool_plain(get_order)
+
+    @agent.tool_plain
+    def notify(text: str) -> str:
+        """Tell the customer something."""
+        return "sent"
+
+    @agent.tool_plain(requires_approval=True)
+    def refund(id: str) -> str:
+        """Refund an order."""
+        return "refunded"
+
+    async def main() -> Any:
+        try:
+            return await agent.run("hi")
+        finally:
+            await cap.aclose()
+
+    run(main())
+    tools = {t.name: t for t in script.infos[0].function_tools}
+    # refund needs approval, which code cannot wait for: it stays a tool the model calls itself
+    assert set(tools) == {RUN_CODE_TOOL_NAME, "notify", "refund"}
+    desc = tools[RUN_CODE_TOOL_NAME].description
+    assert "get_order(id: str)" in desc
+    assert "notify(" not in desc and "refund(" not in desc
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def test_restart_starts_a_fresh_kernel() -> None:
+    script = Script(
+        Code("x = 41"),
+        Code("print('x' in globals())", restart=True),
+        answer_with_last_return,
+    )
+    ts = ToolcellCodeModeToolset()
+    agent = Agent(script.model, toolsets=[ts])
+
+    async def main() -> Any:
+        try:
+            return await agent.run("go")
+        finally:
+            await ts.aclose()
+
+    result = run(main())
+    assert result.output == "answer: False"
+    assert last_return(result.all_messages()).metadata["result"]["kernel"]["state_reset"] is True
+    schema = script.infos[0].function_tools[0].parameters_json_schema
+    assert set(schema["properties"]) == {"code", "restart"}
+
+
+def test_a_named_session_keeps_state_across_runs_and_default_sessions_do_not_leak() -> None:
+    shared = ToolcellCodeModeToolset(get_order, session="conversation-1")
+    fresh = ToolcellCodeModeToolset(get_order)
+
+    async def main() -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        try:
+            s1 = Script(Code("basket = [get_order(id='A-1')]"), answer_with_last_return)
+            await Agent(s1.model, toolsets=[shared]).run("put A-1 in")
+            s2 = Script(Code("basket.append(get_order(id='A-3'))\nprint(sum(o['total'] for o in basket))"),
+                        answer_with_last_return)
+            out["shared"] = (await Agent(s2.model, toolsets=[shared]).run("add A-3")).output
+
+            f1 = Script(Code("basket = [1]"), answer_with_last_return)
+            r1 = await Agent(f1.model, toolsets=[fresh]).run("one")
+            first_session = last_return(r1.all_messages()).metadata["session"]
+            tc = fresh.toolcell
+            assert tc is not None
+            out["alive_after_run"] = [s["session"] for s in await tc.sessions()]
+            out["tools_after_run"] = list(tc.tools)
+            f2 = Script(Code("print(basket)"), answer_with_last_return)
+            r2 = await Agent(f2.model, toolsets=[fresh]).run("two")
+            out["fresh"] = last_return(r2.all_messages()).content
+            out["sessions"] = (first_session, last_return(r2.all_messages()).metadata["session"])
+        finally:
+            await shared.aclose()
+            await fresh.aclose()
+        return out
+
+    out = run(main())
+    assert out["shared"] == "answer: 130.0"
+    assert "NameError: name 'basket' is not defined" in out["fresh"]
+    first, second = out["sessions"]
+    assert first != second
+    assert first not in out["alive_after_run"]  # its kernel ended with its run
+    assert not any(name.startswith(first) for name in out["tools_after_run"])  # and its tools are gone
+
+
+def test_concurrent_runs_get_their_own_sessions_and_their_own_deps() -> None:
+    cap = ToolcellCodeMode()
+
+    def agent_for(name: str) -> Agent:
+        script = Script(
+            Code("""
+                import time
+                me = whoami()
+                time.sleep(0.3)
+                print(me, whoami())
+            """),
+            answer_with_last_return,
+        )
+        agent = Agent(script.model, deps_type=str, capabilities=[cap])
+
+        @agent.tool
+        def whoami(ctx: RunContext[str]) -> str:
+            """Who this run is for."""
+            return ctx.deps
+
+        return agent
+
+    async def main() -> List[Any]:
+        try:
+            return list(await asyncio.gather(agent_for("a").run("x", deps="alice"), agent_for("b").run("x", deps="bob")))
+        finally:
+            await cap.aclose()
+
+    alice, bob = run(main())
+    assert alice.output == "answer: alice alice"
+    assert bob.output == "answer: bob bob"
+    assert last_return(alice.all_messages()).metadata["session"] != last_return(bob.all_messages()).metadata["session"]
+
+
+def test_run_sync_twice_with_a_given_client_and_session() -> None:
+    async def make() -> AsyncToolcell:
+        return AsyncToolcell(config={"tools": {"enabled": []}})
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        tc = loop.run_until_complete(make())
+        ts = ToolcellCodeModeToolset(get_order, toolcell=tc, session="chat")
+        a = Agent(Script(Code("n = 1"), answer_with_last_return).model, toolsets=[ts])
+        a.run_sync("one")
+        b = Agent(Script(Code("n += 1\nprint(n)"), answer_with_last_return).model, toolsets=[ts])
+        assert b.run_sync("two").output == "answer: 2"
+        assert ts.toolcell is tc
+        loop.run_until_complete(ts.end_session())
+        c = Agent(Script(Code("print('n' in globals())"), answer_with_last_return).model, toolsets=[ts])
+        assert c.run_sync("three").output == "answer: False"
+        tc.close()
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def test_a_second_asyncio_run_gets_a_new_server_and_says_the_state_is_gone(caplog: Any) -> None:
+    cap = ToolcellCodeMode(session="chat")
+
+    def one_run(code: str) -> str:
+        agent = Agent(Script(Code(code), answer_with_last_return).model, capabilities=[cap])
+        agent.tool_plain(get_order)
+        return str(run(agent.run("x")).output)
+
+    try:
+        assert one_run("seen = get_order(id='A-2')['total']\nprint(seen)") == "answer: 35.5"
+        with caplog.at_level("WARNING", logger="toolcell"):
+            out = one_run("print('seen' in globals(), get_order(id='A-3')['total'])")
+    finally:
+        if cap.toolcell is not None:
+            cap.toolcell.close()
+    assert out == "answer: False 10.0"  # a fresh kernel, and the tools are registered again
+    assert any("lose their state: chat" in r.getMessage() for r in caplog.records)
+
+
+# ---------------------------------------------------------------- streaming
+
+
+@pytest.mark.parametrize("shape", ["toolset", "capability"])
+def test_output_streams_while_the_cell_runs(shape: str) -> None:
+    chunks: List[str] = []
+    script = Script(
+        Code("""
+            import time
+            for i in range(3):
+                print(f"tick {i}", flush=True)
+                time.sleep(0.25)
+        """),
+        answer_with_last_return,
+    )
+
+    async def on_output_async(chunk: Any) -> None:
+        chunks.append(chunk.text)
+
+    if shape == "toolset":
+        owner: Any = ToolcellCodeModeToolset(on_output=lambda chunk: chunks.append(chunk.text))
+        agent = Agent(script.model, toolsets=[owner])
+    else:
+        owner = ToolcellCodeMode(on_output=on_output_async)
+        agent = Agent(script.model, capabilities=[owner])
+    timeline: List[Any] = []
+
+    async def handler(ctx: Any, events: Any) -> None:
+        async for ev in events:
+            timeline.append((time.monotonic() - t0, ev))
+
+    async def main() -> None:
+        try:
+            await agent.run("tick", event_stream_handler=handler)
+        finally:
+            await owner.aclose()
+
+    t0 = time.monotonic()
+    run(main())
+    assert "".join(chunks) == "tick 0\ntick 1\ntick 2\n"
+    if not HAS_CUSTOM_EVENTS:  # pydantic-ai before 2.38: no custom events, on_output only
+        return
+    out = [(t, ev) for t, ev in timeline if isinstance(ev, ToolcellOutputEvent)]
+    assert "".join(ev.text for _, ev in out) == "tick 0\ntick 1\ntick 2\n"
+    assert all(ev.tool_call_id == "call-1" and ev.stream == "stdout" for _, ev in out)
+    done = next(t for t, ev in timeline if type(ev).__name__ == "FunctionToolResultEvent")
+    assert out[0][0] < done - 0.3  # the first tick arrived while the cell was still running
+
+
+# ---------------------------------------------------------------- errors and history
+
+
+def test_a_failing_cell_is_a_result_the_model_reads_not_a_retry() -> None:
+    script = Script(Code("1 / 0"), Code("print('still here')"), answer_with_last_return)
+    ts = ToolcellCodeModeToolset()
+    agent = Agent(script.model, toolsets=[ts])
+
+    async def main() -> Any:
+        try:
+            return await agent.run("divide")
+        finally:
+            await ts.aclose()
+
+    result = run(main())
+    failed, ok = code_returns(result.all_messages())
+    assert "ZeroDivisionError" in failed.content and "status: error" in failed.content
+    assert failed.metadata["result"]["status"] == "error"
+    assert result.output == "answer: still here"
+    # the history, metadata included, survives a JSON round trip
+    back = ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(result.all_messages()))
+    assert last_return(back).metadata["result"]["status"] == "success"
+
+
+def test_misconfiguration_says_what_to_do() -> None:
+    async def with_client() -> None:
+        tc = AsyncToolcell()
+        try:
+            with pytest.raises(TypeError, match="pass them to your AsyncToolcell"):
+                ToolcellCodeModeToolset(toolcell=tc, config={"execution": {"timeout": 5}})
+        finally:
+            await tc.aclose()
+
+    run(with_client())
+
+    def run_code(code: str) -> str:
+        """A tool that would shadow the code tool."""
+        return code
+
+    ts = ToolcellCodeModeToolset(run_code)
+    agent = Agent(Script(lambda m: "never").model, toolsets=[ts])
+
+    async def main() -> None:
+        try:
+            await agent.run("hi")
+        finally:
+            await ts.aclose()
+
+    with pytest.raises(UserError, match="rename it"):
+        run(main())
+    with pytest.raises(TypeError, match="expected tools"):
+        ToolcellCodeModeToolset(42)  # type: ignore[arg-type]
