@@ -286,6 +286,12 @@ pub struct KernelSpec {
     pub inband_tools: bool,
     /// The kernel's language (its runner, stubs and launch command).
     pub language: crate::language::Language,
+    /// The session the kernel is for (`{session}` in a remote's commands;
+    /// a warm-pool kernel's is `pool`).
+    pub session: String,
+    /// Runs a remote's `start` and `stop` ([`crate::lifecycle`]); needed
+    /// for a remote with `start`.
+    pub lifecycle: Option<Arc<crate::lifecycle::Lifecycle>>,
 }
 
 impl KernelSpec {
@@ -471,6 +477,9 @@ pub struct Kernel {
     /// The files of its working directory after its last cell (SPEC §16).
     files: Option<Box<crate::watch::Watcher>>,
     pumps_busy: Arc<AtomicUsize>,
+    /// A lifecycle remote's allocation: dropped last, after the kernel and
+    /// its command are gone, which runs the remote's `stop`.
+    allocation: Option<crate::lifecycle::Allocation>,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -742,7 +751,16 @@ impl Kernel {
         write_in(&dir_handle, "owner.pid", &std::process::id().to_string())
             .map_err(io_err("writing owner.pid"))?;
         let stub = spec.language.stub_source(&spec.tools, &[])?;
+        // A remote with a lifecycle: its allocation first (stopped again if
+        // anything below fails: dropping it runs `stop`).
+        let mut allocation = None;
         let launched = match spec.remote.clone() {
+            Some((name, remote)) if remote.has_lifecycle() => {
+                let alloc = Self::allocate(&spec, &name, &remote).await?;
+                let bound = remote.bound(&alloc.vars());
+                allocation = Some(alloc);
+                Self::launch_remote(&spec, &dir, &name, &bound, &stub)?
+            }
             Some((name, remote)) => Self::launch_remote(&spec, &dir, &name, &remote, &stub)?,
             None => Self::launch_local(&spec, &dir, &dir_handle, &stub).await?,
         };
@@ -812,6 +830,7 @@ impl Kernel {
             // thread's times on each read (~10 µs for a Python kernel).
             proc_stat: std::fs::File::open(format!("/proc/{pid}/task/{pid}/stat")).ok(),
             started: toolcell_tools::process::start_time(pid),
+            allocation,
         };
         let hello = Request::Hello(Hello {
             sentinel: sentinel.as_str().to_string(),
@@ -827,6 +846,34 @@ impl Kernel {
         kernel.handshake(&payload, &hello).await?;
         std::mem::forget(cleanup);
         Ok(kernel)
+    }
+
+    /// Runs the remote's `start` (on the blocking pool) for this kernel.
+    async fn allocate(
+        spec: &KernelSpec,
+        name: &str,
+        remote: &Arc<crate::remote::Remote>,
+    ) -> Result<crate::lifecycle::Allocation, SpawnError> {
+        let Some(lc) = spec.lifecycle.clone() else {
+            return Err(SpawnError::Remote {
+                remote: name.to_string(),
+                reason: "it has a `start` command, but this host runs no remote lifecycle".into(),
+                stderr: String::new(),
+            });
+        };
+        let (n, r, session) = (name.to_string(), Arc::clone(remote), spec.session.clone());
+        let started = tokio::task::spawn_blocking(move || lc.start(&n, &r, &session))
+            .await
+            .map_err(|e| SpawnError::Remote {
+                remote: name.to_string(),
+                reason: format!("its start command could not be run: {e}"),
+                stderr: String::new(),
+            })?;
+        started.map_err(|f| SpawnError::Remote {
+            remote: name.to_string(),
+            reason: f.reason,
+            stderr: f.stderr,
+        })
     }
 
     /// Starts a remote kernel's command (SPEC §14): `command + [python,
@@ -1384,6 +1431,14 @@ impl Kernel {
     /// The kernel's language.
     pub fn language(&self) -> crate::language::Language {
         self.spec.language
+    }
+
+    /// The allocation (container, job, pod) of a lifecycle remote this
+    /// kernel runs in: the id its `start` printed.
+    pub fn allocation_id(&self) -> Option<&str> {
+        self.allocation
+            .as_ref()
+            .map(crate::lifecycle::Allocation::id)
     }
 
     /// The remote this kernel runs on (`None`: local).
@@ -1994,3 +2049,4 @@ impl Drop for Kernel {
         }
     }
 }
+

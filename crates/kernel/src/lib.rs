@@ -98,6 +98,7 @@ pub mod interpreter;
 pub mod journal;
 pub mod kernel;
 pub mod language;
+pub mod lifecycle;
 pub mod limits;
 pub mod registry;
 pub mod remote;

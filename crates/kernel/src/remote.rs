@@ -43,7 +43,7 @@ pub const MAX_NAME: usize = 64;
 
 /// One `[remotes.NAME]`: how to reach a machine (or container) where
 /// kernels run.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct Remote {
@@ -62,6 +62,22 @@ pub struct Remote {
     /// when the command's program is `ssh`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shell: Option<bool>,
+    /// Makes an allocation for one kernel (a container, a SLURM job, a
+    /// pod) and prints its id on stdout; empty: the remote is always there
+    /// ([`crate::lifecycle`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub start: Vec<String>,
+    /// Removes an allocation (`{id}`); required with `start`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// Prints the ids of the allocations a host made (`{host}`), one per
+    /// line, so a later host can sweep what a dead one left.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub list: Vec<String>,
+    /// Seconds `start` may take.
+    pub start_timeout: f64,
+    /// Seconds `stop` (and `list`) may take.
+    pub stop_timeout: f64,
 }
 
 impl Default for Remote {
@@ -73,9 +89,19 @@ impl Default for Remote {
             node: "node".into(),
             cwd: String::new(),
             shell: None,
+            start: Vec::new(),
+            stop: Vec::new(),
+            list: Vec::new(),
+            start_timeout: DEFAULT_START_TIMEOUT,
+            stop_timeout: DEFAULT_STOP_TIMEOUT,
         }
     }
 }
+
+/// `[remotes.NAME] start_timeout` by default.
+pub const DEFAULT_START_TIMEOUT: f64 = 120.0;
+/// `[remotes.NAME] stop_timeout` by default.
+pub const DEFAULT_STOP_TIMEOUT: f64 = 30.0;
 
 impl Remote {
     /// A remote reached by `command`.
@@ -83,6 +109,39 @@ impl Remote {
         Self {
             command: command.into_iter().map(Into::into).collect(),
             ..Self::default()
+        }
+    }
+
+    /// This remote with a lifecycle: `start` makes an allocation per
+    /// kernel and prints its id, `stop` removes one (`{id}`), `list` prints
+    /// a host's (`{host}`; empty: no sweeping). See [`crate::lifecycle`].
+    pub fn with_lifecycle<S: Into<String>>(
+        mut self,
+        start: impl IntoIterator<Item = S>,
+        stop: impl IntoIterator<Item = S>,
+        list: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.start = start.into_iter().map(Into::into).collect();
+        self.stop = stop.into_iter().map(Into::into).collect();
+        self.list = list.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether each kernel gets an allocation of its own (`start`).
+    pub fn has_lifecycle(&self) -> bool {
+        !self.start.is_empty()
+    }
+
+    /// This remote with the placeholders of `command` and `cwd` filled in
+    /// for one allocation.
+    pub fn bound(&self, vars: &crate::lifecycle::Vars<'_>) -> Self {
+        let cwd = crate::lifecycle::fill(std::slice::from_ref(&self.cwd), vars)
+            .pop()
+            .unwrap_or_default();
+        Self {
+            command: crate::lifecycle::fill(&self.command, vars),
+            cwd,
+            ..self.clone()
         }
     }
 
@@ -205,6 +264,72 @@ pub(crate) fn check(name: &str, r: &Remote) -> Result<(), (String, String)> {
     }
     if r.cwd.contains('\0') {
         return Err(("cwd".into(), "expected no NUL bytes".into()));
+    }
+    check_lifecycle(r)
+}
+
+/// The lifecycle keys: all or nothing, each with the placeholders it needs.
+fn check_lifecycle(r: &Remote) -> Result<(), (String, String)> {
+    for (key, argv) in [("start", &r.start), ("stop", &r.stop), ("list", &r.list)] {
+        if argv.iter().any(|w| w.contains('\0')) {
+            return Err((key.into(), "expected no NUL bytes".into()));
+        }
+        if argv.first().is_some_and(|p| p.trim().is_empty()) {
+            return Err((key.into(), "expected a program name first, got \"\"".into()));
+        }
+    }
+    for (key, v) in [
+        ("start_timeout", r.start_timeout),
+        ("stop_timeout", r.stop_timeout),
+    ] {
+        if !(v > 0.0 && v <= 86_400.0) {
+            return Err((
+                key.into(),
+                format!("expected seconds, > 0 and at most 86400, got {v}"),
+            ));
+        }
+    }
+    let has = |argv: &[String], p: &str| argv.iter().any(|w| w.contains(p));
+    if r.start.is_empty() {
+        for (key, argv) in [("stop", &r.stop), ("list", &r.list)] {
+            if !argv.is_empty() {
+                return Err((
+                    key.into(),
+                    "expected it only together with `start` (the command that makes an allocation per kernel)".into(),
+                ));
+            }
+        }
+        return Ok(());
+    }
+    if r.stop.is_empty() {
+        return Err((
+            "stop".into(),
+            "expected a command that removes an allocation, e.g. [\"docker\", \"rm\", \"-f\", \"{id}\"]: with `start` and no `stop` every allocation would be left behind".into(),
+        ));
+    }
+    if !has(&r.stop, "{id}") {
+        return Err((
+            "stop".into(),
+            "expected `{id}` in one of its words (the allocation to remove)".into(),
+        ));
+    }
+    if !has(&r.command, "{id}") && !has(std::slice::from_ref(&r.cwd), "{id}") {
+        return Err((
+            "command".into(),
+            "expected `{id}` in one of its words (the allocation `start` made), e.g. [\"docker\", \"exec\", \"-i\", \"{id}\"]".into(),
+        ));
+    }
+    if has(&r.start, "{id}") {
+        return Err((
+            "start".into(),
+            "expected no `{id}`: `start` prints the id".into(),
+        ));
+    }
+    if !r.list.is_empty() && !has(&r.list, "{host}") {
+        return Err((
+            "list".into(),
+            "expected `{host}` in one of its words (list only what that host made: label allocations with {host} in `start`)".into(),
+        ));
     }
     Ok(())
 }

@@ -53,6 +53,18 @@ local kernels only.
 | `node` | `\"node\"` | a program name or path | The node binary to run there for `language = \"javascript\"`. |
 | `cwd` | `\"\"` | a path there | The kernel's working directory there; empty: wherever the command lands. |
 | `shell` | true for `ssh`, else false | true or false | Append the interpreter words as one shell-quoted word (the far side parses them with a shell, as sshd does). |
+| `start` | `[]` | a list of strings | A command that makes an allocation for one kernel (a container, a SLURM job, a pod) and prints its id on stdout (its last line); empty: `command` reaches a place that is always there. A session's first cell runs it; later cells reuse the allocation. |
+| `stop` | `[]` | a list of strings, with `{id}` | Removes an allocation; required with `start`. Run when the kernel ends: the session's end, `reset`, an idle reap, an eviction, a lost connection, the host's exit. |
+| `list` | `[]` | a list of strings, with `{host}` | Prints the ids of the allocations one host made (label them with `{host}` in `start`), one per line; a later host runs it for a host that died and stops what it prints. Empty: nothing is swept. |
+| `start_timeout` | `120` | seconds, > 0 and at most 86400 | How long `start` may take; then it is killed and the cell fails naming the remote. |
+| `stop_timeout` | `30` | seconds, > 0 and at most 86400 | How long `stop` and `list` may take. The host's exit waits for its stops this long at most. |
+
+In `command`, `cwd`, `start`, `stop` and `list`, toolcell replaces `{id}`
+(the allocation), `{session}` (the session name, as `[A-Za-z0-9_.-]`, at
+most 63 characters; `pool` for a warm-pool kernel), `{host}` (this host's
+id) and `{remote}` (the remote's name), inside any word; no shell parses
+the words. Recipes for Docker, SLURM and Kubernetes:
+[remotes.md](remotes.md).
 
 ";
 

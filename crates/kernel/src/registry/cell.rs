@@ -407,7 +407,7 @@ impl Inner {
         }
         let spawned = match pooled {
             Some(k) => Ok(k),
-            None => spawn_kernel(self, &plan.shape, &plan.tools).await,
+            None => spawn_kernel(self, &plan.shape, &plan.tools, &plan.key.owner).await,
         };
         match spawned {
             Ok(k) => {
@@ -415,6 +415,7 @@ impl Inner {
                 m.had_kernel = true;
                 m.tree = Some(k.tree());
                 m.kernel_id = k.id().to_string();
+                m.allocation = k.allocation_id().map(str::to_string);
                 m.execution_count = 0;
                 Ok(k)
             }

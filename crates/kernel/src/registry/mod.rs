@@ -107,6 +107,8 @@ struct Inner {
     pool: Mutex<Pool>,
     /// Host-wide sources of tools (MCP servers), asked before every cell.
     sources: Mutex<Vec<Arc<dyn ToolSource>>>,
+    /// Remotes with a lifecycle: this host's id, records and stops.
+    lifecycle: Arc<crate::lifecycle::Lifecycle>,
 }
 
 impl Inner {
@@ -182,6 +184,9 @@ pub enum RegistryError {
         "[execution] confine = true needs a writable cgroup v2 hierarchy (root, or a delegated subtree) so that a confined kernel cannot drive a toolcell daemon's socket; none is available here (or TOOLCELL_CGROUP=off is set)"
     )]
     NoControlFence,
+    /// The operating system's random source failed (no host id).
+    #[error("cannot make this host's id: {0}")]
+    Random(String),
 }
 
 /// Owns kernels and runs cells in them. Dropping it kills every kernel.
@@ -275,6 +280,11 @@ impl Registry {
         let base_env = crate::env::child_env(host.clone(), &opts.passthrough);
         let secrets = crate::env::host_secret_values(host);
         let redactor = Redactor::new(secrets).unwrap_or_else(|_| Redactor::builtin());
+        let lifecycle = crate::lifecycle::Lifecycle::new(opts.remote_records.clone())
+            .map_err(|e| RegistryError::Random(e.to_string()))?;
+        // What crashed hosts left on the remotes (their `list`), in the
+        // background.
+        lifecycle.sweep_dead_hosts(&opts.remotes);
         let inner = Arc::new(Inner {
             opts,
             tools,
@@ -288,6 +298,7 @@ impl Registry {
             interpreters: Mutex::new(HashMap::new()),
             pool: Mutex::new(Pool::default()),
             sources: Mutex::new(Vec::new()),
+            lifecycle,
         });
         let reaper = handle.spawn(reap_loop(Arc::downgrade(&inner)));
         let pruner = (inner.opts.spill_retention.is_some() || inner.opts.spill_total_cap.is_some())
@@ -458,7 +469,32 @@ impl Registry {
             }
             all.into_iter().map(|(_, s)| s).collect()
         };
-        self.kill_slots(slots).await
+        let n = self.kill_slots(slots).await;
+        self.finish_remotes().await;
+        n
+    }
+
+    /// Waits for the remotes' `stop`s under way, stops what this host
+    /// still has there (their `list`) and removes its records: at most the
+    /// longest `stop_timeout` (plus a second), so an exit stays prompt.
+    async fn finish_remotes(&self) {
+        let remotes = self.inner.opts.remotes.clone();
+        if !remotes.values().any(crate::remote::Remote::has_lifecycle) {
+            return;
+        }
+        let limit = remotes
+            .values()
+            .map(|r| r.stop_timeout)
+            .fold(0.0_f64, f64::max);
+        let limit = Duration::try_from_secs_f64(limit).unwrap_or(Duration::from_secs(30))
+            + Duration::from_secs(1);
+        let lc = Arc::clone(&self.inner.lifecycle);
+        let _ = tokio::task::spawn_blocking(move || lc.finish(&remotes, limit)).await;
+    }
+
+    /// This host's id in its remotes' commands (`{host}`).
+    pub fn host_id(&self) -> &str {
+        self.inner.lifecycle.host_id()
     }
 
     async fn kill_slots(&self, slots: Vec<Arc<Slot>>) -> usize {
@@ -512,6 +548,7 @@ impl Registry {
                     idle_seconds: round2(m.last_used.elapsed().as_secs_f64()),
                     busy: m.busy,
                     differs: Vec::new(),
+                    allocation: m.allocation.clone(),
                 })
             })
             .collect();

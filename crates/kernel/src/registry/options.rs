@@ -135,6 +135,10 @@ pub struct RegistryOptions {
     pub journal: Option<crate::journal::Journal>,
     /// `[remotes.NAME]`: where kernels can run besides here (SPEC §14).
     pub remotes: std::collections::BTreeMap<String, crate::remote::Remote>,
+    /// Where this host records the remotes it starts allocations on, so a
+    /// later host can sweep them if this one dies (`None`: no records). By
+    /// default `$XDG_STATE_HOME/toolcell/remote-hosts`.
+    pub remote_records: Option<PathBuf>,
     /// `[kernels] remote`: the remote of a request that names none; empty: local.
     pub remote: String,
     /// Local kernels take tool calls in-band (on the request pipe) instead
@@ -224,6 +228,7 @@ impl Default for RegistryOptions {
             #[cfg(feature = "journal")]
             journal: None,
             remotes: std::collections::BTreeMap::new(),
+            remote_records: crate::lifecycle::default_records_dir(),
             remote: String::new(),
             inband_tools: false,
         }
@@ -300,6 +305,7 @@ impl RegistryOptions {
             #[cfg(feature = "journal")]
             journal: None,
             remotes: config.remotes.clone(),
+            remote_records: crate::lifecycle::default_records_dir(),
             remote: config.kernels.remote.clone(),
             inband_tools: false,
         })

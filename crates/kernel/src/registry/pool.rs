@@ -18,7 +18,7 @@ use crate::kernel::{Kernel, KernelSpec};
 
 /// What a kernel is made of: everything of a session key but the owner,
 /// plus the interpreter's version.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(super) struct Shape {
     pub(super) mode: Mode,
     pub(super) language: crate::language::Language,
@@ -36,6 +36,7 @@ pub(super) async fn spawn_kernel(
     inner: &Inner,
     shape: &Shape,
     tools: &[Arc<dyn toolcell_tools::DynTool>],
+    session: &str,
 ) -> Result<Kernel, String> {
     let id = crate::ids::kernel_id().map_err(|e| format!("cannot name a new kernel: {e}"))?;
     let (kcwd, owned_cwd) = if shape.mode == Mode::Strict {
@@ -77,6 +78,8 @@ pub(super) async fn spawn_kernel(
         remote: shape.remote.clone(),
         inband_tools: inner.opts.inband_tools,
         language: shape.language,
+        session: session.to_string(),
+        lifecycle: Some(Arc::clone(&inner.lifecycle)),
     };
     // The first scan of the working directory (SPEC §16) runs while the
     // interpreter starts.
@@ -317,7 +320,7 @@ async fn fill_loop(inner: Weak<Inner>) {
         }
         let spawned = match &shape {
             Ok(shape) => match strong.tools.select(&shape.tools) {
-                Ok(tools) => spawn_kernel(&strong, shape, &tools).await,
+                Ok(tools) => spawn_kernel(&strong, shape, &tools, "pool").await,
                 Err(e) => Err(e.to_string()),
             },
             Err(e) => Err(e.clone()),

@@ -239,6 +239,10 @@ pub struct SessionInfo {
     /// differs from them. Omitted when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub differs: Vec<String>,
+    /// A lifecycle remote's allocation (container, job, pod) the kernel
+    /// runs in: the id its `start` printed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<String>,
 }
 
 impl From<&SessionKey> for KeyInfo {
@@ -268,6 +272,8 @@ pub(super) struct SlotMeta {
     pub(super) interrupt: CancellationToken,
     pub(super) tree: Option<Tree>,
     pub(super) kernel_id: String,
+    /// Its allocation, on a remote with `start`.
+    pub(super) allocation: Option<String>,
     pub(super) execution_count: u64,
     /// Set when the session was shut down (the running cell's result says so).
     pub(super) shut_down: bool,
@@ -291,6 +297,7 @@ impl SlotMeta {
             interrupt: CancellationToken::new(),
             tree: None,
             kernel_id: String::new(),
+            allocation: None,
             execution_count: 0,
             shut_down: false,
             spills: VecDeque::new(),
@@ -440,6 +447,7 @@ mod tests {
             idle_seconds: 0.0,
             busy: 0,
             differs: Vec::new(),
+            allocation: None,
         }
     }
 

@@ -1,0 +1,396 @@
+//! Remotes with a lifecycle (`[remotes.NAME] start`, `stop`, `list`),
+//! through the real binary, on an engine made of shell commands so it runs
+//! on any machine: an allocation is a directory `alloc/<id>` holding the
+//! host and session it was made for, `command` refuses to run without it,
+//! `stop` removes it and `list` finds a host's. What a real engine adds is
+//! tested in `engines.rs` (Docker and SLURM).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{Env, FAST_CONFIG, Serve, eventually};
+use serde_json::{Value, json};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The `[remotes.fake]` table, its allocations under `dir`, and `extra`
+/// keys appended to it.
+fn fake_remote(dir: &Path, extra: &str) -> String {
+    let a = dir.display();
+    format!(
+        r#"
+[remotes.fake]
+start = ["sh", "-c", "id=a$(od -An -N4 -tx4 /dev/urandom | tr -d ' '); mkdir -p {a}/$id && echo {{host}} > {a}/$id/host && echo {{session}} > {a}/$id/session && echo made $id >&2 && echo $id"]
+command = ["sh", "-c", "test -d {a}/$0 || {{ echo no allocation $0 >&2; exit 9; }}; exec \"$@\"", "{{id}}"]
+stop = ["rm", "-rf", "{a}/{{id}}"]
+list = ["sh", "-c", "for d in {a}/*/; do [ \"$(cat $d/host 2>/dev/null)\" = {{host}} ] && basename $d; done; true"]
+{extra}
+"#
+    )
+}
+
+/// An environment with the fake remote, `kernels` added to `[kernels]`.
+fn env_with(kernels: &str, remote_extra: &str) -> (Env, PathBuf) {
+    let env = Env::new();
+    let alloc = env.path().join("alloc");
+    std::fs::create_dir(&alloc).unwrap();
+    let config = format!(
+        "{}\n{}",
+        FAST_CONFIG.replace("[kernels]\n", &format!("[kernels]\n{kernels}")),
+        fake_remote(&alloc, remote_extra)
+    );
+    env.write("toolcell.toml", &config);
+    (env, alloc)
+}
+
+/// The allocations that exist now, with the session each was made for.
+fn allocations(dir: &Path) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let id = e.file_name().to_string_lossy().into_owned();
+            let session = std::fs::read_to_string(e.path().join("session"))
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            (id, session)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn records(env: &Env) -> Vec<String> {
+    let dir = env.path().join(".local/state/toolcell/remote-hosts");
+    match std::fs::read_dir(dir) {
+        Ok(d) => d
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn execute(s: &mut Serve, id: i64, params: Value) -> Value {
+    let msg = s.call(id, "execute", params);
+    msg.get("result").cloned().unwrap_or(msg)
+}
+
+fn allocation_of(s: &mut Serve, id: i64, session: &str) -> Option<String> {
+    let msg = s.call(id, "sessions", json!({}));
+    msg["result"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["session"] == session)
+        .and_then(|k| k["allocation"].as_str().map(str::to_string))
+}
+
+#[test]
+fn a_session_gets_one_allocation_that_ends_with_it() {
+    let (env, alloc) = env_with("", "");
+    let mut s = Serve::start(&env, &[]);
+    let r1 = execute(
+        &mut s,
+        1,
+        json!({"session": "chat 1", "remote": "fake", "code": "import os\nx = 41\nprint(os.getpid())"}),
+    );
+    assert_eq!(r1["status"], "success", "{r1:#}\n{}", s.stderr());
+    assert_eq!(r1["kernel"]["remote"], "fake");
+    let made = allocations(&alloc);
+    assert_eq!(made.len(), 1, "{made:?}");
+    // `{session}` is the session name as a safe word.
+    assert_eq!(made[0].1, "chat_1");
+    assert_eq!(
+        allocation_of(&mut s, 2, "chat 1").as_deref(),
+        Some(made[0].0.as_str())
+    );
+    // Later cells reuse the allocation and the kernel: state is kept, and
+    // tools run on the host.
+    env.write("host-only.txt", "from the host\n");
+    let r2 = execute(
+        &mut s,
+        3,
+        json!({"session": "chat 1", "remote": "fake", "code": "from toolcell_tools import read_file\nprint(x + 1, read_file('host-only.txt')['content'].strip())"}),
+    );
+    assert_eq!(r2["output"], "42 from the host\n", "{r2:#}");
+    assert_eq!(r2["kernel"]["reused"], true);
+    assert_eq!(allocations(&alloc).len(), 1);
+    // Another session: its own allocation.
+    let r3 = execute(
+        &mut s,
+        4,
+        json!({"session": "b", "remote": "fake", "code": "y = 1"}),
+    );
+    assert_eq!(r3["status"], "success", "{r3:#}");
+    assert_eq!(allocations(&alloc).len(), 2);
+    // `reset` in b: a fresh allocation, the old one stopped.
+    let before_b = allocation_of(&mut s, 5, "b").unwrap();
+    let r4 = execute(
+        &mut s,
+        6,
+        json!({"session": "b", "remote": "fake", "reset": true, "code": "print('fresh')"}),
+    );
+    assert_eq!(r4["kernel"]["state_reset"], true, "{r4:#}");
+    let after_b = allocation_of(&mut s, 7, "b").unwrap();
+    assert_ne!(before_b, after_b);
+    assert!(
+        eventually(Duration::from_secs(10), || !alloc.join(&before_b).exists()),
+        "{before_b} was not stopped: {:?}",
+        allocations(&alloc)
+    );
+    // The session's end stops its allocation; the other stays.
+    let first = made[0].0.clone();
+    s.call(8, "shutdown_session", json!({"session": "chat 1"}));
+    assert!(
+        eventually(Duration::from_secs(10), || !alloc.join(&first).exists()),
+        "{:?}",
+        allocations(&alloc)
+    );
+    assert!(alloc.join(&after_b).exists());
+    assert_eq!(records(&env).len(), 1, "{:?}", records(&env));
+    // EOF: the host stops everything before it exits, and removes its record.
+    s.close_stdin();
+    assert!(s.wait(LIMIT).success());
+    assert_eq!(allocations(&alloc), Vec::<(String, String)>::new());
+    assert_eq!(records(&env), Vec::<String>::new());
+}
+
+#[test]
+fn start_failures_name_the_remote_and_its_stderr_and_the_server_keeps_serving() {
+    let env = Env::new();
+    let config = format!(
+        r#"{FAST_CONFIG}
+[remotes.full]
+start = ["sh", "-c", "echo 'error: quota of 4 sandboxes exceeded' >&2; exit 7"]
+command = ["sh", "-c", "exec \"$@\"", "{{id}}"]
+stop = ["true", "{{id}}"]
+
+[remotes.chatty]
+start = ["sh", "-c", "echo '--rm'"]
+command = ["sh", "-c", "exec \"$@\"", "{{id}}"]
+stop = ["true", "{{id}}"]
+
+[remotes.slow]
+start = ["sh", "-c", "echo queued >&2; sleep 30; echo late"]
+command = ["sh", "-c", "exec \"$@\"", "{{id}}"]
+stop = ["true", "{{id}}"]
+start_timeout = 1
+"#
+    );
+    env.write("toolcell.toml", &config);
+    let mut s = Serve::start(&env, &[]);
+    let r = execute(&mut s, 1, json!({"remote": "full", "code": "print(1)"}));
+    assert_eq!(r["status"], "error", "{r:#}");
+    let e = r["error"].as_str().unwrap();
+    assert!(e.contains("remote \"full\""), "{e}");
+    assert!(
+        e.contains("exit status 7") && e.contains("quota of 4 sandboxes exceeded"),
+        "{e}"
+    );
+    assert!(e.contains("none of the code ran"), "{e}");
+
+    let r = execute(&mut s, 2, json!({"remote": "chatty", "code": "print(1)"}));
+    let e = r["error"].as_str().unwrap();
+    assert!(e.contains("allocation id") && e.contains("\"--rm\""), "{e}");
+
+    let t = Instant::now();
+    let r = execute(&mut s, 3, json!({"remote": "slow", "code": "print(1)"}));
+    let e = r["error"].as_str().unwrap();
+    assert!(
+        e.contains("did not finish within 1 s") && e.contains("start_timeout"),
+        "{e}"
+    );
+    assert!(e.contains("queued"), "the stderr tail: {e}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+
+    // Still serving, locally too.
+    let r = execute(&mut s, 4, json!({"code": "print('still here')"}));
+    assert_eq!(r["output"], "still here\n", "{r:#}");
+    s.close_stdin();
+    assert!(s.wait(LIMIT).success());
+}
+
+#[test]
+fn what_a_killed_host_left_is_swept_by_the_next_host() {
+    let (env, alloc) = env_with("", "");
+    let mut s = Serve::start(&env, &[]);
+    for (i, session) in ["a", "b"].iter().enumerate() {
+        let r = execute(
+            &mut s,
+            i as i64,
+            json!({"session": session, "remote": "fake", "code": "pass"}),
+        );
+        assert_eq!(r["status"], "success", "{r:#}");
+    }
+    assert_eq!(allocations(&alloc).len(), 2);
+    common::signal(s.pid(), nix::sys::signal::Signal::SIGKILL);
+    let _ = s.wait(LIMIT);
+    // Nothing stopped them: the host died.
+    assert_eq!(allocations(&alloc).len(), 2);
+    assert_eq!(records(&env).len(), 1);
+    // An allocation of a host that is alive is never swept.
+    let mut live = Serve::start(&env, &[]);
+    let r = execute(
+        &mut live,
+        1,
+        json!({"session": "c", "remote": "fake", "code": "pass"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    let c = allocation_of(&mut live, 2, "c").unwrap();
+    // The next host (here a one-shot `exec` that does not even use the
+    // remote) lists the dead host's allocations and stops them.
+    env.run(&["exec", "print(1)"]).expect_code(0);
+    assert!(
+        eventually(Duration::from_secs(10), || allocations(&alloc).len() == 1),
+        "{:?}",
+        allocations(&alloc)
+    );
+    assert_eq!(allocations(&alloc)[0].0, c);
+    assert_eq!(
+        records(&env).len(),
+        1,
+        "only the live host's: {:?}",
+        records(&env)
+    );
+    live.close_stdin();
+    assert!(live.wait(LIMIT).success());
+    assert!(allocations(&alloc).is_empty());
+    assert!(records(&env).is_empty());
+}
+
+#[test]
+fn a_lost_kernel_gets_a_fresh_allocation_and_idle_kernels_are_reaped() {
+    let (env, alloc) = env_with("idle_timeout = 3\n", "");
+    let mut s = Serve::start(&env, &[]);
+    let r = execute(
+        &mut s,
+        1,
+        json!({"remote": "fake", "code": "import os\nx = 1\npid = os.getpid()\nprint(pid)"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    let pid: i32 = r["output"].as_str().unwrap().trim().parse().unwrap();
+    let first = allocation_of(&mut s, 2, "default").unwrap();
+    // The kernel dies between cells (its command is gone: the connection
+    // is lost); the next cell says so, in a fresh allocation.
+    common::signal(pid, nix::sys::signal::Signal::SIGKILL);
+    assert!(eventually(Duration::from_secs(10), || !common::alive(pid)));
+    let r = execute(
+        &mut s,
+        3,
+        json!({"remote": "fake", "code": "print('x' in dir())"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    assert_eq!(r["output"], "False\n");
+    assert_eq!(r["kernel"]["state_reset"], true, "{r:#}");
+    assert!(
+        r["warning"]
+            .as_str()
+            .unwrap()
+            .contains("ended between cells"),
+        "{r:#}"
+    );
+    let second = allocation_of(&mut s, 4, "default").unwrap();
+    assert_ne!(first, second);
+    assert!(
+        eventually(Duration::from_secs(10), || !alloc.join(&first).exists()),
+        "{:?}",
+        allocations(&alloc)
+    );
+    // Idle for longer than idle_timeout: reaped, and its allocation stopped.
+    assert!(
+        eventually(Duration::from_secs(20), || allocations(&alloc).is_empty()),
+        "{:?}",
+        allocations(&alloc)
+    );
+    s.close_stdin();
+    assert!(s.wait(LIMIT).success());
+}
+
+#[test]
+fn the_warm_pool_keeps_an_allocation_ready() {
+    let (env, alloc) = env_with("remote = \"fake\"\nwarm_pool = 1\n", "");
+    let mut s = Serve::start(&env, &[]);
+    assert!(
+        eventually(Duration::from_secs(30), || allocations(&alloc).len() == 1),
+        "{:?}",
+        allocations(&alloc)
+    );
+    let pooled = allocations(&alloc);
+    assert_eq!(pooled[0].1, "pool");
+    let r = execute(&mut s, 1, json!({"session": "s1", "code": "print('hi')"}));
+    assert_eq!(r["status"], "success", "{r:#}");
+    assert_eq!(r["kernel"]["remote"], "fake");
+    // The session took the pooled allocation; the pool starts another.
+    assert_eq!(
+        allocation_of(&mut s, 2, "s1").as_deref(),
+        Some(pooled[0].0.as_str())
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || allocations(&alloc).len() == 2),
+        "{:?}",
+        allocations(&alloc)
+    );
+    s.close_stdin();
+    assert!(s.wait(LIMIT).success());
+    assert!(allocations(&alloc).is_empty(), "{:?}", allocations(&alloc));
+}
+
+#[test]
+fn exec_starts_and_stops_its_allocation() {
+    let (env, alloc) = env_with("", "");
+    let out = env.run(&["exec", "--remote", "fake", "--json", "print(6 * 7)"]);
+    out.expect_code(0);
+    assert_eq!(out.json()["output"], "42\n", "{}", out.stdout);
+    assert!(allocations(&alloc).is_empty(), "{:?}", allocations(&alloc));
+    assert!(records(&env).is_empty());
+}
+
+#[test]
+fn lifecycle_keys_are_checked_at_start() {
+    for (table, key, words) in [
+        (
+            "start = [\"echo\", \"x\"]\ncommand = [\"sh\", \"{id}\"]",
+            "stop",
+            "left behind",
+        ),
+        (
+            "start = [\"echo\", \"x\"]\ncommand = [\"sh\", \"{id}\"]\nstop = [\"rm\", \"x\"]",
+            "stop",
+            "{id}",
+        ),
+        (
+            "start = [\"echo\", \"x\"]\ncommand = [\"sh\"]\nstop = [\"rm\", \"{id}\"]",
+            "command",
+            "{id}",
+        ),
+        (
+            "start = [\"echo\", \"x\"]\ncommand = [\"sh\", \"{id}\"]\nstop = [\"rm\", \"{id}\"]\nlist = [\"ls\"]",
+            "list",
+            "{host}",
+        ),
+        (
+            "command = [\"sh\"]\nstop = [\"rm\", \"{id}\"]",
+            "stop",
+            "start",
+        ),
+        (
+            "start = [\"echo\", \"x\"]\ncommand = [\"sh\", \"{id}\"]\nstop = [\"rm\", \"{id}\"]\nstart_timeout = 0",
+            "start_timeout",
+            "> 0",
+        ),
+    ] {
+        let env = Env::with_config(&format!("[remotes.r]\n{table}\n"));
+        let out = env.run(&["exec", "print(1)"]);
+        out.expect_code(2);
+        assert!(
+            out.stderr.contains(&format!("remotes.r.{key}")) && out.stderr.contains(words),
+            "{table}:\n{}",
+            out.stderr
+        );
+    }
+}
