@@ -1911,9 +1911,36 @@ fn exited_leader(stat: Option<&std::fs::File>) -> bool {
         Err(_) => return false,
     };
     let stat = &buf[..n];
-    memchr::memrchr(b')', stat)
-        .and_then(|i| stat[i + 1..].iter().find(|b| !b.is_ascii_whitespace()))
-        .is_some_and(|state| *state == b'Z' || *state == b'X')
+    let Some(close) = memchr::memrchr(b')', stat) else {
+        return false;
+    };
+    dying(&stat[close + 1..])
+}
+
+/// Whether the fields of `/proc/PID/stat` after the command name say the
+/// process is gone or on its way out: a zombie (`Z`, `X`), exiting
+/// (`PF_EXITING` in its flags), or with SIGKILL pending — what a
+/// `kill -9` from outside leaves for the few milliseconds before the
+/// process is gone, so that a cell sent right after it does not go to a
+/// kernel that will never read it.
+fn dying(fields: &[u8]) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    const SIGKILL_BIT: u64 = 1 << (9 - 1);
+    let mut it = fields
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty());
+    let num = |f: Option<&[u8]>| {
+        f.and_then(|f| std::str::from_utf8(f).ok())
+            .and_then(|f| f.parse::<u64>().ok())
+    };
+    // state (field 3), flags (9), pending signals (31).
+    let state = it.next();
+    if state.is_some_and(|s| s == b"Z" || s == b"X") {
+        return true;
+    }
+    let flags = num(it.nth(5));
+    let pending = num(it.nth(21));
+    flags.is_some_and(|f| f & PF_EXITING != 0) || pending.is_some_and(|p| p & SIGKILL_BIT != 0)
 }
 
 fn describe_exit(status: &std::process::ExitStatus) -> String {
@@ -2050,3 +2077,37 @@ impl Drop for Kernel {
     }
 }
 
+#[cfg(test)]
+mod dying_tests {
+    use super::dying;
+
+    /// The fields of a `/proc/PID/stat` line after the command name, with
+    /// the given state, flags and pending-signal bitmap.
+    fn fields(state: &str, flags: u64, pending: u64) -> Vec<u8> {
+        format!(
+            " {state} 1 100 100 0 -1 {flags} 10 0 0 0 5 2 0 0 20 0 3 0 12345 1000 200 18446744073709551615 1 1 0 0 0 {pending} 0 0 0 0 0 0 17 1 0 0 0 0 0"
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn zombies_exiting_processes_and_pending_kills_are_dying() {
+        assert!(!dying(&fields("S", 0x40_0000, 0)));
+        assert!(
+            !dying(&fields("R", 0x40_0000, 1 << 1)),
+            "SIGINT pending is not death"
+        );
+        assert!(dying(&fields("Z", 0, 0)));
+        assert!(dying(&fields("X", 0, 0)));
+        assert!(dying(&fields("R", 0x40_0004, 0)), "PF_EXITING");
+        assert!(dying(&fields("S", 0x40_0000, 1 << 8)), "SIGKILL pending");
+        assert!(!dying(b" S 1"), "a short line says nothing");
+    }
+
+    #[test]
+    fn this_process_is_not_dying() {
+        let stat = std::fs::read("/proc/self/stat").unwrap();
+        let close = stat.iter().rposition(|b| *b == b')').unwrap();
+        assert!(!dying(&stat[close + 1..]));
+    }
+}

@@ -507,6 +507,38 @@ async fn a_kernel_killed_between_cells_is_noticed_and_the_next_cell_runs_in_a_fr
     assert_eq!(f.reg.live_kernels(), 1);
 }
 
+/// `kill -9` and the next cell at once, before the process is gone: the
+/// cell must not go to a kernel that will never read it (it would come back
+/// "died during the cell" with none of its code run). Repeated, since the
+/// window is a few milliseconds wide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_sent_right_after_a_kill_runs_in_a_fresh_kernel() {
+    let f = Fixture::new();
+    for round in 0..8 {
+        let r = f.run("import os\nx = 1\nprint(f'pid={os.getpid()}')").await;
+        assert_success(&r);
+        let pid = tagged_pid(&r.output, "pid");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        // No waiting.
+        let n = f.run("print('x' in globals())").await;
+        assert_success(&n);
+        assert_eq!(n.output, "False\n", "round {round}: {}", show(&n));
+        assert!(n.kernel.state_reset, "round {round}: {}", show(&n));
+        assert!(
+            n.warning
+                .as_deref()
+                .unwrap_or_default()
+                .contains("ended between cells"),
+            "round {round}: {}",
+            show(&n)
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kernel_that_os_exits_from_a_left_behind_thread_is_noticed_before_the_next_cell() {
     let f = Fixture::new();
