@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test: the third-party programs they drive (installed when missing),
+# Every test: the third-party programs and engines they drive (installed
+# and started when missing),
 # the workspace's tests, the crates' feature-less builds, every bench run
 # once as a test, and the Python and npm packages tested from their
 # artifacts. README and .ci/run both point here.
@@ -12,6 +13,19 @@ step() { printf '\n==> %s\n' "$*"; }
 # the clone when missing.
 step "scripts/test-deps.sh"
 scripts/test-deps.sh
+
+# Docker and a one-node SLURM cluster for the remote-lifecycle recipes
+# (crates/cli/tests/engines.rs): installed and started when missing. An
+# engine that cannot run here is named with the reason, and its tests skip
+# saying so; when both run, their tests must not skip.
+step "scripts/engines.sh"
+scripts/engines.sh
+engines_status="${TOOLCELL_TEST_DEPS:-$HOME/.cache/toolcell-ci/deps}/engines/status"
+if ! grep -q unavailable "$engines_status"; then
+    export TOOLCELL_REQUIRE_ENGINES=1
+else
+    echo "test-all: some engine is unavailable here; its tests in crates/cli/tests/engines.rs skip (reason above)"
+fi
 
 step "cargo test --workspace"
 cargo test --workspace
