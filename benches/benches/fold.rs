@@ -1,8 +1,10 @@
 //! Output folding (issue 18 part 2) in the capture path, on its own: the
 //! `redact` bench's prose + code text (little repetition) and a
-//! timestamped log (one long run), through `Capture` with folding on and
-//! off, cap 50 000 bytes, spilling to a temp dir like a cell's stdout.
-//! Target: the pipeline with folding on stays ≥ 400 MB/s.
+//! timestamped log (one long run), through `Capture` with folding on
+//! (`true`), `"auto"` (the default: both texts are over the cap, so they
+//! are folded from the moment they pass it) and off, cap 50 000 bytes,
+//! spilling to a temp dir like a cell's stdout. Target: the pipeline with
+//! folding on stays ≥ 400 MB/s.
 //!
 //! `cargo bench -p toolcell-benches --bench fold`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -38,7 +40,11 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     for (name, text) in [("prose", &prose), ("log", &log)] {
         g.throughput(Throughput::Bytes(text.len() as u64));
-        for (mode, fold) in [("on", FoldOptions::default()), ("off", FoldOptions::off())] {
+        for (mode, fold) in [
+            ("on", FoldOptions::default()),
+            ("auto", FoldOptions::auto()),
+            ("off", FoldOptions::off()),
+        ] {
             g.bench_function(format!("{name}/fold_{mode}"), |b| {
                 b.iter(|| {
                     let target = SpillTarget {
