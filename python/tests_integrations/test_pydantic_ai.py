@@ -14,7 +14,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Union
 
 import pytest
 from pydantic_ai import Agent, DeferredToolRequests, RunContext, Tool, ToolDefinition
@@ -346,6 +346,50 @@ def test_nested_calls_get_the_runs_context_and_deps() -> None:
     result = run(main())
     assert result.output == "answer: 75.0"
     assert seen == [("price", "call-1__1", 0.25)]
+
+
+def test_plain_tools_called_from_threads_of_the_cell_run_off_the_event_loop() -> None:
+    """A plain `def` tool runs on a thread of its own, as pydantic-ai runs one,
+    never on the run's event loop; calls from several threads of one cell
+    each get their own call id, and all are recorded and counted."""
+    loop_thread: List[Any] = []
+    seen: List[Any] = []
+    script = Script(
+        Code("""
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(8) as pool:
+                print(sum(pool.map(lambda i: square(n=i), range(40))))
+        """),
+        answer_with_last_return,
+    )
+    agent = Agent(script.model, capabilities=[cap := ToolcellCodeMode()])
+
+    @agent.tool
+    def square(ctx: RunContext[None], n: int) -> int:
+        """n squared."""
+        import threading
+
+        seen.append((threading.get_ident(), ctx.tool_call_id))
+        return n * n
+
+    async def main() -> Any:
+        import threading
+
+        loop_thread.append(threading.get_ident())
+        try:
+            return await agent.run("sum of squares")
+        finally:
+            await cap.aclose()
+
+    result = run(main())
+    assert result.output == f"answer: {sum(i * i for i in range(40))}"
+    assert len(seen) == 40
+    assert loop_thread[0] not in {t for t, _ in seen}
+    ids = [c for _, c in seen]
+    assert len(set(ids)) == 40 and all(c.startswith("call-1__") for c in ids)
+    meta = last_return(result.all_messages()).metadata
+    assert len(meta["tool_calls"]) == 40 and len(meta["tool_returns"]) == 40
+    assert usage_of(result).tool_calls >= 40
 
 
 MCP_SERVER = '''

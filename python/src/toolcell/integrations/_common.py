@@ -1,6 +1,9 @@
-"""What every framework adapter shares: the text a model reads for a cell."""
+"""What every framework adapter shares: the text a model reads for a cell,
+tool results as JSON, the end-of-chunks marker of the adapters that relay
+a cell's output from a worker thread."""
 
-from typing import List
+import json
+from typing import Any, Callable, List
 
 from .._result import ExecuteResult
 
@@ -29,3 +32,21 @@ def result_text(result: ExecuteResult) -> str:
     if not parts:
         return "(no output)"
     return "".join(parts).rstrip("\n")
+
+
+class _Done:
+    """Marks the end of a cell's chunks in a queue."""
+
+
+DONE = _Done()
+
+
+def jsonable(value: Any, default: Callable[[Any], Any]) -> Any:
+    """A tool's return value as JSON: as is when it is, else through
+    `json.dumps(default=...)` (`default` turns what JSON lacks into what it
+    has: a pydantic model's dump, a message's text, ``str()``)."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(value, default=default))

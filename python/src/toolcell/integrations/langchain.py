@@ -177,7 +177,7 @@ from .._client import Chunk, Toolcell
 from .._errors import ToolcellError
 from .._result import ExecuteResult
 from .._schema import parse_docstring, type_schema
-from ._common import result_text
+from ._common import DONE, jsonable, result_text
 
 log = logging.getLogger("toolcell")
 
@@ -191,13 +191,6 @@ _OWN_CONFIG: Dict[str, Dict[str, Any]] = {"tools": {"enabled": []}}
 
 ToolLike = Union[BaseTool, Callable[..., Any]]
 T = TypeVar("T")
-
-
-class _Done:
-    """Marks the end of a cell's chunks in a queue."""
-
-
-_DONE = _Done()
 
 
 # ---------------------------------------------------------------- values
@@ -216,11 +209,7 @@ def _json_default(value: Any) -> Any:
 
 def _jsonable(value: Any) -> Any:
     """A tool's return value as JSON: as is when it is, else converted (pydantic, messages, ``str()``)."""
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return json.loads(json.dumps(value, default=_json_default))
+    return jsonable(value, _json_default)
 
 
 # ---------------------------------------------------------------- tools
@@ -580,11 +569,11 @@ class _Runtime:
         chunks: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         job = _Job(st, scope, work, chunks.put)
         fut = self._workers().submit(job)
-        fut.add_done_callback(lambda _f: chunks.put(_DONE))
+        fut.add_done_callback(lambda _f: chunks.put(DONE))
         try:
             while True:
                 item = chunks.get()
-                if item is _DONE:
+                if item is DONE:
                     break
                 try:
                     emit(item)
@@ -613,12 +602,12 @@ class _Runtime:
         job = _Job(st, scope, work, on_chunk if aemit is not None else None)
         afut = asyncio.wrap_future(self._workers().submit(job))
         # chunks are queued before the result is set, and the future's callback runs after them
-        afut.add_done_callback(lambda _f: chunks.put_nowait(_DONE))
+        afut.add_done_callback(lambda _f: chunks.put_nowait(DONE))
         try:
             if aemit is not None:
                 while True:
                     item = await chunks.get()
-                    if item is _DONE:
+                    if item is DONE:
                         break
                     try:
                         await aemit(item)

@@ -95,7 +95,6 @@ cell's async tools run on the loop awaiting that cell, whichever it is (an
 import asyncio
 import concurrent.futures
 import inspect
-import json
 import logging
 import threading
 import uuid
@@ -116,7 +115,7 @@ from .._client import Chunk, Toolcell
 from .._errors import ToolcellError
 from .._result import ExecuteResult
 from .._schema import parse_docstring, type_schema
-from ._common import result_text
+from ._common import DONE, jsonable, result_text
 
 log = logging.getLogger("toolcell")
 
@@ -153,13 +152,6 @@ class CellOutput(str):
         return (str, (str(self),))
 
 
-class _Done:
-    """Marks the end of a cell's chunks in a queue."""
-
-
-_DONE = _Done()
-
-
 def _json_default(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
@@ -173,11 +165,7 @@ def _json_default(value: Any) -> Any:
 
 def _jsonable(value: Any) -> Any:
     """A tool's return value as JSON: as is when it is, else converted (pydantic, nodes, ``str()``)."""
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return json.loads(json.dumps(value, default=_json_default))
+    return jsonable(value, _json_default)
 
 
 @dataclass
@@ -445,12 +433,12 @@ class ToolcellCodeExecutor:
             self._pool.submit(self._run_cell, code, reset, on_chunk if stream_to is not None else None, loop, ctx)
         )
         # chunks are queued before the result is set, and the future's callback runs after them
-        fut.add_done_callback(lambda _f: chunks.put_nowait(_DONE))
+        fut.add_done_callback(lambda _f: chunks.put_nowait(DONE))
         try:
             if stream_to is not None:
                 while True:
                     item = await chunks.get()
-                    if item is _DONE:
+                    if item is DONE:
                         break
                     try:
                         stream_to.write_event_to_stream(

@@ -49,6 +49,7 @@ import inspect
 import json
 import logging
 import sys
+import threading
 import uuid
 from typing import (
     Any,
@@ -95,6 +96,20 @@ try:  # capability ordering (recent pydantic-ai)
 except ImportError:  # pragma: no cover - depends on the pydantic-ai version
     _CapabilityOrdering = None  # type: ignore[assignment,misc]
     _ToolSearch = None  # type: ignore[assignment,misc]
+
+try:  # what a call through combined toolsets to a plain function tool is made of
+    from pydantic_ai.toolsets.combined import _CombinedToolsetTool
+    from pydantic_ai.toolsets.function import FunctionToolsetTool as _FunctionToolsetTool
+except ImportError:  # pragma: no cover - depends on the pydantic-ai version
+    _CombinedToolsetTool = None  # type: ignore[assignment,misc]
+    _FunctionToolsetTool = None  # type: ignore[assignment,misc]
+
+try:  # tool search's toolset: it passes every call but its own tool's on
+    from pydantic_ai.toolsets._tool_search import ToolSearchToolset as _ToolSearchToolset
+    from pydantic_ai.toolsets._tool_search import _SearchTool
+except ImportError:  # pragma: no cover - depends on the pydantic-ai version
+    _ToolSearchToolset = None  # type: ignore[assignment,misc]
+    _SearchTool = None  # type: ignore[assignment,misc]
 
 try:  # custom events in the run's event stream (recent pydantic-ai)
     from pydantic_ai.messages import CustomEvent as _CustomEvent
@@ -261,6 +276,54 @@ def _loop_alive(loop: Optional[asyncio.AbstractEventLoop]) -> bool:
     return loop is not None and not loop.is_closed()
 
 
+def _calls_like(toolset: AbstractToolset[Any], base: type) -> bool:
+    """`toolset` is a `base` whose ``call_tool`` is `base`'s own (a subclass
+    such as the agent's own function toolset that calls as its base does)."""
+    return isinstance(toolset, base) and getattr(type(toolset), "call_tool", None) is getattr(base, "call_tool", None)
+
+
+def _plain_function(toolset: AbstractToolset[Any], tool: ToolsetTool[Any], strict: bool = True) -> Optional[Any]:
+    """The function schema of `tool` when calling it through `toolset` only
+    calls a plain (sync) function: reached through ``CombinedToolset``s
+    alone, held by a ``FunctionToolset`` with no timeout. Such a call can run
+    on the thread the cell's call arrived on — where pydantic-ai would run it
+    on a worker thread of its own anyway — instead of hopping to the event
+    loop and on to that worker thread and back (three thread switches per
+    call). Anything else (an ``async def`` tool, a wrapper that could change
+    the call, an MCP tool): ``None``, and the call takes the toolset's
+    ``call_tool`` on the run's loop. `strict=False` (when registering, before
+    the toolset a call goes through is known) judges by the tool alone.
+    """
+    if _CombinedToolsetTool is None or _FunctionToolsetTool is None:
+        return None  # pragma: no cover - depends on the pydantic-ai version
+    for _ in range(16):
+        if isinstance(tool, _CombinedToolsetTool) and (not strict or _calls_like(toolset, CombinedToolset)):
+            toolset, tool = tool.source_toolset, tool.source_tool
+        elif _calls_like(toolset, WrapperToolset):
+            toolset = toolset.wrapped  # passes calls on as they are
+        elif (
+            _ToolSearchToolset is not None
+            and _calls_like(toolset, _ToolSearchToolset)
+            and not isinstance(tool, _SearchTool)
+        ):
+            toolset = toolset.wrapped  # passes every call but its search tool's on
+        else:
+            break
+    if not _calls_like(toolset, FunctionToolset) or type(tool) is not _FunctionToolsetTool:
+        return None
+    if tool.is_async or getattr(toolset, "timeout", None) is not None or getattr(tool.tool_def, "timeout", None):
+        return None
+    call = getattr(tool, "call_func", None)
+    schema = getattr(call, "__self__", None)
+    if schema is None or getattr(call, "__func__", None) is not getattr(type(schema), "call", None):
+        return None
+    if getattr(schema, "is_async", True) or not callable(getattr(schema, "function", None)):
+        return None
+    if not callable(getattr(schema, "_call_args", None)):
+        return None  # pragma: no cover - depends on the pydantic-ai version
+    return schema
+
+
 # ---------------------------------------------------------------- shared state
 
 
@@ -283,6 +346,9 @@ class _Call:
         self.user_content: List[Any] = []
         self.emits: List["asyncio.Future[Any]"] = []
         self.emit_events = True
+        # Calls may come from several threads of the cell at once.
+        self._lock = threading.Lock()
+        self._plain: Dict[str, Any] = {}
 
     async def run(self, name: str, arguments: Dict[str, Any]) -> Any:
         """Run one nested call on the run's loop, in the ``run_code`` call's context."""
@@ -291,22 +357,94 @@ class _Call:
             return await asyncio.get_running_loop().create_task(coro, context=self.context.copy())
         return await coro  # pragma: no cover - Python 3.10: no task context
 
+    def run_here(self, name: str, arguments: Dict[str, Any]) -> Any:
+        """Run one nested call on this (a client pool) thread when the tool is a
+        plain function reached directly (`_plain_function`), else on the run's loop."""
+        tool = self.tools.get(name)
+        try:
+            schema = self._plain[name]
+        except KeyError:  # judged once per tool and run_code call
+            schema = self._plain[name] = _plain_function(self.toolset, tool) if tool is not None else None
+        if (
+            schema is None
+            or getattr(tool, "args_validator_func", None) is not None
+            or not isinstance(self.ctx.tracer, NoOpTracer)
+        ):
+            return asyncio.run_coroutine_threadsafe(self.run(name, arguments), self.loop).result()
+        assert tool is not None
+        call_id, args, nested_ctx = self._begin(name, tool, arguments)
+        try:
+            pos, kw = schema._call_args(args, nested_ctx)
+            result = self.context.copy().run(schema.function, *pos, **kw)
+            if inspect.isawaitable(result):  # a plain def that returned an awaitable
+
+                async def settle(awaitable: Any = result) -> Any:
+                    return await awaitable
+
+                result = asyncio.run_coroutine_threadsafe(settle(), self.loop).result()
+        except BaseException as e:
+            err = self._failed(call_id, name, e)
+            if err is e:
+                raise
+            raise err from e
+        return self._returned(call_id, name, result)
+
+    def _begin(self, name: str, tool: ToolsetTool[Any], arguments: Dict[str, Any]) -> Tuple[str, Any, RunContext[Any]]:
+        """Counts and records the call, validates its arguments, makes its context."""
+        with self._lock:
+            self.count += 1
+            call_id = f"{self.parent_id}__{self.count}"
+            self.tool_calls[call_id] = ToolCallPart(tool_name=name, args=dict(arguments), tool_call_id=call_id)
+        ctx = self.ctx
+        try:
+            args = tool.args_validator.validate_python(arguments, context=ctx.validation_context)
+        except BaseException as e:
+            err = self._failed(call_id, name, e)
+            if err is e:
+                raise
+            raise err from e
+        # the run's context, as the tool manager gives it to a tool: its name, its call id
+        nested_ctx = copy.copy(ctx)  # (dataclasses.replace re-runs RunContext's init: 10x slower)
+        for field, value in (("tool_name", name), ("tool_call_id", call_id), ("retry", 0),
+                             ("max_retries", tool.max_retries)):
+            if field in _CTX_FIELDS:
+                setattr(nested_ctx, field, value)
+        return call_id, args, nested_ctx
+
+    def _failed(self, call_id: str, name: str, e: BaseException) -> BaseException:
+        """The exception a failed nested call raises in the host (a ToolError the cell sees)."""
+        message = self._error_text(name, e)
+        if message is None:
+            return e
+        with self._lock:
+            self.tool_errors[call_id] = message
+        return ToolError(message)
+
+    def _returned(self, call_id: str, name: str, result: Any) -> Any:
+        """Records a nested call's result; the value the cell gets."""
+        metadata = None
+        if isinstance(result, ToolReturn):
+            metadata = result.metadata
+            if result.content:
+                with self._lock:
+                    self.user_content.extend([result.content] if isinstance(result.content, str) else result.content)
+            result = result.return_value
+        part = ToolReturnPart(
+            **_only(_RETURN_PART_FIELDS, tool_name=name, content=result, tool_call_id=call_id, metadata=metadata)
+        )
+        with self._lock:
+            self.tool_returns[call_id] = part
+            if hasattr(self.ctx.usage, "tool_calls"):
+                self.ctx.usage.tool_calls += 1
+        return to_jsonable_python(result, serialize_unknown=True)
+
     async def _run(self, name: str, arguments: Dict[str, Any]) -> Any:
         tool = self.tools.get(name)
         if tool is None:
             raise ToolError(f"{name}: this tool is not available in this step of the run")
-        self.count += 1
-        call_id = f"{self.parent_id}__{self.count}"
-        self.tool_calls[call_id] = ToolCallPart(tool_name=name, args=dict(arguments), tool_call_id=call_id)
+        call_id, args, nested_ctx = self._begin(name, tool, arguments)
         ctx = self.ctx
         try:
-            args = tool.args_validator.validate_python(arguments, context=ctx.validation_context)
-            # the run's context, as the tool manager gives it to a tool: its name, its call id
-            nested_ctx = copy.copy(ctx)  # (dataclasses.replace re-runs RunContext's init: 10x slower)
-            for field, value in (("tool_name", name), ("tool_call_id", call_id), ("retry", 0),
-                                 ("max_retries", tool.max_retries)):
-                if field in _CTX_FIELDS:
-                    setattr(nested_ctx, field, value)
             check = getattr(tool, "args_validator_func", None)
             if check is not None:
                 checked = check(nested_ctx, **args)
@@ -326,23 +464,11 @@ class _Call:
                 timeout = getattr(tool.tool_def, "timeout", None)
                 result = await (asyncio.wait_for(pending, timeout) if timeout else pending)
         except BaseException as e:
-            message = self._error_text(name, e)
-            if message is None:
+            err = self._failed(call_id, name, e)
+            if err is e:
                 raise
-            self.tool_errors[call_id] = message
-            raise ToolError(message) from e
-        metadata = None
-        if isinstance(result, ToolReturn):
-            metadata = result.metadata
-            if result.content:
-                self.user_content.extend([result.content] if isinstance(result.content, str) else result.content)
-            result = result.return_value
-        self.tool_returns[call_id] = ToolReturnPart(
-            **_only(_RETURN_PART_FIELDS, tool_name=name, content=result, tool_call_id=call_id, metadata=metadata)
-        )
-        if hasattr(ctx.usage, "tool_calls"):
-            ctx.usage.tool_calls += 1
-        return to_jsonable_python(result, serialize_unknown=True)
+            raise err from e
+        return self._returned(call_id, name, result)
 
     @staticmethod
     def _error_text(name: str, e: BaseException) -> Optional[str]:
@@ -483,25 +609,27 @@ class _Shared:
     async def sync_tools(self, session: _Session, tools: Mapping[str, ToolsetTool[Any]]) -> None:
         """Register the tools of this step with the session (only those new or changed), drop the rest."""
         tc = self.client()
-        wanted: Dict[str, Tuple[str, ToolDefinition, Optional[Dict[str, Any]]]] = {}
+        wanted: Dict[str, Tuple[str, ToolDefinition, Optional[Dict[str, Any]], bool]] = {}
         for name, tool in tools.items():
             td = tool.tool_def
             output_schema = _output_schema(tool)
-            fp = json.dumps([td.description or "", td.parameters_json_schema, output_schema], sort_keys=True, default=str)
-            wanted[name] = (fp, td, output_schema)
+            plain = _plain_function(getattr(tool, "toolset", None), tool, strict=False) is not None
+            fp = json.dumps([td.description or "", td.parameters_json_schema, output_schema, plain],
+                            sort_keys=True, default=str)
+            wanted[name] = (fp, td, output_schema, plain)
         gone = [n for n in session.registered if n not in wanted]
         if gone:
             await tc.unregister(*gone, session=session.name)
             for n in gone:
                 del session.registered[n]
             session.description = None
-        for name, (fp, td, output_schema) in wanted.items():
+        for name, (fp, td, output_schema, plain) in wanted.items():
             if session.registered.get(name) == fp:
                 continue
             try:
                 await tc.register_tool(
                     name,
-                    self._dispatcher(session.name, name),
+                    self._dispatcher(session.name, name, plain),
                     td.parameters_json_schema or {"type": "object", "properties": {}},
                     description=td.description or "",
                     output_schema=output_schema,
@@ -516,7 +644,21 @@ class _Shared:
             session.registered[name] = fp
             session.description = None
 
-    def _dispatcher(self, session: str, name: str) -> Callable[..., Awaitable[Any]]:
+    def _dispatcher(self, session: str, name: str, plain: bool = False) -> Callable[..., Any]:
+        if plain:
+            # A plain function tool: called on the client's pool thread the
+            # call arrives on (see `_plain_function`), the loop only when
+            # the tool turns out to need it.
+            def call_here(**arguments: Any) -> Any:
+                s = self.sessions.get(session)
+                active = s.active if s is not None else None
+                if active is None:
+                    raise ToolError(f"{name}: no run_code call is running in this session, so the tool cannot run")
+                return active.run_here(name, arguments)
+
+            call_here.__name__ = name
+            return call_here
+
         async def call(**arguments: Any) -> Any:
             s = self.sessions.get(session)
             active = s.active if s is not None else None
