@@ -12,7 +12,7 @@
 //! tool on the host, the allocation exists while the session lives and is
 //! removed when it ends; a host killed with SIGKILL leaves its allocation,
 //! and the next host sweeps it; nothing this test made is left behind.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 mod common;
 

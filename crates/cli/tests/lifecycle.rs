@@ -37,9 +37,13 @@ fn env_with(kernels: &str, remote_extra: &str) -> (Env, PathBuf) {
     let env = Env::new();
     let alloc = env.path().join("alloc");
     std::fs::create_dir(&alloc).unwrap();
+    let mut base = FAST_CONFIG.to_string();
+    if kernels.contains("max_kernels") {
+        base = base.replace("max_kernels = 8\n", "");
+    }
     let config = format!(
         "{}\n{}",
-        FAST_CONFIG.replace("[kernels]\n", &format!("[kernels]\n{kernels}")),
+        base.replace("[kernels]\n", &format!("[kernels]\n{kernels}")),
         fake_remote(&alloc, remote_extra)
     );
     env.write("toolcell.toml", &config);
@@ -393,4 +397,47 @@ fn lifecycle_keys_are_checked_at_start() {
             out.stderr
         );
     }
+}
+
+#[test]
+fn an_evicted_kernel_and_a_sigterm_stop_their_allocations() {
+    // One kernel at most: a second session evicts the first (idle) one.
+    let (env, alloc) = env_with("max_kernels = 1\nwarm_pool = 0\n", "");
+    let mut s = Serve::start(&env, &[]);
+    let r = execute(
+        &mut s,
+        1,
+        json!({"session": "a", "remote": "fake", "code": "x = 1"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    let a = allocation_of(&mut s, 2, "a").unwrap();
+    let r = execute(
+        &mut s,
+        3,
+        json!({"session": "b", "remote": "fake", "code": "y = 2"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    let b = allocation_of(&mut s, 4, "b").unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || !alloc.join(&a).exists()),
+        "the evicted kernel's allocation {a} is still there: {:?}",
+        allocations(&alloc)
+    );
+    assert_eq!(allocations(&alloc).len(), 1);
+    // Session a comes back: a fresh allocation, its state gone.
+    let r = execute(
+        &mut s,
+        5,
+        json!({"session": "a", "remote": "fake", "code": "print('x' in dir())"}),
+    );
+    assert_eq!(r["output"], "False\n", "{r:#}");
+    assert_eq!(r["kernel"]["state_reset"], true, "{r:#}");
+    assert!(eventually(Duration::from_secs(10), || !alloc
+        .join(&b)
+        .exists()));
+    // SIGTERM: the host stops what it has before it exits.
+    common::signal(s.pid(), nix::sys::signal::Signal::SIGTERM);
+    let _ = s.wait(LIMIT);
+    assert!(allocations(&alloc).is_empty(), "{:?}", allocations(&alloc));
+    assert!(records(&env).is_empty(), "{:?}", records(&env));
 }
