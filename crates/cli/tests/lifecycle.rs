@@ -267,6 +267,49 @@ fn what_a_killed_host_left_is_swept_by_the_next_host() {
     assert!(records(&env).is_empty());
 }
 
+/// Without `list`, or with one that lists every host's allocations (no
+/// `{host}`), a killed host's allocations are still found: its record names
+/// them, and only those are stopped.
+#[test]
+fn the_record_alone_lets_the_next_host_sweep() {
+    for (label, list_all) in [("no list", false), ("list without {host}", true)] {
+        let env = Env::new();
+        let alloc = env.path().join("alloc");
+        std::fs::create_dir(&alloc).unwrap();
+        // The fake's list filters on {host}: drop it, or list everything.
+        let mut remote: String = fake_remote(&alloc, "")
+            .lines()
+            .filter(|l| !l.starts_with("list = "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if list_all {
+            remote.push_str(&format!("\nlist = [\"ls\", \"{}\"]\n", alloc.display()));
+        }
+        env.write("toolcell.toml", &format!("{FAST_CONFIG}\n{remote}\n"));
+        // Another host's allocation, which must survive the sweep.
+        std::fs::create_dir(alloc.join("a00000000")).unwrap();
+        std::fs::write(alloc.join("a00000000/host"), "tcsomeoneelse\n").unwrap();
+        let mut s = Serve::start(&env, &[]);
+        let r = execute(&mut s, 1, json!({"remote": "fake", "code": "pass"}));
+        assert_eq!(r["status"], "success", "{label}: {r:#}");
+        let mine = allocation_of(&mut s, 2, "default").unwrap();
+        common::signal(s.pid(), nix::sys::signal::Signal::SIGKILL);
+        let _ = s.wait(LIMIT);
+        assert!(alloc.join(&mine).exists());
+        env.run(&["exec", "print(1)"]).expect_code(0);
+        assert!(
+            eventually(Duration::from_secs(10), || !alloc.join(&mine).exists()),
+            "{label}: {:?}",
+            allocations(&alloc)
+        );
+        assert!(
+            alloc.join("a00000000").exists(),
+            "{label}: another host's allocation was stopped"
+        );
+        assert!(records(&env).is_empty(), "{label}: {:?}", records(&env));
+    }
+}
+
 #[test]
 fn a_lost_kernel_gets_a_fresh_allocation_and_idle_kernels_are_reaped() {
     let (env, alloc) = env_with("idle_timeout = 3\n", "");
@@ -371,11 +414,6 @@ fn lifecycle_keys_are_checked_at_start() {
             "start = [\"echo\", \"x\"]\ncommand = [\"sh\"]\nstop = [\"rm\", \"{id}\"]",
             "command",
             "{id}",
-        ),
-        (
-            "start = [\"echo\", \"x\"]\ncommand = [\"sh\", \"{id}\"]\nstop = [\"rm\", \"{id}\"]\nlist = [\"ls\"]",
-            "list",
-            "{host}",
         ),
         (
             "command = [\"sh\"]\nstop = [\"rm\", \"{id}\"]",

@@ -17,21 +17,24 @@
 //! **Nothing is orphaned.** A host writes a small record for each remote it
 //! starts allocations on (in a private directory under the user's state
 //! directory) holding its pid, the process's start time and the boot id, so
-//! that a later host can tell it is dead. [`Lifecycle::sweep_dead_hosts`]
-//! (run in the background when a registry starts) runs each dead host's
-//! remote's `list` with `{host}` = the dead host's id — the engine's own
-//! record of what that host made, through the labels or names `start` gave
-//! it — and `stop`s every id it prints. [`Lifecycle::finish`] (run by
-//! `Registry::shutdown_all`) waits for the stops under way, sweeps this
-//! host's own leftovers the same way (a `start` that timed out after the
-//! engine had made the allocation) and removes its records.
+//! that a later host can tell it is dead, and the ids of the allocations it
+//! has there (rewritten, by rename, whenever they change).
+//! [`Lifecycle::sweep_dead_hosts`] (run in the background when a registry
+//! starts) stops what each dead host left: with a `list` that names
+//! `{host}`, everything it prints for that host — the engine's own account,
+//! through the labels or names `start` gave it, which also covers a `start`
+//! that timed out after the engine had made the allocation — and the ids
+//! the record names; with a `list` without `{host}`, the listed ids the
+//! record names; without `list`, the record's ids. [`Lifecycle::finish`]
+//! (run by `Registry::shutdown_all`) waits for the stops under way, sweeps
+//! this host's own leftovers the same way, and removes its records.
 //!
 //! Everything a `start` or `list` prints is hostile: ids are one line of at
 //! most 256 characters of `[A-Za-z0-9_.:@+=/-]`, not starting with `-` (so
 //! an id can never pass as an option to `stop`), and output is read up to a
 //! bound.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -59,6 +62,9 @@ const RECORD_MAX_AGE: Duration = Duration::from_secs(30 * 86_400);
 
 /// Most records looked at per sweep.
 const MAX_RECORDS: usize = 1024;
+
+/// Largest record read (a host's allocations on one remote).
+const RECORD_MAX_BYTES: usize = 1 << 20;
 
 /// What running one lifecycle command gave.
 #[derive(Debug)]
@@ -334,8 +340,9 @@ pub struct StartFailure {
 pub struct Lifecycle {
     host: String,
     records: Option<PathBuf>,
-    /// Remotes this host wrote a record for.
-    recorded: Mutex<HashSet<String>>,
+    /// Per remote this host wrote a record for: the allocations it has
+    /// there now (what the record lists).
+    recorded: Mutex<BTreeMap<String, BTreeSet<String>>>,
     /// `stop`s and sweeps running on their own threads.
     pending: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
@@ -373,8 +380,14 @@ impl Drop for Allocation {
         let argv = fill(&self.remote.stop, &self.vars());
         let timeout = secs(self.remote.stop_timeout);
         let what = format!("remote \"{}\" allocation {}", self.remote_name, self.id);
+        let lc = Arc::clone(&self.lifecycle);
+        let (remote, id) = (self.remote_name.clone(), self.id.clone());
         self.lifecycle.in_background(move || {
-            stop_one(&argv, timeout, &what);
+            // A stop that failed leaves the id in the record: whoever
+            // sweeps this host's record tries again.
+            if stop_one(&argv, timeout, &what) {
+                lc.note(&remote, &id, false);
+            }
         });
     }
 }
@@ -422,6 +435,9 @@ struct Record {
     start_ticks: u64,
     boot_id: String,
     created: u64,
+    /// The allocations the host had when it last wrote the record.
+    #[serde(default)]
+    ids: Vec<String>,
 }
 
 fn boot_id() -> String {
@@ -471,7 +487,7 @@ impl Lifecycle {
         Ok(Arc::new(Self {
             host,
             records,
-            recorded: Mutex::new(HashSet::new()),
+            recorded: Mutex::new(BTreeMap::new()),
             pending: Mutex::new(Vec::new()),
         }))
     }
@@ -496,19 +512,45 @@ impl Lifecycle {
         }
     }
 
-    /// Writes this host's record for `remote` (once), before its first
-    /// `start`: whatever happens next, a later host can sweep.
+    /// Writes this host's record for `remote` before its first `start`
+    /// (whatever happens next, a later host can sweep), and again whenever
+    /// the allocations it has there change (`note`).
     fn record(&self, remote: &str) {
-        let Some(dir) = &self.records else {
-            return;
-        };
-        let mut done = self
+        let mut recorded = self
             .recorded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if done.contains(remote) {
+        if recorded.contains_key(remote) {
             return;
         }
+        recorded.insert(remote.to_string(), BTreeSet::new());
+        self.write_record(remote, &BTreeSet::new());
+    }
+
+    /// Adds (`live`) or removes an allocation of `remote` in this host's record.
+    fn note(&self, remote: &str, id: &str, live: bool) {
+        let mut recorded = self
+            .recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ids = recorded.entry(remote.to_string()).or_default();
+        let changed = if live {
+            ids.insert(id.to_string())
+        } else {
+            ids.remove(id)
+        };
+        if changed {
+            let ids = ids.clone();
+            self.write_record(remote, &ids);
+        }
+    }
+
+    /// (Re)writes the record: a fresh file renamed over the old one, so a
+    /// reader sees one or the other, whole.
+    fn write_record(&self, remote: &str, ids: &BTreeSet<String>) {
+        let Some(dir) = &self.records else {
+            return;
+        };
         let pid = std::process::id();
         let rec = Record {
             host: self.host.clone(),
@@ -517,24 +559,31 @@ impl Lifecycle {
             start_ticks: toolcell_tools::process::start_time(pid).unwrap_or(0),
             boot_id: boot_id(),
             created: now_secs(),
+            ids: ids.iter().cloned().collect(),
         };
+        let name = format!("{}.{remote}", self.host);
         let written = toolcell_rpc::private_dir::PrivateDir::ensure(dir)
             .map_err(|e| e.to_string())
             .and_then(|d| {
-                let mut f = d
-                    .create_file(&format!("{}.{remote}", self.host))
-                    .map_err(|e| e.to_string())?;
+                let rand = toolcell_protocol::random_hex(4).map_err(|e| e.to_string())?;
+                let tmp = format!(".{name}.{rand}");
+                let mut f = d.create_file(&tmp).map_err(|e| e.to_string())?;
                 let body = serde_json::to_vec(&rec).map_err(|e| e.to_string())?;
-                std::io::Write::write_all(&mut f, &body).map_err(|e| e.to_string())
+                std::io::Write::write_all(&mut f, &body).map_err(|e| e.to_string())?;
+                nix::fcntl::renameat(d.fd(), tmp.as_str(), d.fd(), name.as_str()).map_err(|e| {
+                    let _ = nix::unistd::unlinkat(
+                        d.fd(),
+                        tmp.as_str(),
+                        nix::unistd::UnlinkatFlags::NoRemoveDir,
+                    );
+                    e.to_string()
+                })
             });
-        match written {
-            Ok(()) => {
-                done.insert(remote.to_string());
-            }
-            Err(e) => tracing::warn!(
-                "cannot write the host record in {}: {e}; if this host dies, its allocations on remote \"{remote}\" are not swept",
+        if let Err(e) = written {
+            tracing::warn!(
+                "cannot write the host record in {}: {e}; if this host dies, its allocations on remote \"{remote}\" may not be swept",
                 dir.display()
-            ),
+            );
         }
     }
 
@@ -588,6 +637,7 @@ impl Lifecycle {
             stderr: ran.stderr.clone(),
         })?;
         tracing::debug!("remote \"{name}\": allocation {id} started for session {session}");
+        self.note(name, &id, true);
         Ok(Allocation {
             id,
             remote_name: name.to_string(),
@@ -605,7 +655,7 @@ impl Lifecycle {
         };
         let sweepable: BTreeMap<String, Remote> = remotes
             .iter()
-            .filter(|(_, r)| !r.list.is_empty() && !r.stop.is_empty())
+            .filter(|(_, r)| !r.stop.is_empty())
             .map(|(n, r)| (n.clone(), r.clone()))
             .collect();
         if sweepable.is_empty() || !dir.exists() {
@@ -618,8 +668,10 @@ impl Lifecycle {
     }
 
     /// At the host's end: waits (at most `limit`) for the stops under way,
-    /// then lists what this host still has on each remote it used, stops
-    /// it, and removes this host's records. Blocking.
+    /// then stops what this host still has on each remote it used (its
+    /// `list`, and the allocations its record still names: a `stop` that
+    /// failed) and removes its records — each only when all of that worked,
+    /// else a later host tries again. Blocking.
     pub fn finish(&self, remotes: &BTreeMap<String, Remote>, limit: Duration) {
         let deadline = Instant::now() + limit;
         self.wait(deadline);
@@ -627,22 +679,23 @@ impl Lifecycle {
             return;
         };
         let used: BTreeMap<String, Remote> = {
-            let mut recorded = self
+            let recorded = self
                 .recorded
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let used = remotes
+            remotes
                 .iter()
-                .filter(|(n, r)| recorded.contains(*n) && !r.list.is_empty())
+                .filter(|(n, _)| recorded.contains_key(*n))
                 .map(|(n, r)| (n.clone(), r.clone()))
-                .collect();
-            recorded.clear();
-            used
+                .collect()
         };
         let me = self.host.clone();
         sweep_records(dir, &used, |rec| rec.host == me);
-        // Records of remotes that cannot be listed: nothing more to do.
-        remove_records(dir, |rec| rec.host == me);
+        let mut recorded = self
+            .recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        recorded.clear();
     }
 
     /// Waits for the background stops and sweeps until `deadline`.
@@ -686,6 +739,9 @@ fn read_records(dir: &Path) -> Vec<(String, Option<Record>)> {
         let Some(name) = e.file_name().to_str().map(str::to_string) else {
             continue;
         };
+        if name.starts_with('.') {
+            continue; // a record being written
+        }
         let rec = nix::fcntl::openat(
             d.fd(),
             name.as_str(),
@@ -697,7 +753,7 @@ fn read_records(dir: &Path) -> Vec<(String, Option<Record>)> {
         .ok()
         .map(std::fs::File::from)
         .and_then(|f| {
-            let bytes = read_bounded(f, 4096, false);
+            let bytes = read_bounded(f, RECORD_MAX_BYTES, false);
             serde_json::from_slice::<Record>(&bytes).ok()
         });
         out.push((name, rec));
@@ -711,16 +767,8 @@ fn remove_record(dir: &Path, name: &str) {
     }
 }
 
-fn remove_records(dir: &Path, which: impl Fn(&Record) -> bool) {
-    for (name, rec) in read_records(dir) {
-        if rec.as_ref().is_some_and(&which) {
-            remove_record(dir, &name);
-        }
-    }
-}
-
-/// For every record `which` picks: `list` the host's allocations on its
-/// remote, `stop` each, and remove the record when all of that worked.
+/// For every record `which` picks: stop the host's allocations on its
+/// remote ([`sweep_host`]) and remove the record when all of that worked.
 /// Records nobody can read, or too old to matter, are removed.
 fn sweep_records(dir: &Path, remotes: &BTreeMap<String, Remote>, which: impl Fn(&Record) -> bool) {
     for (name, rec) in read_records(dir) {
@@ -737,59 +785,79 @@ fn sweep_records(dir: &Path, remotes: &BTreeMap<String, Remote>, which: impl Fn(
             }
             continue;
         };
-        if sweep_host(&rec.remote, remote, &rec.host) {
+        if sweep_host(&rec.remote, remote, &rec) {
             remove_record(dir, &name);
         }
     }
 }
 
-/// `list` then `stop` for one host on one remote; true when everything it
-/// listed was stopped.
-fn sweep_host(name: &str, remote: &Remote, host: &str) -> bool {
+/// What of one host is stopped on one remote: with a `list` that names
+/// `{host}`, everything it lists for that host and every allocation the
+/// record names; with a `list` without `{host}` (it lists every host's),
+/// only the listed allocations the record names; without `list`, the
+/// record's allocations. True when every `stop` (and the `list`) worked.
+fn sweep_host(name: &str, remote: &Remote, rec: &Record) -> bool {
+    let host = rec.host.as_str();
     let vars = Vars {
         id: None,
         session: None,
         host: Some(host),
         remote: Some(name),
     };
-    let argv = fill(&remote.list, &vars);
-    let listed = match run(&argv, None, secs(remote.stop_timeout)) {
-        Ok(r) if r.success => r.stdout,
-        Ok(r) => {
-            tracing::warn!(
-                "sweeping remote \"{name}\" for host {host}: `{}` ended with {}: {}",
-                shown(&argv),
-                r.status,
-                r.stderr
-            );
-            return false;
+    let recorded: BTreeSet<&str> = rec
+        .ids
+        .iter()
+        .map(String::as_str)
+        .filter(|i| valid_id(i))
+        .collect();
+    let mut targets: BTreeSet<String> = BTreeSet::new();
+    if remote.list.is_empty() {
+        targets.extend(recorded.iter().map(|s| s.to_string()));
+    } else {
+        let argv = fill(&remote.list, &vars);
+        let listed = match run(&argv, None, secs(remote.stop_timeout)) {
+            Ok(r) if r.success => r.stdout,
+            Ok(r) => {
+                tracing::warn!(
+                    "sweeping remote \"{name}\" for host {host}: `{}` ended with {}: {}",
+                    shown(&argv),
+                    r.status,
+                    r.stderr
+                );
+                return false;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "sweeping remote \"{name}\" for host {host}: `{}` failed: {e:?}",
+                    shown(&argv)
+                );
+                return false;
+            }
+        };
+        let by_host = remote.list.iter().any(|w| w.contains("{host}"));
+        for id in listed
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .take(MAX_LISTED)
+        {
+            if !valid_id(id) {
+                let shown_id: String = id.chars().take(80).collect();
+                tracing::warn!(
+                    "sweeping remote \"{name}\": `list` printed {shown_id:?}, not an allocation id; skipped"
+                );
+                continue;
+            }
+            if by_host || recorded.contains(id) {
+                targets.insert(id.to_string());
+            }
         }
-        Err(e) => {
-            tracing::warn!(
-                "sweeping remote \"{name}\" for host {host}: `{}` failed: {e:?}",
-                shown(&argv)
-            );
-            return false;
+        if by_host {
+            targets.extend(recorded.iter().map(|s| s.to_string()));
         }
-    };
+    }
     let mut all = true;
-    let mut seen = HashSet::new();
-    for id in listed
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .take(MAX_LISTED)
-    {
-        if !valid_id(id) {
-            let shown_id: String = id.chars().take(80).collect();
-            tracing::warn!(
-                "sweeping remote \"{name}\": `list` printed {shown_id:?}, not an allocation id; skipped"
-            );
-            continue;
-        }
-        if !seen.insert(id.to_string()) {
-            continue;
-        }
+    for id in &targets {
         let vars = Vars {
             id: Some(id),
             ..vars

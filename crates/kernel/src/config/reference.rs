@@ -55,7 +55,7 @@ local kernels only.
 | `shell` | true for `ssh`, else false | true or false | Append the interpreter words as one shell-quoted word (the far side parses them with a shell, as sshd does). |
 | `start` | `[]` | a list of strings | A command that makes an allocation for one kernel (a container, a SLURM job, a pod) and prints its id on stdout (its last line); empty: `command` reaches a place that is always there. A session's first cell runs it; later cells reuse the allocation. |
 | `stop` | `[]` | a list of strings, with `{id}` | Removes an allocation; required with `start`. Run when the kernel ends: the session's end, `reset`, an idle reap, an eviction, a lost connection, the host's exit. |
-| `list` | `[]` | a list of strings, with `{host}` | Prints the ids of the allocations one host made (label them with `{host}` in `start`), one per line; a later host runs it for a host that died and stops what it prints. Empty: nothing is swept. |
+| `list` | `[]` | a list of strings | Prints allocation ids, one per line — best only those one host made (`{host}`: label them with it in `start`); a later host runs it for a host that died and stops what it prints (without `{host}`: what it prints that the dead host's record names). Empty: the record's ids alone are swept. |
 | `start_timeout` | `120` | seconds, > 0 and at most 86400 | How long `start` may take; then it is killed and the cell fails naming the remote. |
 | `stop_timeout` | `30` | seconds, > 0 and at most 86400 | How long `stop` and `list` may take. The host's exit waits for its stops this long at most. |
 
