@@ -479,6 +479,12 @@ async fn a_kernel_killed_between_cells_is_noticed_and_the_next_cell_runs_in_a_fr
     )
     .unwrap();
     assert!(eventually(Duration::from_secs(10), || !alive(pid)).await);
+    // Not listed as live any more, before any cell notices.
+    assert!(
+        eventually(Duration::from_secs(10), || f.reg.sessions().is_empty()).await,
+        "{:?}",
+        f.reg.sessions()
+    );
     let n = f.run("print('x' in globals())").await;
     assert_success(&n);
     assert_eq!(n.output, "False\n", "{}", show(&n));
