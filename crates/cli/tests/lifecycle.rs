@@ -167,6 +167,7 @@ fn a_session_gets_one_allocation_that_ends_with_it() {
 #[test]
 fn start_failures_name_the_remote_and_its_stderr_and_the_server_keeps_serving() {
     let env = Env::new();
+    let secret = "Q7w8E9r0T1".repeat(4);
     let config = format!(
         r#"{FAST_CONFIG}
 [remotes.full]
@@ -184,6 +185,11 @@ start = ["sh", "-c", "echo queued >&2; sleep 30; echo late"]
 command = ["sh", "-c", "exec \"$@\"", "{{id}}"]
 stop = ["true", "{{id}}"]
 start_timeout = 1
+
+[remotes.loud]
+start = ["sh", "-c", "printf '\\033[1;31mdenied\\033[0m for token ghp_{secret}\\n' >&2; exit 1"]
+command = ["sh", "-c", "exec \"$@\"", "{{id}}"]
+stop = ["true", "{{id}}"]
 "#
     );
     env.write("toolcell.toml", &config);
@@ -211,6 +217,14 @@ start_timeout = 1
     );
     assert!(e.contains("queued"), "the stderr tail: {e}");
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+
+    // What an engine prints is cleaned like output: no escape codes, no
+    // secrets.
+    let r = execute(&mut s, 5, json!({"remote": "loud", "code": "print(1)"}));
+    let e = r["error"].as_str().unwrap();
+    assert!(e.contains("denied for token"), "{e}");
+    assert!(!e.contains('\u{1b}'), "{e:?}");
+    assert!(!e.contains(&secret), "{e}");
 
     // Still serving, locally too.
     let r = execute(&mut s, 4, json!({"code": "print('still here')"}));
@@ -477,5 +491,204 @@ fn an_evicted_kernel_and_a_sigterm_stop_their_allocations() {
     common::signal(s.pid(), nix::sys::signal::Signal::SIGTERM);
     let _ = s.wait(LIMIT);
     assert!(allocations(&alloc).is_empty(), "{:?}", allocations(&alloc));
+    assert!(records(&env).is_empty(), "{:?}", records(&env));
+}
+
+/// A record whose host id is not one toolcell makes (a file written by
+/// something else in the state directory) is removed without running
+/// anything: its host would be substituted for `{host}` in the remote's
+/// `list`, here inside `sh -c`.
+#[test]
+fn a_forged_record_runs_nothing() {
+    let (env, alloc) = env_with("", "");
+    let pwned = env.path().join("PWNED");
+    let dir = env.path().join(".local/state/toolcell/remote-hosts");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::create_dir(alloc.join("a12345678")).unwrap();
+    let record = json!({
+        "host": format!("x ] || touch {}; [ x", pwned.display()),
+        "remote": "fake",
+        "pid": 1,
+        "start_ticks": 1,
+        "boot_id": "not-this-boot",
+        "created": 1,
+        "ids": ["a12345678"],
+    });
+    std::fs::write(dir.join("forged.fake"), record.to_string()).unwrap();
+    env.run(&["exec", "print(1)"]).expect_code(0);
+    assert!(
+        eventually(Duration::from_secs(10), || records(&env).is_empty()),
+        "{:?}",
+        records(&env)
+    );
+    // Give a sweep that wrongly ran time to act, then check it did not.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!pwned.exists(), "the forged host id ran as shell text");
+    assert!(
+        alloc.join("a12345678").exists(),
+        "a forged record's allocation was stopped"
+    );
+}
+
+/// A stand-in `kubectl` for the Kubernetes recipe: pods are directories
+/// under `$PODS` holding their labels. Each subcommand the recipe uses
+/// checks its arguments as the recipe writes them, and names and label
+/// values as the API server validates them (RFC 1123 names, label values
+/// of at most 63 characters); anything else exits 64.
+const KUBECTL: &str = r#"#!/bin/sh
+bad() { echo "kubectl stand-in: $*" >&2; exit 64; }
+name_ok() { echo "$1" | grep -Eq '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'; }
+value_ok() { [ ${#1} -le 63 ] && echo "$1" | grep -Eq '^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$'; }
+echo "$*" >> "$PODS.log"
+cmd=$1; shift
+case "$cmd" in
+run)
+  name=$1; name_ok "$name" || bad "invalid pod name $name"
+  [ "$2" = --image=python:3.12-slim ] && [ "$3" = --restart=Never ] || bad "run: $*"
+  case "$4" in --labels=*) labels=${4#--labels=} ;; *) bad "run: no labels: $*" ;; esac
+  [ "$5 $6 $7 $8 $9 ${10}" = "--command -o name -- sleep infinity" ] || bad "run: $*"
+  [ -e "$PODS/$name" ] && bad "pods \"$name\" already exists"
+  mkdir -p "$PODS/$name"
+  for kv in $(echo "$labels" | tr , ' '); do
+    k=${kv%%=*}; v=${kv#*=}
+    value_ok "$v" || bad "invalid label value $v"
+    echo "$v" > "$PODS/$name/$k"
+  done
+  echo "pod/$name" ;;
+wait)
+  [ "$1" = --for=condition=Ready ] && [ "$3 $4 $5" = "--timeout=300s -o name" ] || bad "wait: $*"
+  case "$2" in pod/*) [ -d "$PODS/${2#pod/}" ] || bad "pods \"${2#pod/}\" not found" ;; *) bad "wait: $2" ;; esac
+  echo "$2" ;;
+exec)
+  [ "$1" = -i ] && [ "$3" = -- ] || bad "exec: $*"
+  [ -d "$PODS/$2" ] || bad "pods \"$2\" not found"
+  shift 3; exec "$@" ;;
+delete)
+  [ "$1" = pod ] && [ "$3 $4" = "--wait=false --ignore-not-found" ] || bad "delete: $*"
+  name_ok "$2" || bad "invalid pod name $2"
+  rm -rf "$PODS/$2" ;;
+get)
+  [ "$1 $2" = "pods -l" ] && [ "$4" = -o ] || bad "get: $*"
+  [ "$5" = 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}' ] || bad "get: jsonpath $5"
+  case "$3" in toolcell.host=*) host=${3#toolcell.host=} ;; *) bad "get: selector $3" ;; esac
+  for d in "$PODS"/*/; do
+    [ -d "$d" ] && [ "$(cat "$d/toolcell.host" 2>/dev/null)" = "$host" ] && basename "$d"
+  done
+  true ;;
+*) bad "unknown command $cmd" ;;
+esac
+"#;
+
+/// The `[remotes.k8s]` recipe of docs/remotes.md, as the page writes it.
+fn kubernetes_recipe() -> String {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/remotes.md"),
+    )
+    .unwrap();
+    let from = page.find("### Kubernetes").expect("a Kubernetes section");
+    let block = &page[from..];
+    let start = block.find("```toml\n").expect("its recipe") + "```toml\n".len();
+    let end = start + block[start..].find("```").unwrap();
+    let recipe = block[start..end].to_string();
+    assert!(recipe.starts_with("[remotes.k8s]"), "{recipe}");
+    recipe
+}
+
+/// The Kubernetes recipe, word for word from the docs, through the binary
+/// against the stand-in `kubectl`: a pod per session labelled with the host
+/// and session, state and host tools across cells, the pod deleted at the
+/// session's end, and a killed host's pod swept through `list`.
+#[test]
+fn the_kubernetes_recipe_runs_its_lifecycle() {
+    let env = Env::new();
+    let pods = env.path().join("pods");
+    std::fs::create_dir(&pods).unwrap();
+    let bin = env.write("bin/kubectl", KUBECTL);
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        env.path().join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    env.write(
+        "toolcell.toml",
+        &format!("{FAST_CONFIG}\n{}", kubernetes_recipe()),
+    );
+    let serve = || {
+        let mut cmd = env.cmd();
+        cmd.env("PATH", &path).env("PODS", &pods).arg("serve");
+        Serve::spawn(cmd)
+    };
+    let log = || std::fs::read_to_string(env.path().join("pods.log")).unwrap_or_default();
+    let label = |pod: &str, key: &str| {
+        std::fs::read_to_string(pods.join(pod).join(key))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+
+    let mut s = serve();
+    let r = execute(
+        &mut s,
+        1,
+        json!({"session": "chat 1", "remote": "k8s", "code": "x = 41"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}\n{}\n{}", s.stderr(), log());
+    let made = allocations(&pods);
+    assert_eq!(made.len(), 1, "{made:?}");
+    let pod = made[0].0.clone();
+    assert_eq!(
+        allocation_of(&mut s, 2, "chat 1").as_deref(),
+        Some(pod.as_str())
+    );
+    assert_eq!(label(&pod, "toolcell.session"), "chat_1");
+    let host = label(&pod, "toolcell.host");
+    assert!(
+        pod.starts_with(&format!("tc-{host}-")),
+        "{pod} for host {host}"
+    );
+    env.write("host-only.txt", "from the host\n");
+    let r = execute(
+        &mut s,
+        3,
+        json!({"session": "chat 1", "remote": "k8s", "code": "from toolcell_tools import read_file\nprint(x + 1, read_file('host-only.txt')['content'].strip())"}),
+    );
+    assert_eq!(r["output"], "42 from the host\n", "{r:#}");
+    s.call(4, "shutdown_session", json!({"session": "chat 1"}));
+    assert!(
+        eventually(Duration::from_secs(10), || !pods.join(&pod).exists()),
+        "{:?}\n{}",
+        allocations(&pods),
+        log()
+    );
+
+    // A killed host's pod is found by its label and deleted by the next host.
+    let r = execute(
+        &mut s,
+        5,
+        json!({"session": "b", "remote": "k8s", "code": "pass"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    assert_eq!(allocations(&pods).len(), 1);
+    common::signal(s.pid(), nix::sys::signal::Signal::SIGKILL);
+    let _ = s.wait(LIMIT);
+    assert_eq!(allocations(&pods).len(), 1);
+    let mut next = serve();
+    let r = execute(&mut next, 1, json!({"code": "print(1)"}));
+    assert_eq!(r["output"], "1\n", "{r:#}");
+    assert!(
+        eventually(Duration::from_secs(10), || allocations(&pods).is_empty()),
+        "{:?}\n{}",
+        allocations(&pods),
+        log()
+    );
+    assert!(
+        log().contains(&format!("get pods -l toolcell.host={host} -o jsonpath=")),
+        "{}",
+        log()
+    );
+    next.close_stdin();
+    assert!(next.wait(LIMIT).success());
     assert!(records(&env).is_empty(), "{:?}", records(&env));
 }

@@ -31,8 +31,9 @@
 //!
 //! Everything a `start` or `list` prints is hostile: ids are one line of at
 //! most 256 characters of `[A-Za-z0-9_.:@+=/-]`, not starting with `-` (so
-//! an id can never pass as an option to `stop`), and output is read up to a
-//! bound.
+//! an id can never pass as an option to `stop`) or `/`, with no `.`, `..`
+//! or empty part between slashes (so it cannot climb out of a path like
+//! `DIR/{id}`), and output is read up to a bound.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -290,6 +291,9 @@ pub fn valid_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_.:@+=/-".contains(&b))
+        // Never a path that leaves where a `stop` like `rm -rf DIR/{id}`
+        // puts it: no leading `/`, no `.` or `..` part, no empty part.
+        && id.split('/').all(|part| !matches!(part, "" | "." | ".."))
 }
 
 /// The id a `start` printed: its last non-empty line.
@@ -302,7 +306,7 @@ fn id_of(stdout: &str) -> Result<String, String> {
     } else {
         let shown: String = line.chars().take(80).collect();
         Err(format!(
-            "printed {shown:?} as the allocation id: an id is 1 to {MAX_ID_LEN} characters of letters, digits and `_.:@+=/-`, not starting with `-`"
+            "printed {shown:?} as the allocation id: an id is 1 to {MAX_ID_LEN} characters of letters, digits and `_.:@+=/-`, not starting with `-` or `/` and with no `.`, `..` or empty part between slashes"
         ))
     }
 }
@@ -459,6 +463,16 @@ impl Record {
             && self.boot_id == boot_id()
             && toolcell_tools::process::start_time(self.pid) == Some(self.start_ticks)
     }
+}
+
+/// Whether `s` is a host id as [`Lifecycle::new`] makes them: `tc` and ten
+/// lowercase hex digits.
+fn valid_host_id(s: &str) -> bool {
+    s.len() == 12
+        && s.starts_with("tc")
+        && s[2..]
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The default directory of host records: `$XDG_STATE_HOME/toolcell/remote-hosts`,
@@ -772,7 +786,10 @@ fn remove_record(dir: &Path, name: &str) {
 /// Records nobody can read, or too old to matter, are removed.
 fn sweep_records(dir: &Path, remotes: &BTreeMap<String, Remote>, which: impl Fn(&Record) -> bool) {
     for (name, rec) in read_records(dir) {
-        let Some(rec) = rec else {
+        // A record nobody can read, or whose host id is not one this code
+        // makes (it is substituted for `{host}`, maybe inside `sh -c`), is
+        // not acted on.
+        let Some(rec) = rec.filter(|r| valid_host_id(&r.host)) else {
             remove_record(dir, &name);
             continue;
         };
@@ -922,6 +939,16 @@ mod tests {
     }
 
     #[test]
+    fn host_ids_are_checked() {
+        let l = Lifecycle::new(None).unwrap();
+        assert!(valid_host_id(l.host_id()), "{}", l.host_id());
+        assert!(!valid_host_id("tc$(reboot)xx"));
+        assert!(!valid_host_id("tc0123456789a"));
+        assert!(!valid_host_id("tcABCDEF0123"));
+        assert!(!valid_host_id(""));
+    }
+
+    #[test]
     fn ids_are_checked() {
         assert!(valid_id("3f9a0c"));
         assert!(valid_id("12345"));
@@ -931,6 +958,11 @@ mod tests {
         assert!(!valid_id("a b"));
         assert!(!valid_id("a;b"));
         assert!(!valid_id("$(x)"));
+        assert!(!valid_id(".."));
+        assert!(!valid_id("a/../b"));
+        assert!(!valid_id("/etc"));
+        assert!(!valid_id("a//b"));
+        assert!(valid_id("a..b"));
         assert!(!valid_id(&"a".repeat(MAX_ID_LEN + 1)));
         assert_eq!(id_of("pulling...\n\nabc123\n\n").unwrap(), "abc123");
         assert!(id_of("").unwrap_err().contains("no allocation id"));

@@ -385,10 +385,16 @@ impl Serve {
     /// Starts `toolcell COMMAND ARGS` (a line-oriented JSON-RPC server:
     /// `serve` or `mcp`) in `env`.
     pub fn start_command(env: &Env, command: &str, args: &[&str]) -> Self {
-        let mut child = env
-            .cmd()
-            .arg(command)
-            .args(args)
+        let mut cmd = env.cmd();
+        cmd.arg(command).args(args);
+        Self::spawn(cmd)
+    }
+
+    /// Starts `cmd` (from [`Env::cmd`], its arguments and environment
+    /// set) as a line-oriented JSON-RPC server.
+    pub fn spawn(mut cmd: Command) -> Self {
+        let command = format!("{:?}", cmd.get_args().next().unwrap_or_default());
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -386,7 +386,8 @@ impl Registry {
         if let Some(journal) = &self.inner.opts.journal {
             let started = std::time::SystemTime::now();
             let mut calls = Vec::new();
-            let result = self.run_cell(&req, Some(&mut calls)).await;
+            let mut result = self.run_cell(&req, Some(&mut calls)).await;
+            self.scrub(&mut result);
             journal.record(crate::journal::CellRecord::from_result(
                 &req.owner,
                 &req.code,
@@ -397,7 +398,25 @@ impl Registry {
             ));
             return result;
         }
-        self.run_cell(&req, None).await
+        let mut result = self.run_cell(&req, None).await;
+        self.scrub(&mut result);
+        result
+    }
+
+    /// The result's own texts (`error`, `hint`, `warning`) cleaned like
+    /// output: they can quote what a remote's `start`, a kernel that failed
+    /// to start or an engine printed, which no stream cleaned.
+    fn scrub(&self, result: &mut ExecuteResult) {
+        let redactor = &self.inner.redactor;
+        for text in [&mut result.error, &mut result.hint, &mut result.warning]
+            .into_iter()
+            .flatten()
+        {
+            let cleaned = redactor.clean(text.as_bytes());
+            if cleaned != *text {
+                *text = cleaned;
+            }
+        }
     }
 
     /// Interrupts the running cell of every kernel of `owner`, and any cell
