@@ -692,3 +692,84 @@ fn the_kubernetes_recipe_runs_its_lifecycle() {
     assert!(next.wait(LIMIT).success());
     assert!(records(&env).is_empty(), "{:?}", records(&env));
 }
+
+/// A `start` that waits for its engine (here 3 s) does not hold the
+/// client: a cancel or an interrupt answers at once, and the allocation the
+/// abandoned start makes is stopped when it lands.
+#[test]
+fn cancel_and_interrupt_do_not_wait_for_a_slow_start() {
+    let env = Env::new();
+    let alloc = env.path().join("alloc");
+    std::fs::create_dir(&alloc).unwrap();
+    let remote = fake_remote(&alloc, "").replacen(
+        "start = [\"sh\", \"-c\", \"",
+        "start = [\"sh\", \"-c\", \"sleep 3; ",
+        1,
+    );
+    assert!(remote.contains("sleep 3; "), "{remote}");
+    let config = FAST_CONFIG.replace("max_kernels = 8\n", "max_kernels = 8\nwarm_pool = 0\n");
+    env.write("toolcell.toml", &format!("{config}\n{remote}"));
+    let mut s = Serve::start(&env, &[]);
+
+    let t0 = Instant::now();
+    s.request(
+        1,
+        "execute",
+        json!({"session": "c", "remote": "fake", "code": "open('ran-c', 'w')"}),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    s.send_raw(
+        &json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 1}}).to_string(),
+    );
+    let r = s.until_id(&json!(1), LIMIT).0;
+    assert_eq!(r["error"]["code"], -32800, "{r}");
+    assert!(
+        t0.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        t0.elapsed()
+    );
+
+    let t1 = Instant::now();
+    s.request(
+        2,
+        "execute",
+        json!({"session": "i", "remote": "fake", "code": "open('ran-i', 'w')"}),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let r = s.call(3, "interrupt", json!({"session": "i"}));
+    assert_eq!(r["result"]["interrupted"], 1, "{r}");
+    let r = s.until_id(&json!(2), LIMIT).0;
+    assert_eq!(r["result"]["status"], "interrupted", "{r}");
+    assert!(
+        r["result"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("none of its code ran"),
+        "{r}"
+    );
+    assert!(
+        t1.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        t1.elapsed()
+    );
+
+    // Both starts land after 3 s; what they made is stopped.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        eventually(Duration::from_secs(10), || allocations(&alloc).is_empty()),
+        "{:?}",
+        allocations(&alloc)
+    );
+    assert!(!env.path().join("ran-c").exists() && !env.path().join("ran-i").exists());
+    // The session works afterwards, on a fresh allocation.
+    let r = execute(
+        &mut s,
+        4,
+        json!({"session": "c", "remote": "fake", "code": "print('after')"}),
+    );
+    assert_eq!(r["output"], "after\n", "{r:#}");
+    assert_eq!(allocations(&alloc).len(), 1);
+    s.close_stdin();
+    assert!(s.wait(LIMIT).success());
+    assert!(allocations(&alloc).is_empty());
+}

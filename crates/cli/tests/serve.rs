@@ -966,9 +966,14 @@ fn cancel_while_the_kernel_starts_answers_32800_and_the_cell_never_runs() {
     cancel(&mut s, 1);
     let r = s.until_id(&json!(1), LIMIT).0;
     assert_eq!(r["error"]["code"], -32800, "{r}");
-    assert!(t0.elapsed() >= Duration::from_millis(500));
-    // The kernel it was starting serves the session's next cell; the
-    // cancelled one never ran in it.
+    // Answered at once, not when the 2 s start is over.
+    let answered = t0.elapsed();
+    assert!(
+        answered >= Duration::from_millis(500) && answered < Duration::from_millis(1900),
+        "{answered:?}"
+    );
+    // The session's next cell gets a fresh kernel (the one being started
+    // was abandoned); the cancelled cell never ran anywhere.
     let r = s.call(
         2,
         "execute",

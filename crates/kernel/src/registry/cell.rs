@@ -84,7 +84,10 @@ impl Registry {
             Ok(g) => g,
             Err(r) => return *r,
         };
-        let mut ready = match inner.ready_kernel(&mut guard, &slot, req, &plan).await {
+        let mut ready = match inner
+            .ready_kernel(&mut guard, &slot, &token, req, &plan)
+            .await
+        {
             Ok(r) => r,
             Err(r) => return *r,
         };
@@ -328,6 +331,7 @@ impl Inner {
         self: &Arc<Self>,
         guard: &mut KernelGuard<'_>,
         slot: &Slot,
+        token: &CancellationToken,
         req: &ExecuteRequest,
         plan: &Plan,
     ) -> Result<Readiness, Box<ExecuteResult>> {
@@ -350,7 +354,7 @@ impl Inner {
         if guard.is_none() {
             let deadline = Instant::now() + req.timeout.unwrap_or(self.opts.timeout);
             let k = self
-                .start_kernel(slot, req, plan, deadline, &mut ready)
+                .start_kernel(slot, token, req, plan, deadline, &mut ready)
                 .await?;
             **guard = Some(k);
         }
@@ -374,6 +378,7 @@ impl Inner {
     async fn start_kernel(
         self: &Arc<Self>,
         slot: &Slot,
+        token: &CancellationToken,
         req: &ExecuteRequest,
         plan: &Plan,
         deadline: Instant,
@@ -405,10 +410,19 @@ impl Inner {
                 }
             });
         }
+        // A start can take long (a remote's `start` waits for its engine:
+        // a queued job, a pulled image), so a cancel or an interrupt ends
+        // the wait. What the abandoned start makes is cleaned up as it
+        // lands: the kernel is killed, its allocation stopped.
         let spawned = match pooled {
             Some(k) => Ok(k),
-            None => spawn_kernel(self, &plan.shape, &plan.tools, &plan.key.owner).await,
+            None => tokio::select! {
+                r = spawn_kernel(self, &plan.shape, &plan.tools, &plan.key.owner) => r,
+                () = req.cancelled() => Err(String::new()),
+                () = token.cancelled() => Err(String::new()),
+            },
         };
+        let stopped = req.is_cancelled() || token.is_cancelled();
         match spawned {
             Ok(k) => {
                 let mut m = slot.meta();
@@ -418,6 +432,19 @@ impl Inner {
                 m.allocation = k.allocation_id().map(str::to_string);
                 m.execution_count = 0;
                 Ok(k)
+            }
+            Err(_) if stopped => {
+                slot.meta().live = false;
+                self.freed.notify_waiters();
+                if req.is_cancelled() {
+                    Err(cancelled_before_start(&plan.blank))
+                } else {
+                    Err(Box::new(not_run(
+                        Status::Interrupted,
+                        "the cell was interrupted while its kernel was starting; none of its code ran",
+                        &plan.blank,
+                    )))
+                }
             }
             Err(e) => {
                 slot.meta().live = false;

@@ -83,18 +83,27 @@ pub(super) async fn spawn_kernel(
     };
     // The first scan of the working directory (SPEC §16) runs while the
     // interpreter starts.
+    // A strict kernel's own working directory goes with a failed start,
+    // and with a start abandoned midway (its future dropped on a cancel).
+    let mut cwd_guard = OwnedCwd(owned_cwd);
     let (spawned, files) = tokio::join!(Kernel::spawn(spec), inner.files_scan(&watch_cwd));
     match spawned {
         Ok(mut k) => {
-            k.set_owned_cwd(owned_cwd);
+            k.set_owned_cwd(cwd_guard.0.take());
             k.put_files_watcher(files);
             Ok(k)
         }
-        Err(e) => {
-            if let Some(d) = owned_cwd {
-                let _ = std::fs::remove_dir_all(d);
-            }
-            Err(e.to_string())
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Removes the directory it holds when dropped.
+struct OwnedCwd(Option<PathBuf>);
+
+impl Drop for OwnedCwd {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = std::fs::remove_dir_all(d);
         }
     }
 }
