@@ -773,3 +773,54 @@ fn cancel_and_interrupt_do_not_wait_for_a_slow_start() {
     assert!(s.wait(LIMIT).success());
     assert!(allocations(&alloc).is_empty());
 }
+
+/// The host's end does not wait for a `start` still running (a job queued
+/// for hours): EOF during a 30 s start exits within the graces, and the
+/// start's process group is killed.
+#[test]
+fn eof_during_a_slow_start_exits_promptly_and_kills_the_start() {
+    let env = Env::new();
+    let alloc = env.path().join("alloc");
+    std::fs::create_dir(&alloc).unwrap();
+    let pidfile = env.path().join("start.pid");
+    let remote = fake_remote(&alloc, "").replacen(
+        "start = [\"sh\", \"-c\", \"",
+        &format!(
+            "start = [\"sh\", \"-c\", \"echo $$ > {}; sleep 30; ",
+            pidfile.display()
+        ),
+        1,
+    );
+    let config = FAST_CONFIG.replace("max_kernels = 8\n", "max_kernels = 8\nwarm_pool = 0\n");
+    env.write("toolcell.toml", &format!("{config}\n{remote}"));
+    let mut s = Serve::start(&env, &[]);
+    s.request(
+        1,
+        "execute",
+        json!({"session": "q", "remote": "fake", "code": "pass"}),
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || pidfile.exists()),
+        "the start never ran"
+    );
+    let start_pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let t0 = Instant::now();
+    s.close_stdin();
+    let status = s.wait(LIMIT);
+    // FAST_CONFIG: interrupt_grace 1 s + kill_grace 0.5 s, plus a second.
+    assert!(
+        t0.elapsed() < Duration::from_millis(2500),
+        "exit took {:?}",
+        t0.elapsed()
+    );
+    assert!(status.success(), "{status:?}\n{}", s.stderr());
+    assert!(
+        eventually(Duration::from_secs(5), || !common::alive(start_pid)),
+        "the start (pid {start_pid}) is still running"
+    );
+    assert!(allocations(&alloc).is_empty(), "{:?}", allocations(&alloc));
+}

@@ -128,6 +128,35 @@ fn read_bounded(mut r: impl Read, cap: usize, keep_tail: bool) -> Vec<u8> {
 /// Runs `argv` (no shell) with stdin on `/dev/null`, in a process group of
 /// its own, for at most `timeout`: then the group is killed. Blocking.
 fn run(argv: &[String], cwd: Option<&Path>, timeout: Duration) -> Result<Ran, RunError> {
+    run_tracked(argv, cwd, timeout, None)
+}
+
+/// The `start`s running now (their process groups), so that the host's end
+/// can kill them instead of waiting up to `start_timeout` for each.
+#[derive(Debug, Default)]
+struct Starting {
+    /// Set by [`Lifecycle::finish`]: no `start` runs from then on.
+    closing: bool,
+    groups: BTreeSet<u32>,
+}
+
+fn kill_group(pgid: u32) {
+    if let Ok(pg) = i32::try_from(pgid) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pg),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// [`run`], its process group listed in `starting` while it runs (and
+/// killed at once when `starting` is closing).
+fn run_tracked(
+    argv: &[String],
+    cwd: Option<&Path>,
+    timeout: Duration,
+    starting: Option<&Mutex<Starting>>,
+) -> Result<Ran, RunError> {
     let Some((program, args)) = argv.split_first() else {
         return Err(RunError::Spawn(std::io::Error::other("an empty command")));
     };
@@ -142,6 +171,17 @@ fn run(argv: &[String], cwd: Option<&Path>, timeout: Duration) -> Result<Ran, Ru
     }
     let mut child = cmd.spawn().map_err(RunError::Spawn)?;
     let pgid = child.id();
+    // Listed, or killed at once if the host is ending (under the lock that
+    // `finish` takes to close: no start slips between the two).
+    let _listed = starting.map(|st| {
+        let mut g = st.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if g.closing {
+            kill_group(pgid);
+        } else {
+            g.groups.insert(pgid);
+        }
+        Unlist(st, pgid)
+    });
     // Readers on threads of their own, answering through channels: a
     // process that left the group but kept a pipe (a daemon `start` forgot
     // to detach) cannot hold this caller past the grace below.
@@ -219,6 +259,19 @@ fn run(argv: &[String], cwd: Option<&Path>, timeout: Duration) -> Result<Ran, Ru
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: tail_text(&stderr),
     })
+}
+
+/// Takes a process group off [`Starting`] when its command is done.
+struct Unlist<'a>(&'a Mutex<Starting>, u32);
+
+impl Drop for Unlist<'_> {
+    fn drop(&mut self) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .groups
+            .remove(&self.1);
+    }
 }
 
 /// `argv` with the placeholders filled in.
@@ -349,6 +402,8 @@ pub struct Lifecycle {
     recorded: Mutex<BTreeMap<String, BTreeSet<String>>>,
     /// `stop`s and sweeps running on their own threads.
     pending: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// `start`s running now.
+    starting: Mutex<Starting>,
 }
 
 /// One allocation: stopped when dropped (on a thread of its own; see
@@ -503,6 +558,7 @@ impl Lifecycle {
             records,
             recorded: Mutex::new(BTreeMap::new()),
             pending: Mutex::new(Vec::new()),
+            starting: Mutex::new(Starting::default()),
         }))
     }
 
@@ -622,7 +678,7 @@ impl Lifecycle {
         };
         let argv = fill(&remote.start, &vars);
         let timeout = secs(remote.start_timeout);
-        let ran = run(&argv, None, timeout).map_err(|e| match e {
+        let ran = run_tracked(&argv, None, timeout, Some(&self.starting)).map_err(|e| match e {
             RunError::Spawn(e) => StartFailure {
                 reason: format!("cannot run its start command ({}): {e}", shown(&argv)),
                 stderr: String::new(),
@@ -637,6 +693,12 @@ impl Lifecycle {
             },
         })?;
         if !ran.success {
+            if self.closing() {
+                return Err(StartFailure {
+                    reason: "its start command was stopped: this host is shutting down".into(),
+                    stderr: ran.stderr,
+                });
+            }
             return Err(StartFailure {
                 reason: format!(
                     "its start command ({}) failed with {}",
@@ -688,6 +750,19 @@ impl Lifecycle {
     /// else a later host tries again. Blocking.
     pub fn finish(&self, remotes: &BTreeMap<String, Remote>, limit: Duration) {
         let deadline = Instant::now() + limit;
+        // The starts under way are killed, not waited for (a queued job can
+        // wait for hours); what one made before it died is this host's
+        // `list`'s to find below.
+        {
+            let mut st = self
+                .starting
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st.closing = true;
+            for g in &st.groups {
+                kill_group(*g);
+            }
+        }
         self.wait(deadline);
         let Some(dir) = &self.records else {
             return;
@@ -710,6 +785,13 @@ impl Lifecycle {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         recorded.clear();
+    }
+
+    fn closing(&self) -> bool {
+        self.starting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .closing
     }
 
     /// Waits for the background stops and sweeps until `deadline`.
