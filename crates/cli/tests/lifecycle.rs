@@ -824,3 +824,56 @@ fn eof_during_a_slow_start_exits_promptly_and_kills_the_start() {
     );
     assert!(allocations(&alloc).is_empty(), "{:?}", allocations(&alloc));
 }
+
+/// A start given up by its cell still holds its room under `max_kernels`
+/// until it lands: cancelling in a loop cannot run more `start`s at once
+/// than the bound.
+#[test]
+fn an_abandoned_start_keeps_its_room_until_it_lands() {
+    let env = Env::new();
+    let alloc = env.path().join("alloc");
+    std::fs::create_dir(&alloc).unwrap();
+    let lock = env.path().join("lock");
+    let overlap = env.path().join("overlap");
+    let remote = fake_remote(&alloc, "").replacen(
+        "start = [\"sh\", \"-c\", \"",
+        &format!(
+            "start = [\"sh\", \"-c\", \"mkdir {l} || echo overlap >> {o}; sleep 2; rmdir {l}; ",
+            l = lock.display(),
+            o = overlap.display()
+        ),
+        1,
+    );
+    let config = FAST_CONFIG.replace("max_kernels = 8\n", "max_kernels = 1\nwarm_pool = 0\n");
+    env.write("toolcell.toml", &format!("{config}\n{remote}"));
+    let mut s = Serve::start(&env, &[]);
+    for (i, session) in ["a", "b", "c"].iter().enumerate() {
+        let id = i as i64 + 1;
+        s.request(
+            id,
+            "execute",
+            json!({"session": session, "remote": "fake", "code": "pass"}),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        s.send_raw(
+            &json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id}})
+                .to_string(),
+        );
+        let r = s.until_id(&json!(id), LIMIT).0;
+        assert_eq!(r["error"]["code"], -32800, "{r}");
+    }
+    // The last session waits for the room the abandoned starts hold.
+    let r = execute(
+        &mut s,
+        9,
+        json!({"session": "d", "remote": "fake", "code": "print('d')"}),
+    );
+    assert_eq!(r["output"], "d\n", "{r:#}");
+    assert!(
+        !overlap.exists(),
+        "two starts ran at once under max_kernels = 1"
+    );
+    s.close_stdin();
+    assert!(s.wait(LIMIT).success());
+    assert!(allocations(&alloc).is_empty(), "{:?}", allocations(&alloc));
+}

@@ -416,11 +416,18 @@ impl Inner {
         // lands: the kernel is killed, its allocation stopped.
         let spawned = match pooled {
             Some(k) => Ok(k),
-            None => tokio::select! {
-                r = spawn_kernel(self, &plan.shape, &plan.tools, &plan.key.owner) => r,
-                () = req.cancelled() => Err(String::new()),
-                () = token.cancelled() => Err(String::new()),
-            },
+            None => {
+                let inner = Arc::clone(self);
+                let (shape, tools) = (plan.shape.clone(), plan.tools.clone());
+                let owner = plan.key.owner.clone();
+                let mut start =
+                    tokio::spawn(async move { spawn_kernel(&inner, &shape, &tools, &owner).await });
+                tokio::select! {
+                    r = &mut start => r.unwrap_or_else(|e| Err(format!("the kernel's start failed: {e}"))),
+                    () = req.cancelled() => Err(self.abandon(slot, start)),
+                    () = token.cancelled() => Err(self.abandon(slot, start)),
+                }
+            }
         };
         let stopped = req.is_cancelled() || token.is_cancelled();
         match spawned {
@@ -456,6 +463,35 @@ impl Inner {
                 )))
             }
         }
+    }
+
+    /// Gives up a kernel start its cell no longer waits for: its room
+    /// passes from the slot to [`State::abandoned`] until it lands, and
+    /// what it made is then dropped (the kernel killed, a remote's
+    /// allocation stopped).
+    fn abandon(
+        self: &Arc<Self>,
+        slot: &Slot,
+        start: tokio::task::JoinHandle<Result<Kernel, String>>,
+    ) -> String {
+        {
+            let mut st = self.state();
+            st.abandoned += 1;
+            slot.meta().live = false;
+        }
+        let inner = Arc::clone(self);
+        tokio::spawn(async move {
+            if let Ok(Ok(k)) = start.await {
+                k.shutdown(Duration::from_millis(100)).await;
+            }
+            {
+                let mut st = inner.state();
+                st.abandoned = st.abandoned.saturating_sub(1);
+            }
+            inner.freed.notify_waiters();
+            fill_pool(&inner);
+        });
+        String::new()
     }
 
     fn cell_options(&self, req: &ExecuteRequest, interrupt: &CancellationToken) -> CellOptions {

@@ -335,6 +335,10 @@ pub(super) struct State {
     pub(super) retired: VecDeque<SessionKey>,
     /// Cells waiting in `reserve` for room (the pool does not refill then).
     pub(super) waiting: usize,
+    /// Kernel starts their cells gave up (cancelled, interrupted) that are
+    /// still running: each holds its room under `max_kernels` until it
+    /// lands, so cancelling cannot start more kernels than the bound.
+    pub(super) abandoned: usize,
 }
 
 impl State {
@@ -348,7 +352,7 @@ impl State {
     }
 
     pub(super) fn live_count(&self) -> usize {
-        self.slots.values().filter(|s| s.meta().live).count()
+        self.slots.values().filter(|s| s.meta().live).count() + self.abandoned
     }
 }
 
