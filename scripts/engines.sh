@@ -21,17 +21,8 @@
 # stops those this script started.
 set -euo pipefail
 
-what="${1:-all}"
-case "$what" in
-docker | slurm | all) ;;
-*)
-    echo "usage: $0 [docker|slurm|all]" >&2
-    exit 2
-    ;;
-esac
-
-DEPS="${TOOLCELL_TEST_DEPS:-$HOME/.cache/toolcell-ci/deps}"
-ENG="$DEPS/engines"
+# shellcheck source=scripts/engines-common.sh
+. "$(dirname "$0")/engines-common.sh"
 mkdir -p "$ENG"
 log="$DEPS/engines.log"
 
@@ -58,17 +49,6 @@ flock -w 1200 9 || {
     exit 1
 }
 
-SUDO=()
-if [[ "$(id -u)" != 0 ]]; then
-    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-        SUDO=(sudo -n)
-    else
-        SUDO=(false)
-    fi
-fi
-as_root() { "${SUDO[@]}" "$@"; }
-is_root() { [[ "${SUDO[*]:-}" != false ]]; }
-
 # apt_install PKG... : installs with apt-get, without recommends, without
 # starting services (a policy-rc.d that denies starts is put in place for the
 # duration when none exists). Returns non-zero on failure (logged).
@@ -94,17 +74,6 @@ apt_install() {
     [[ $rc == 0 ]] && apt_updated=1
     [[ -n "$ours" ]] && as_root rm -f "$policy"
     return "$rc"
-}
-
-# alive PIDFILE NAME : the pid in PIDFILE runs a program named NAME.
-alive() {
-    local pid
-    [[ -s "$1" ]] || return 1
-    pid="$(cat "$1" 2>/dev/null)" || return 1
-    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$2"* ]] || return 1
-    # not a zombie (an orphan waits a moment for init to reap it)
-    [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]]
 }
 
 # The first Debian mirror named in apt's sources for the host's suite (deb822
@@ -160,15 +129,12 @@ dockerd_log_says() { tail -n 30 "$ENG/dockerd.log" 2>/dev/null | grep -i "$1" >/
 # "timeout waiting for containerd to start". So, before starting dockerd:
 # stop such an orphan (by its pid file) and remove a stale pid file.
 stop_orphan_containerd() {
-    local pidf=/var/run/docker/containerd/containerd.pid pid i
+    local pidf=/var/run/docker/containerd/containerd.pid
     alive "$ENG/dockerd.pid" dockerd && return 0
     [[ -e "$pidf" ]] || return 0
     if alive "$pidf" containerd; then
-        pid="$(cat "$pidf")"
-        note "stopping orphaned containerd $pid"
-        as_root kill "$pid" 2>/dev/null || true
-        for ((i = 0; i < 40; i++)); do alive "$pidf" containerd || break; sleep 0.25; done
-        alive "$pidf" containerd && as_root kill -9 "$pid" 2>/dev/null
+        note "stopping orphaned containerd $(cat "$pidf")"
+        stop_pidfile "$pidf" containerd 10
     fi
     as_root rm -f "$pidf"
 }
@@ -198,10 +164,7 @@ start_dockerd() {
     note "dockerd did not answer; tail of $dlog:"
     tail -n 15 "$dlog" >>"$log" || true
     # do not leave a half-started daemon behind
-    if alive "$ENG/dockerd.pid" dockerd; then
-        as_root kill "$(cat "$ENG/dockerd.pid")" 2>/dev/null || true
-        for ((i = 0; i < 40; i++)); do alive "$ENG/dockerd.pid" dockerd || break; sleep 0.25; done
-    fi
+    stop_pidfile "$ENG/dockerd.pid" dockerd 10
     stop_orphan_containerd
     return 1
 }
@@ -400,14 +363,6 @@ SlurmdTimeout=60
 NodeName=$host NodeAddr=127.0.0.1 $hw State=UNKNOWN
 PartitionName=toolcell Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:16
 EOF
-}
-
-stop_pidfile() { # PIDFILE NAME
-    local i
-    alive "$1" "$2" || return 0
-    as_root kill "$(cat "$1")" 2>/dev/null || true
-    for ((i = 0; i < 60; i++)); do alive "$1" "$2" || return 0; sleep 0.25; done
-    as_root kill -9 "$(cat "$1")" 2>/dev/null || true
 }
 
 node_state() { { timeout 10 sinfo -h -N -n "$1" -o '%T' 2>/dev/null || true; } | head -n 1; }
