@@ -77,11 +77,7 @@ struct Env {
 }
 
 fn env(files: usize, watch: bool) -> Env {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = toolcell_benches::runtime();
     let tmp = tempfile::tempdir().unwrap();
     let work = tmp.path().join("work");
     std::fs::create_dir(&work).unwrap();

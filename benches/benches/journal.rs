@@ -112,11 +112,7 @@ fn bench(c: &mut Criterion) {
     // A warm `x += 1` cell through the registry, without and with a journal.
     let mut g = c.benchmark_group("journal_warm_cell");
     g.sample_size(50);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = toolcell_benches::runtime();
     for journaled in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let opts = RegistryOptions {

@@ -23,11 +23,7 @@ fn env() -> Env {
 }
 
 fn env_with(tweak: impl FnOnce(&mut RegistryOptions)) -> Env {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = toolcell_benches::runtime();
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("f.txt"), "hello\n").unwrap();
     let opts = RegistryOptions {

@@ -22,11 +22,7 @@ struct Env {
 }
 
 fn env_with(tweak: impl FnOnce(&mut RegistryOptions)) -> Env {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = toolcell_benches::runtime();
     let tmp = tempfile::tempdir().unwrap();
     let mut opts = RegistryOptions {
         kernels_root: Some(tmp.path().join("kernels")),

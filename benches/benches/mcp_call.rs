@@ -169,11 +169,7 @@ fn median_us(mut ns: Vec<u64>) -> f64 {
 }
 
 fn mcp_call(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = toolcell_benches::runtime();
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test");
     let mut group = c.benchmark_group("mcp_call");

@@ -92,11 +92,7 @@ fn bench_engine(c: &mut Criterion, name: &str, remote: Remote) {
         eprintln!("remote_engines: {name} skipped: {why}");
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = toolcell_benches::runtime();
     let tmp = tempfile::tempdir().unwrap();
     let mut remotes = BTreeMap::new();
     remotes.insert(name.to_string(), remote);

@@ -246,11 +246,7 @@ struct Lib {
 /// A registry as the binary builds one (a two-worker runtime), with the
 /// block in `block.txt` of its cwd and loaded as `_blk` in a warm kernel.
 fn lib_with_block(with_secrets: bool) -> Lib {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = toolcell_benches::runtime();
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("block.txt"), block(with_secrets)).unwrap();
     let opts = RegistryOptions {

@@ -36,6 +36,17 @@ impl Rng {
     }
 }
 
+/// The runtime the kernel benches drive the registry on: multi-threaded,
+/// two workers (this project's CI machine has two cores).
+#[allow(clippy::expect_used)]
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 /// The `toolcell` binary of the running bench's profile
 /// (`target/<profile>/toolcell`, next to `deps/`), built with cargo if it
 /// is missing (`--release` for a release or bench profile).

@@ -83,15 +83,8 @@ fn execute(s: &mut Serve, id: i64, session: &str, code: &str) -> Value {
 }
 
 fn allocation_of(s: &mut Serve, id: i64, session: &str) -> String {
-    let msg = s.call(id, "sessions", json!({}));
-    msg["result"]["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["session"] == session)
-        .and_then(|k| k["allocation"].as_str())
-        .unwrap_or_else(|| panic!("no allocation for {session}: {msg:#}"))
-        .to_string()
+    common::allocation_of(s, id, session)
+        .unwrap_or_else(|| panic!("no allocation listed for session {session}"))
 }
 
 /// One engine's run through the lifecycle. `exists(id)` tells whether an

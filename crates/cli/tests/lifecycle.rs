@@ -11,7 +11,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Env, FAST_CONFIG, Serve, eventually};
+use common::{Env, FAST_CONFIG, Serve, allocation_of, eventually};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -82,16 +82,6 @@ fn records(env: &Env) -> Vec<String> {
 fn execute(s: &mut Serve, id: i64, params: Value) -> Value {
     let msg = s.call(id, "execute", params);
     msg.get("result").cloned().unwrap_or(msg)
-}
-
-fn allocation_of(s: &mut Serve, id: i64, session: &str) -> Option<String> {
-    let msg = s.call(id, "sessions", json!({}));
-    msg["result"]["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["session"] == session)
-        .and_then(|k| k["allocation"].as_str().map(str::to_string))
 }
 
 #[test]

@@ -542,6 +542,18 @@ impl Drop for Serve {
 }
 
 /// The pid of the kernel of `session` from a `sessions` result.
+/// The allocation id `sessions` lists for `session` (a remote with a
+/// lifecycle), if any.
+pub fn allocation_of(s: &mut Serve, id: i64, session: &str) -> Option<String> {
+    let msg = s.call(id, "sessions", json!({}));
+    msg["result"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["session"] == session)
+        .and_then(|k| k["allocation"].as_str().map(str::to_string))
+}
+
 pub fn session_pid(sessions: &Value, session: &str) -> Option<i32> {
     sessions["sessions"]
         .as_array()?
