@@ -1917,6 +1917,18 @@ fn exited_leader(stat: Option<&std::fs::File>) -> bool {
     dying(&stat[close + 1..])
 }
 
+/// Whether process `pid` exists and is neither gone nor on its way out
+/// (see [`dying`]); for listings, which have no pid file open.
+pub(crate) fn process_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    match memchr::memrchr(b')', &stat) {
+        Some(close) => !dying(&stat[close + 1..]),
+        None => true,
+    }
+}
+
 /// Whether the fields of `/proc/PID/stat` after the command name say the
 /// process is gone or on its way out: a zombie (`Z`, `X`), exiting
 /// (`PF_EXITING` in its flags), or with SIGKILL pending — what a

@@ -555,7 +555,7 @@ impl Registry {
                 let tree = m.tree.as_ref()?;
                 // A kernel killed from outside since its last cell is not
                 // live, though its slot stays until a cell notices.
-                if !running(tree.root) {
+                if !crate::kernel::process_running(tree.root) {
                     return None;
                 }
                 let key = KeyInfo::from(&s.key);
@@ -589,20 +589,6 @@ impl Registry {
     pub fn live_kernels(&self) -> usize {
         self.inner.state().live_count()
     }
-}
-
-/// Whether process `pid` exists and is not a zombie.
-fn running(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let Some(close) = stat.iter().rposition(|b| *b == b')') else {
-        return true;
-    };
-    !matches!(
-        stat[close + 1..].iter().find(|b| !b.is_ascii_whitespace()),
-        Some(b'Z' | b'X')
-    )
 }
 
 impl Drop for Registry {
