@@ -173,15 +173,14 @@ fn run_tracked(
     let pgid = child.id();
     // Listed, or killed at once if the host is ending (under the lock that
     // `finish` takes to close: no start slips between the two).
-    let _listed = starting.map(|st| {
+    if let Some(st) = starting {
         let mut g = st.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if g.closing {
             kill_group(pgid);
         } else {
             g.groups.insert(pgid);
         }
-        Unlist(st, pgid)
-    });
+    }
     // Readers on threads of their own, answering through channels: a
     // process that left the group but kept a pipe (a daemon `start` forgot
     // to detach) cannot hold this caller past the grace below.
@@ -212,37 +211,45 @@ fn run_tracked(
     );
     const READ_GRACE: Duration = Duration::from_secs(2);
     let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if Instant::now() >= deadline => break None,
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(_) => break None,
+    // Whether the command ended by itself. The leader's exit is seen
+    // without reaping it (WNOWAIT), so its process group is killed while
+    // the pgid cannot belong to anyone else; it is reaped only then, off
+    // `starting` in the same critical section (`finish` kills under it).
+    let leader = nix::unistd::Pid::from_raw(i32::try_from(pgid).unwrap_or(i32::MAX));
+    let ended = loop {
+        use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+        match waitid(
+            Id::Pid(leader),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG,
+        ) {
+            Ok(WaitStatus::StillAlive) if Instant::now() >= deadline => break false,
+            Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(5)),
+            Ok(_) => break true,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => break false,
         }
     };
-    let Some(status) = status else {
-        if let Ok(pg) = i32::try_from(pgid) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pg),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        let stderr = err
-            .recv_timeout(READ_GRACE)
-            .map(|b| tail_text(&b))
-            .unwrap_or_default();
-        return Err(RunError::Timeout { stderr });
+    // Done or out of time: what is left in the group must not keep the
+    // pipes (and so this thread) open.
+    kill_group(pgid);
+    let status = {
+        let _held = starting.map(|st| {
+            let mut g = st.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            g.groups.remove(&pgid);
+            g
+        });
+        child.wait()
     };
-    // The command is done; what it left running in its group must not
-    // keep its pipes (and so this thread) open.
-    if let Ok(pg) = i32::try_from(pgid) {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pg),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
+    let status = match status {
+        Ok(s) if ended => s,
+        _ => {
+            let stderr = err
+                .recv_timeout(READ_GRACE)
+                .map(|b| tail_text(&b))
+                .unwrap_or_default();
+            return Err(RunError::Timeout { stderr });
+        }
+    };
     let stdout = out.recv_timeout(READ_GRACE).unwrap_or_default();
     let stderr = err.recv_timeout(READ_GRACE).unwrap_or_default();
     let status_text = match (
@@ -259,19 +266,6 @@ fn run_tracked(
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: tail_text(&stderr),
     })
-}
-
-/// Takes a process group off [`Starting`] when its command is done.
-struct Unlist<'a>(&'a Mutex<Starting>, u32);
-
-impl Drop for Unlist<'_> {
-    fn drop(&mut self) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .groups
-            .remove(&self.1);
-    }
 }
 
 /// `argv` with the placeholders filled in.
