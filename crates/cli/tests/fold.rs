@@ -15,6 +15,36 @@ fn exec(env: &Env, code: &str) -> Value {
     env.run(&["exec", "--json", code]).json()
 }
 
+/// Bytes of the stream's own text in `out` (stdout only): `out` less fold
+/// markers (whole lines `... [N similar lines omitted …] ...`, and
+/// ` … [N characters cut from this line of M] … ` inside a line) and the
+/// truncation notice. Exact when the head/tail cut split no marker.
+fn stream_bytes_in(out: &str, notice: &str) -> u64 {
+    let out = out.replacen(notice, "", 1);
+    let mut n = 0u64;
+    for line in out.split_inclusive('\n') {
+        if line.starts_with("... [") && line.trim_end().ends_with("] ...") {
+            continue;
+        }
+        let mut len = line.len();
+        if let Some(a) = line.find(" … [")
+            && let Some(b) = line[a..].find("] … ")
+        {
+            len -= b + "] … ".len();
+        }
+        n += len as u64;
+    }
+    n
+}
+
+/// The `[OUTPUT TRUNCATED …]` notice with the result's own figures.
+fn notice_of(r: &Value) -> String {
+    format!(
+        "\n\n... [OUTPUT TRUNCATED - {} bytes omitted out of {} total] ...\n\n",
+        r["stdout_bytes_omitted"], r["stdout_bytes_total"]
+    )
+}
+
 /// An environment that folds every stream (`fold = true`; the default,
 /// `"auto"`, folds only streams over their cap).
 fn folding() -> Env {
@@ -142,14 +172,12 @@ print('done')
         "the total is what the cell wrote"
     );
     assert_eq!(spill.lines().count(), 403);
+    // Exactly the stream's bytes in `output`: the markers are not counted.
     let captured = r["stdout_bytes_captured"].as_u64().unwrap();
+    assert_eq!(captured, stream_bytes_in(out, ""), "{r}");
     assert_eq!(
         r["stdout_bytes_omitted"].as_u64().unwrap(),
         total - captured
-    );
-    assert!(
-        captured < out.len() as u64,
-        "markers are not counted as captured: {r}"
     );
     let w = r["warning"].as_str().unwrap();
     assert!(w.starts_with("stdout was truncated: "), "{w}");
@@ -165,13 +193,140 @@ print('done')
         "import random\nrandom.seed(1)\nfor i in range(3000):\n    print(''.join(random.choice('abcdefgh ') for _ in range(random.randint(5, 60))))",
     );
     assert_eq!(r["stdout_truncated"], true, "{r}");
-    assert!(
-        r["output"].as_str().unwrap().contains("OUTPUT TRUNCATED"),
-        "{r}"
-    );
+    let out = r["output"].as_str().unwrap();
+    assert!(out.contains(&notice_of(&r)), "{r}");
+    assert_eq!(r["stdout_bytes_captured"], 50_000, "{r}");
     assert_eq!(
         r["stdout_bytes_captured"].as_u64().unwrap() + r["stdout_bytes_omitted"].as_u64().unwrap(),
         r["stdout_bytes_total"].as_u64().unwrap()
+    );
+}
+
+/// Folding that does not bring a stream under its cap, then the cut: fold
+/// markers in the dropped middle are not taken off the count, and the
+/// notice shows the result's own figures.
+#[test]
+fn after_folding_and_a_cut_the_counts_are_the_streams() {
+    let env = Env::new();
+    // Runs of 8 same-shape lines (2 folded each, plus a marker line) between
+    // epoch lines: the folded text is longer than the 105 KB stream.
+    let code = "for e in range(600):\n    for b in range(8):\n        print(f'batch {b} loss 0.{(e * 7 + b) % 10000:04d}')\n    print(f'== epoch {e} ==')";
+    let r = exec(&env, code);
+    let out = r["output"].as_str().unwrap();
+    let total = r["stdout_bytes_total"].as_u64().unwrap();
+    let mut want = 0u64;
+    for e in 0..600u64 {
+        for b in 0..8u64 {
+            want += format!("batch {b} loss 0.{:04}\n", (e * 7 + b) % 10000).len() as u64;
+        }
+        want += format!("== epoch {e} ==\n").len() as u64;
+    }
+    assert_eq!(total, want);
+    let notice = notice_of(&r);
+    assert!(
+        out.contains(&notice),
+        "the notice shows the result's figures: {r}"
+    );
+    let captured = r["stdout_bytes_captured"].as_u64().unwrap();
+    let shown = stream_bytes_in(out, &notice);
+    // The head and tail may each end or start inside a marker line.
+    assert!(
+        captured.abs_diff(shown) <= 2 * 100,
+        "captured {captured}, shown {shown}"
+    );
+    assert!(captured > 20_000, "{r}");
+    assert_eq!(
+        r["stdout_bytes_omitted"].as_u64().unwrap(),
+        total - captured
+    );
+    assert_eq!(r["stdout_truncated"], true);
+}
+
+/// Edges: a stream exactly at its cap comes back whole; one byte more is
+/// over (and its one long line is cut); a cut never splits a character;
+/// a progress bar counts as its cleaned text, not the bytes it wrote.
+#[test]
+fn the_cap_edge_multibyte_cuts_and_progress_bars() {
+    let env = Env::new();
+    let r = exec(&env, "print('a' * 49999)");
+    assert_eq!(r["stdout_truncated"], false, "{r}");
+    assert_eq!(r["output"].as_str().unwrap().len(), 50_000);
+    let r = exec(&env, "print('a' * 50000)");
+    assert_eq!(r["stdout_truncated"], true, "{r}");
+    assert_eq!(r["stdout_lines_cut"], 1, "{r}");
+    assert_eq!(r["stdout_bytes_captured"], 2001, "{r}");
+    assert_eq!(r["stdout_bytes_omitted"], 48_000, "{r}");
+
+    // 30 000 two-byte characters: cut by characters, never inside one.
+    let r = exec(&env, "print('é' * 30000)");
+    let out = r["output"].as_str().unwrap();
+    assert_eq!(r["stdout_bytes_total"], 60_001, "{r}");
+    assert_eq!(r["stdout_bytes_captured"], 4001, "{r}");
+    assert!(
+        out.starts_with(&"é".repeat(1000)) && out.ends_with(&format!("{}\n", "é".repeat(1000))),
+        "{out}"
+    );
+    let fold_false = Env::with_config("[output]\nfold = false\n");
+    let r = exec(&fold_false, "print('€' * 30000)");
+    let out = r["output"].as_str().unwrap();
+    assert!(!out.contains('\u{FFFD}'), "no character was split");
+    assert!(
+        r["stdout_bytes_captured"].as_u64().unwrap() <= 50_000,
+        "{r}"
+    );
+    assert!(out.contains(&notice_of(&r)), "{r}");
+
+    // A progress bar: 300 KB written, one line once cleaned.
+    let r = exec(
+        &env,
+        "for i in range(20000):\n    print(f'\\rprogress {i:05d}', end='')\nprint()",
+    );
+    assert_eq!(r["output"], "progress 19999\n", "{r}");
+    assert_eq!(r["stdout_truncated"], false, "{r}");
+    assert_eq!(r["stdout_bytes_total"], 15, "{r}");
+}
+
+/// A traceback over the stderr cap: cut to head and tail, and the warning
+/// says so and names a file with all of it; `exec` prints that warning.
+#[test]
+fn a_traceback_over_the_cap_is_saved_and_the_warning_says_where() {
+    let env = Env::new();
+    let code = "raise ValueError('<' + 'v' * 100000 + '>')";
+    let r = exec(&env, code);
+    assert_eq!(r["status"], "error", "{r}");
+    let out = r["output"].as_str().unwrap();
+    assert!(out.contains("[TRACEBACK TRUNCATED - "), "{out}");
+    let w = r["warning"].as_str().unwrap();
+    assert!(w.contains("The traceback was truncated"), "{w}");
+    let path = w
+        .split("The whole traceback is saved in ")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .unwrap_or_else(|| panic!("{w}"));
+    let saved = std::fs::read_to_string(path).unwrap();
+    assert!(
+        saved.contains(&format!("<{}>", "v".repeat(100000))),
+        "the whole message"
+    );
+    assert!(
+        saved.starts_with("Traceback (most recent call last)"),
+        "{}",
+        &saved[..100]
+    );
+
+    // Human mode: printed with everything else, even when stdout was cut
+    // too (its part is on the status line).
+    let out = env.run(&["exec", &format!("print('x' * 80000)\n{code}")]);
+    out.expect_code(1);
+    assert!(
+        out.stderr.contains("The traceback was truncated"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("warning: stdout was truncated"),
+        "{}",
+        out.stderr
     );
 }
 
@@ -185,10 +340,13 @@ fn a_huge_single_line_says_what_was_left_out_and_where_it_is() {
         assert_eq!(r["stdout_truncated"], true, "{config}: {r}");
         assert_eq!(r["stdout_bytes_total"], 100_001, "{config}: {r}");
         let captured = r["stdout_bytes_captured"].as_u64().unwrap();
-        assert_eq!(
-            r["stdout_bytes_omitted"].as_u64().unwrap(),
-            100_001 - captured
-        );
+        let want = if config.contains("false") {
+            50_000
+        } else {
+            2001
+        };
+        assert_eq!(captured, want, "{config}: {r}");
+        assert_eq!(r["stdout_bytes_omitted"].as_u64().unwrap(), 100_001 - want);
         let path = r["stdout_spill_path"].as_str().unwrap();
         assert_eq!(std::fs::read(path).unwrap().len(), 100_001, "{config}");
         let w = r["warning"].as_str().unwrap();
@@ -250,10 +408,9 @@ fn two_hundred_megabytes_are_counted_and_the_warning_says_where_they_are() {
     // stderr's counts, beside stdout's.
     assert_eq!(r["stderr_bytes_total"], 30_001, "{r}");
     assert_eq!(r["stderr_truncated"], true, "{r}");
-    assert_eq!(
-        r["stderr_bytes_omitted"].as_u64().unwrap(),
-        30_001 - r["stderr_bytes_captured"].as_u64().unwrap()
-    );
+    // One 30 000-character line: cut to its 2 000-character head and tail.
+    assert_eq!(r["stderr_bytes_captured"], 2001, "{r}");
+    assert_eq!(r["stderr_bytes_omitted"], 28_000, "{r}");
     assert!(w.contains("stderr was truncated"), "{w}");
     assert!(r["stderr_spill_path"].as_str().is_some(), "{r}");
 }

@@ -63,8 +63,10 @@ pub struct Capture {
     /// Bytes of the stream so far, before folding.
     raw_total: u64,
     cap: usize,
-    /// Folded text of the current push, handed to `kept` at its end.
+    /// Folded output of the current push, handed to `kept` at its end:
+    /// its text, and the `[start, end)` ranges of it that are markers.
     folded: String,
+    folded_markers: Vec<(usize, usize)>,
     spill_target: Option<SpillTarget>,
     spill: Option<Spill>,
     spill_error: Option<String>,
@@ -170,6 +172,31 @@ fn open_spill(target: &SpillTarget) -> std::io::Result<(PathBuf, File)> {
     Ok((dir.path().join(name), file))
 }
 
+/// Saves a whole text that is about to be shown cut (a traceback) to a
+/// spill file of `target`, within its cap: the file's path, and whether the
+/// cap cut it.
+pub fn spill_whole(target: &SpillTarget, text: &str) -> Result<(PathBuf, bool), String> {
+    let (path, file) = open_spill(target).map_err(|e| {
+        format!(
+            "cannot create a spill file in {}: {e}",
+            target.dir.display()
+        )
+    })?;
+    let mut spill = Spill {
+        path,
+        file,
+        written: 0,
+        cap: target.cap_bytes,
+        capped: false,
+        pending: Vec::new(),
+    };
+    spill
+        .write(text.as_bytes())
+        .and_then(|()| spill.finish())
+        .map_err(|e| e.to_string())?;
+    Ok((spill.path, spill.capped))
+}
+
 impl Capture {
     /// A capture keeping `cap` bytes; spills to `spill` once over the cap.
     pub fn new(cap: usize, spill: Option<SpillTarget>) -> Self {
@@ -189,11 +216,12 @@ impl Capture {
         Self {
             kept: HeadTail::new(cap),
             folder: (active && fold.when == FoldWhen::Always)
-                .then(|| crate::fold::Folder::new(fold)),
+                .then(|| crate::fold::Folder::bounded(fold, cap)),
             fold_later: (active && fold.when == FoldWhen::OverCap).then_some(fold),
             raw_total: 0,
             cap,
             folded: String::new(),
+            folded_markers: Vec::new(),
             spill_target: spill,
             spill: None,
             spill_error: None,
@@ -228,7 +256,7 @@ impl Capture {
             so_far.push_str(text);
             self.kept = HeadTail::new(self.cap);
             self.raw_total = 0;
-            self.folder = Some(crate::fold::Folder::new(opts));
+            self.folder = Some(crate::fold::Folder::bounded(opts, self.cap));
             self.push(&so_far);
             return;
         }
@@ -262,17 +290,27 @@ impl Capture {
             self.raw_total += segment.len() as u64;
             offset += segment.len();
             if let Some(folder) = &mut self.folder {
-                let out = &mut self.folded;
-                folder.push_segment(segment, &mut |s| out.push_str(s));
+                let (out, markers) = (&mut self.folded, &mut self.folded_markers);
+                folder.push_segment(segment, &mut |p| collect(out, markers, p));
             }
         }
         if let Some(from) = spill_from {
             self.write_spill(&text[from..]);
         }
-        let folded = std::mem::take(&mut self.folded);
-        self.kept.push(&folded);
-        self.folded = folded;
+        self.keep_folded();
+    }
+
+    /// Hands the folded output of this push to `kept`, markers as markers.
+    fn keep_folded(&mut self) {
+        let mut at = 0;
+        for &(a, b) in &self.folded_markers {
+            self.kept.push(&self.folded[at..a]);
+            self.kept.push_marker(&self.folded[a..b]);
+            at = b;
+        }
+        self.kept.push(&self.folded[at..]);
         self.folded.clear();
+        self.folded_markers.clear();
     }
 
     fn write_spill(&mut self, text: &str) {
@@ -333,9 +371,9 @@ impl Capture {
     pub fn finish(mut self) -> Captured {
         let mut stats = crate::fold::FoldStats::default();
         if let Some(mut folder) = self.folder.take() {
-            let mut rest = String::new();
-            folder.finish(&mut |s| rest.push_str(s));
-            self.kept.push(&rest);
+            let (out, markers) = (&mut self.folded, &mut self.folded_markers);
+            folder.finish(&mut |p| collect(out, markers, p));
+            self.keep_folded();
             stats = folder.stats();
         }
         let mut spill_capped = false;
@@ -349,16 +387,22 @@ impl Capture {
                 }
             }
         });
-        let kept = self.kept.finish("OUTPUT");
-        // Totals count the stream as it came; what folding left out is
-        // omitted like what the cut left out.
-        let omitted = (kept.omitted + stats.bytes_omitted).min(self.raw_total);
-        let left_out = kept.truncated || stats.lines_folded > 0 || stats.lines_cut > 0;
+        let kept = self.kept.finish_parts();
+        // Counts are the stream's: what of it the text holds (fold markers
+        // and the notice are not the stream's), of all it wrote. The notice
+        // shows the same figures as the result's fields.
+        let captured = kept
+            .captured()
+            .saturating_sub(kept.markers)
+            .min(self.raw_total);
+        let omitted = self.raw_total - captured;
+        let cut = kept.truncated;
+        let left_out = cut || stats.lines_folded > 0 || stats.lines_cut > 0;
         Captured {
-            text: kept.text,
+            text: kept.render("OUTPUT", omitted, self.raw_total),
             truncated: left_out,
-            cut: kept.truncated,
-            bytes_captured: self.raw_total - omitted,
+            cut,
+            bytes_captured: captured,
             bytes_total: self.raw_total,
             bytes_omitted: omitted,
             spill_path,
@@ -366,6 +410,15 @@ impl Capture {
             spill_capped,
             folded: stats,
         }
+    }
+}
+
+/// Appends a folder's piece to `out`, noting where a marker is.
+fn collect(out: &mut String, markers: &mut Vec<(usize, usize)>, piece: crate::fold::Piece<'_>) {
+    let start = out.len();
+    out.push_str(piece.as_str());
+    if let crate::fold::Piece::Marker(_) = piece {
+        markers.push((start, out.len()));
     }
 }
 
@@ -547,11 +600,14 @@ mod tests {
             ),
             split in proptest::collection::vec(1usize..40, 1..6),
             cap in 20usize..400,
+            auto in any::<bool>(),
         ) {
+            use crate::fold::{FoldOptions, FoldWhen, Folder, Piece};
             let whole: String = lines.iter().map(|l| format!("{l}\n")).collect();
             let tmp = tempfile::tempdir().unwrap();
             let target = SpillTarget { dir: tmp.path().to_path_buf(), prefix: "f".into(), cap_bytes: 1 << 20 };
-            let opts = crate::fold::FoldOptions { max_line_chars: 20, ..crate::fold::FoldOptions::default() };
+            let when = if auto { FoldWhen::OverCap } else { FoldWhen::Always };
+            let opts = FoldOptions { max_line_chars: 20, when, ..FoldOptions::default() };
             let mut c = Capture::with_fold(cap, Some(target), opts);
             let mut rest = whole.as_str();
             let mut i = 0;
@@ -570,6 +626,105 @@ mod tests {
                 Some(p) => prop_assert_eq!(std::fs::read_to_string(p).unwrap(), whole.clone()),
                 None => prop_assert_eq!(&r.text, &whole),
             }
+
+            // The reference: the whole text folded in one go (with "auto",
+            // only when it is over the cap), each byte marked as the
+            // stream's or a marker's, then cut as a whole text.
+            let mut folded = String::new();
+            let mut stream_byte: Vec<bool> = Vec::new();
+            if auto && whole.len() <= cap {
+                folded.push_str(&whole);
+                stream_byte.resize(whole.len(), true);
+            } else {
+                let mut f = Folder::bounded(opts, cap);
+                let mut add = |p: Piece<'_>| {
+                    folded.push_str(p.as_str());
+                    stream_byte.extend(std::iter::repeat_n(matches!(p, Piece::Text(_)), p.as_str().len()));
+                };
+                f.push(&whole, &mut add);
+                f.finish(&mut add);
+            }
+            let count = |r: std::ops::Range<usize>| stream_byte[r].iter().filter(|&&b| b).count() as u64;
+            let (captured, expect_text) = match toolcell_redact::HeadTailCut::plan(&folded, cap, toolcell_redact::Unit::Bytes) {
+                None => (count(0..folded.len()), folded.clone()),
+                Some(cut) => {
+                    let captured = count(0..cut.head_end) + count(cut.tail_start..folded.len());
+                    let notice = toolcell_redact::truncation_notice("OUTPUT", whole.len() as u64 - captured, whole.len() as u64);
+                    (captured, format!("{}{notice}{}", cut.head(&folded), cut.tail(&folded)))
+                }
+            };
+            prop_assert_eq!(&r.text, &expect_text);
+            prop_assert_eq!(r.bytes_captured, captured);
+            prop_assert_eq!(r.bytes_omitted, whole.len() as u64 - captured);
+            prop_assert_eq!(r.truncated, captured < whole.len() as u64);
+            if auto && whole.len() <= cap {
+                prop_assert!(!r.truncated);
+            }
         }
+    }
+
+    /// A fold followed by a cut whose dropped middle holds fold markers:
+    /// the counts are the stream's bytes in `text`, never less.
+    #[test]
+    fn markers_in_the_cut_middle_do_not_eat_the_count() {
+        // Runs of 8 same-shape lines (2 folded each) between other lines:
+        // the folded text is longer than the stream, and over the cap.
+        let mut whole = String::new();
+        for e in 0..600 {
+            for b in 0..8 {
+                whole.push_str(&format!("batch {b} loss 0.{:04}\n", (e * 7 + b) % 10_000));
+            }
+            whole.push_str(&format!("== epoch {e} ==\n"));
+        }
+        let mut c = Capture::with_fold(50_000, None, crate::fold::FoldOptions::auto());
+        for chunk in whole.as_bytes().chunks(4096) {
+            c.push(std::str::from_utf8(chunk).unwrap());
+        }
+        let r = c.finish();
+        assert!(r.cut && r.truncated);
+        // What of the stream is shown: the text less the notice and markers.
+        let notice = toolcell_redact::truncation_notice("OUTPUT", r.bytes_omitted, r.bytes_total);
+        assert!(
+            r.text.contains(&notice),
+            "the notice shows the result's figures"
+        );
+        let shown: usize = r
+            .text
+            .replace(&notice, "")
+            .split_inclusive('\n')
+            .filter(|l| !l.starts_with("... ["))
+            .map(str::len)
+            .sum();
+        // The head and tail may each start or end inside a marker line.
+        let slack = 2 * 200;
+        assert!(
+            (r.bytes_captured as i64 - shown as i64).unsigned_abs() <= slack,
+            "captured {} vs shown {shown}",
+            r.bytes_captured
+        );
+        assert!(r.bytes_captured > 20_000, "{}", r.bytes_captured);
+        assert_eq!(r.bytes_captured + r.bytes_omitted, r.bytes_total);
+    }
+
+    /// With `max_line_chars = 0` ("no limit") folding still holds O(cap):
+    /// a 20 MB line is cut at the cap, not buffered whole.
+    #[test]
+    fn an_unlimited_line_is_still_bounded_by_the_cap() {
+        let opts = crate::fold::FoldOptions {
+            max_line_chars: 0,
+            ..crate::fold::FoldOptions::auto()
+        };
+        let mut c = Capture::with_fold(1000, None, opts);
+        let chunk = "x".repeat(1 << 16);
+        for _ in 0..320 {
+            c.push(&chunk);
+            let f = c.folder.as_ref().map_or(0, crate::fold::Folder::held_bytes);
+            assert!(f <= 8 * 1000, "the folder holds {f} bytes");
+        }
+        c.push("\n");
+        let r = c.finish();
+        assert_eq!(r.bytes_total, 320 * (1 << 16) + 1);
+        assert!(r.truncated);
+        assert!(r.text.len() < 1200, "{}", r.text.len());
     }
 }

@@ -7,16 +7,20 @@
 //!   with a digit: ids, UUIDs, hashes) replaced by `#`; timestamps, counters
 //!   and ids therefore vanish. A run of at least `min_run` consecutive lines
 //!   of one shape keeps its first `keep` and last `keep` lines, with one
-//!   marker line between them saying how many similar lines were omitted,
-//!   that the full text is in the spill file, and the shape. A line of
+//!   marker line between them saying how many similar lines (and bytes)
+//!   were omitted, and their shape (where the whole text is, the result's
+//!   `warning` says: a spill file may be capped or missing). A line of
 //!   another shape ends the run and is always shown.
 //! - **Long lines.** A line longer than `max_line_chars` characters keeps
 //!   its head and tail with a marker saying how many characters were cut.
 //!
 //! [`Folder`] is sans-IO and streaming: text goes in as it comes (any
-//! split), folded text comes out through a callback, and memory is bounded
-//! by about `(min_run + keep) × max_line_chars` whatever the input. Output
-//! without such repetition comes out byte for byte as it went in.
+//! split), folded text comes out through a callback as [`Piece`]s — the
+//! stream's text and the markers, apart, so a caller can count what of the
+//! stream it kept — and memory is bounded by about `(min_run + keep) ×
+//! max_line_chars` whatever the input ([`Folder::bounded`]: O(cap) whatever
+//! the settings). Output without such repetition comes out byte for byte as
+//! it went in.
 
 use std::collections::VecDeque;
 
@@ -106,6 +110,47 @@ pub struct FoldStats {
     pub bytes_omitted: u64,
 }
 
+/// A piece of folded output: the stream's own text, or a marker the
+/// folder wrote in place of what it left out. A capture counts only
+/// [`Piece::Text`] as the stream's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// Text of the stream, as it came.
+    Text(&'a str),
+    /// A note about text left out (a folded run, a line's cut middle).
+    Marker(&'a str),
+}
+
+impl<'a> Piece<'a> {
+    /// The piece's text, whatever it is.
+    pub fn as_str(&self) -> &'a str {
+        match *self {
+            Piece::Text(s) | Piece::Marker(s) => s,
+        }
+    }
+}
+
+/// Where the folded output goes.
+pub type Out<'o> = dyn FnMut(Piece<'_>) + 'o;
+
+/// A finished line: its text (with `\n`), and for a line whose middle was
+/// cut, where its marker is and how many bytes of the stream the cut left
+/// out.
+#[derive(Debug, Default)]
+struct Line {
+    text: String,
+    marker: Option<(usize, usize)>,
+    cut: u64,
+}
+
+impl Line {
+    /// The stream's bytes this line stands for.
+    fn stream_len(&self) -> u64 {
+        let marker = self.marker.map_or(0, |(a, b)| b - a);
+        (self.text.len() - marker) as u64 + self.cut
+    }
+}
+
 /// The longest shape quoted in a marker, in bytes.
 const MAX_SHAPE_SHOWN: usize = 120;
 
@@ -135,7 +180,13 @@ pub struct Folder {
     run_len: usize,
     /// Lines of the current run past the first `keep`, not yet shown: all of
     /// them while the run is shorter than `min_run`, then the last `keep`.
-    held: VecDeque<String>,
+    held: VecDeque<Line>,
+    /// Bytes of `held`'s texts.
+    held_bytes: usize,
+    /// Most bytes held before a run counts as folded even if shorter than
+    /// `min_run` (the capture's cap: held lines past it could not all be
+    /// shown anyway), so memory stays bounded whatever `min_run` is.
+    hold_limit: usize,
     /// Emptied held lines, reused for the next held ones (at most
     /// `min_run + keep`, each of at most [`SPARE_MAX_CAPACITY`]).
     spare: Vec<String>,
@@ -148,10 +199,31 @@ pub struct Folder {
 const SPARE_MAX_CAPACITY: usize = 16 * 1024;
 
 impl Folder {
-    /// A folder with `opts`.
+    /// A folder with `opts`. Memory grows with `min_run × max_line_chars`
+    /// (and without bound for `max_line_chars = 0`): a capture uses
+    /// [`Folder::bounded`].
     pub fn new(opts: FoldOptions) -> Self {
+        Self::bounded(opts, usize::MAX)
+    }
+
+    /// A folder for a capture of `cap` bytes: memory stays O(`cap`)
+    /// whatever the settings and the input. A line is cut at
+    /// `min(max_line_chars, cap)` characters (`max_line_chars = 0` means
+    /// `cap`: a longer line could not be shown whole anyway), and a run
+    /// whose held lines pass `cap` bytes is folded even if it is shorter
+    /// than `min_run` (the text is over the cap, so it is cut anyway).
+    pub fn bounded(mut opts: FoldOptions, cap: usize) -> Self {
+        if cap < usize::MAX && opts.max_line_chars != usize::MAX {
+            let cap = cap.max(2);
+            opts.max_line_chars = match opts.max_line_chars {
+                0 => cap,
+                n => n.min(cap),
+            };
+        }
         Self {
             opts,
+            held_bytes: 0,
+            hold_limit: cap,
             partial: String::new(),
             partial_chars: 0,
             partial_bytes: 0,
@@ -174,13 +246,23 @@ impl Folder {
         self.stats
     }
 
+    /// Bytes of text held, not yet given out (about: a cut line's tail
+    /// window counts 4 bytes a character).
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
+            + self.partial.len()
+            + self.long_head.as_ref().map_or(0, String::len)
+            + self.long_tail.len() * 4
+            + self.run_last.len()
+    }
+
     /// Text not yet given out, in stream order, exactly as it came in:
     /// the held lines, then the current partial line. Only meaningful
     /// while nothing was left out yet (see [`Folder::will_omit`]).
     pub fn pending_raw(&self) -> impl Iterator<Item = &str> {
         self.held
             .iter()
-            .map(String::as_str)
+            .map(|l| l.text.as_str())
             .chain(std::iter::once(self.partial.as_str()))
     }
 
@@ -203,7 +285,10 @@ impl Folder {
         if !self.opts.folds() || !segment.ends_with('\n') {
             return false;
         }
-        if self.run_len + 1 < self.opts.min_run || self.run_len == 0 {
+        if self.run_len == 0
+            || (self.run_len + 1 < self.opts.min_run
+                && self.held_bytes + segment.len() + self.partial.len() <= self.hold_limit)
+        {
             return false;
         }
         if self.partial.is_empty() {
@@ -243,14 +328,14 @@ impl Folder {
     }
 
     /// Takes in `text` (any split), giving out folded text through `out`.
-    pub fn push(&mut self, text: &str, out: &mut dyn FnMut(&str)) {
+    pub fn push(&mut self, text: &str, out: &mut Out<'_>) {
         for segment in text.split_inclusive('\n') {
             self.push_segment(segment, out);
         }
     }
 
     /// Takes in one segment: text with at most one `\n`, at its end.
-    pub fn push_segment(&mut self, segment: &str, out: &mut dyn FnMut(&str)) {
+    pub fn push_segment(&mut self, segment: &str, out: &mut Out<'_>) {
         let (body, complete) = match segment.strip_suffix('\n') {
             Some(b) => (b, true),
             None => (segment, false),
@@ -262,24 +347,24 @@ impl Folder {
             && self.long_head.is_none()
             && (self.opts.max_line_chars == 0 || body.len() <= self.opts.max_line_chars)
         {
-            self.line(segment, out);
+            self.line(segment, None, 0, out);
             return;
         }
         self.add_to_line(body);
         if complete {
             let line = self.take_line();
-            self.line(&line, out);
+            self.line(&line.text, line.marker, line.cut, out);
         }
     }
 
     /// Ends the stream: the last line (without `\n`) and any run.
-    pub fn finish(&mut self, out: &mut dyn FnMut(&str)) {
+    pub fn finish(&mut self, out: &mut Out<'_>) {
         if self.partial_chars > 0 || self.long_head.is_some() {
             let mut line = self.take_line();
             // Not a full line: never part of a run, shown as it is.
-            line.pop();
+            line.text.pop();
             self.end_run(out);
-            out(&line);
+            self.show(&line.text, line.marker, line.cut, out);
         } else {
             self.end_run(out);
         }
@@ -347,31 +432,58 @@ impl Folder {
     }
 
     /// The finished current line, with its `\n`, cut if it was too long.
-    fn take_line(&mut self) -> String {
+    fn take_line(&mut self) -> Line {
         let chars = std::mem::take(&mut self.partial_chars);
         let bytes = std::mem::take(&mut self.partial_bytes);
         match self.long_head.take() {
             None => {
-                let mut line = std::mem::take(&mut self.partial);
-                line.push('\n');
-                line
+                let mut text = std::mem::take(&mut self.partial);
+                text.push('\n');
+                Line {
+                    text,
+                    marker: None,
+                    cut: 0,
+                }
             }
             Some(head) => {
                 let tail: String = self.long_tail.drain(..).collect();
                 let kept = head.chars().count() + tail.chars().count();
                 let cut = chars - kept;
-                self.stats.lines_cut += 1;
-                // Exact: the line's bytes less the head's and the tail's.
-                self.stats.bytes_omitted += bytes.saturating_sub((head.len() + tail.len()) as u64);
-                format!("{head} … [{cut} characters cut from this line of {chars}] … {tail}\n")
+                let marker = format!(" … [{cut} characters cut from this line of {chars}] … ");
+                let mut text = String::with_capacity(head.len() + marker.len() + tail.len() + 1);
+                text.push_str(&head);
+                text.push_str(&marker);
+                text.push_str(&tail);
+                text.push('\n');
+                Line {
+                    marker: Some((head.len(), head.len() + marker.len())),
+                    // Exact: the line's bytes less the head's and the tail's.
+                    cut: bytes.saturating_sub((head.len() + tail.len()) as u64),
+                    text,
+                }
             }
         }
     }
 
-    /// One finished line, with its `\n`.
-    fn line(&mut self, line: &str, out: &mut dyn FnMut(&str)) {
+    /// Gives out a line that is shown: its text, and for a cut line its
+    /// marker as a [`Piece::Marker`] (what the cut left out is counted now).
+    fn show(&mut self, text: &str, marker: Option<(usize, usize)>, cut: u64, out: &mut Out<'_>) {
+        let Some((a, b)) = marker else {
+            out(Piece::Text(text));
+            return;
+        };
+        self.stats.lines_cut += 1;
+        self.stats.bytes_omitted += cut;
+        out(Piece::Text(&text[..a]));
+        out(Piece::Marker(&text[a..b]));
+        out(Piece::Text(&text[b..]));
+    }
+
+    /// One finished line, with its `\n` (and, when cut, its marker's place
+    /// and the bytes the cut left out).
+    fn line(&mut self, line: &str, marker: Option<(usize, usize)>, cut: u64, out: &mut Out<'_>) {
         if !self.opts.folds() {
-            out(line);
+            self.show(line, marker, cut, out);
             return;
         }
         let body = line.trim_end_matches('\n');
@@ -385,19 +497,21 @@ impl Folder {
             self.run_last.push_str(body);
             self.run_len += 1;
             if self.run_len <= self.opts.keep {
-                out(line);
+                self.show(line, marker, cut, out);
                 return;
             }
-            let mut held = self.spare.pop().unwrap_or_default();
-            held.push_str(line);
-            self.held.push_back(held);
-            if self.run_len >= self.opts.min_run {
+            let mut text = self.spare.pop().unwrap_or_default();
+            text.push_str(line);
+            self.held_bytes += text.len();
+            self.held.push_back(Line { text, marker, cut });
+            if self.run_len >= self.opts.min_run || self.held_bytes > self.hold_limit {
                 // A folded run: only the last `keep` lines stay held.
                 while self.held.len() > self.opts.keep {
                     if let Some(dropped) = self.held.pop_front() {
+                        self.held_bytes -= dropped.text.len();
                         self.run_omitted.0 += 1;
-                        self.run_omitted.1 += dropped.len() as u64;
-                        self.recycle(dropped);
+                        self.run_omitted.1 += dropped.stream_len();
+                        self.recycle(dropped.text);
                     }
                 }
             }
@@ -412,7 +526,7 @@ impl Folder {
             std::mem::swap(&mut self.run_shape, &mut self.shape_buf);
         }
         self.run_len = 1;
-        out(line);
+        self.show(line, marker, cut, out);
     }
 
     /// Keeps an emptied held line's buffer for the next one (bounded).
@@ -426,7 +540,7 @@ impl Folder {
     }
 
     /// The current run ends: its marker (when folded) and held lines.
-    fn end_run(&mut self, out: &mut dyn FnMut(&str)) {
+    fn end_run(&mut self, out: &mut Out<'_>) {
         let (lines, bytes) = std::mem::take(&mut self.run_omitted);
         if lines > 0 {
             self.stats.lines_folded += lines;
@@ -444,13 +558,14 @@ impl Folder {
             } else {
                 shape.into_owned()
             };
-            out(&format!(
-                "... [{lines} similar lines omitted ({bytes} bytes), shaped like: {shape}; the full text is in the spill file] ...\n"
-            ));
+            out(Piece::Marker(&format!(
+                "... [{lines} similar lines omitted ({bytes} bytes), shaped like: {shape}] ...\n"
+            )));
         }
         while let Some(l) = self.held.pop_front() {
-            out(&l);
-            self.recycle(l);
+            self.held_bytes -= l.text.len();
+            self.show(&l.text, l.marker, l.cut, out);
+            self.recycle(l.text);
         }
         self.run_len = 0;
         self.run_last.clear();
@@ -619,9 +734,9 @@ mod tests {
         let mut f = Folder::new(opts);
         let mut out = String::new();
         for c in chunks {
-            f.push(c, &mut |s| out.push_str(s));
+            f.push(c, &mut |p| out.push_str(p.as_str()));
         }
-        f.finish(&mut |s| out.push_str(s));
+        f.finish(&mut |p| out.push_str(p.as_str()));
         (out, f.stats())
     }
 
@@ -715,6 +830,65 @@ mod tests {
     }
 
     #[test]
+    fn a_bounded_folder_holds_at_most_its_cap_whatever_min_run_is() {
+        let opts = FoldOptions {
+            min_run: 1_000_000,
+            max_line_chars: 0,
+            ..FoldOptions::default()
+        };
+        let mut f = Folder::bounded(opts, 10_000);
+        let mut out = String::new();
+        for i in 0..100_000 {
+            f.push(&format!("row {i} of many\n"), &mut |p| {
+                out.push_str(p.as_str())
+            });
+            assert!(f.held_bytes() <= 10_000 + 64, "{}", f.held_bytes());
+        }
+        // One long line: cut at the cap, not held whole.
+        f.push(&"y".repeat(1_000_000), &mut |p| out.push_str(p.as_str()));
+        assert!(f.held_bytes() <= 4 * 10_000 + 64, "{}", f.held_bytes());
+        f.finish(&mut |p| out.push_str(p.as_str()));
+        let stats = f.stats();
+        assert!(stats.lines_folded > 99_000, "{stats:?}");
+        assert_eq!(stats.lines_cut, 1);
+        assert!(
+            out.contains("characters cut from this line of 1000000"),
+            "{}",
+            &out[out.len() - 200..]
+        );
+    }
+
+    #[test]
+    fn markers_come_apart_from_the_text() {
+        let opts = FoldOptions {
+            max_line_chars: 20,
+            ..FoldOptions::default()
+        };
+        let mut text = String::new();
+        for i in 0..20 {
+            text.push_str(&format!("row {i:02} {}\n", "q".repeat(40)));
+        }
+        let mut f = Folder::new(opts);
+        let (mut stream, mut markers) = (0u64, String::new());
+        let mut add = |p: Piece<'_>| match p {
+            Piece::Text(t) => stream += t.len() as u64,
+            Piece::Marker(m) => markers.push_str(m),
+        };
+        f.push(&text, &mut add);
+        f.finish(&mut add);
+        let stats = f.stats();
+        // Every byte of the stream is either given out as text or omitted.
+        assert_eq!(stream + stats.bytes_omitted, text.len() as u64);
+        assert_eq!(stats.lines_folded, 14);
+        assert_eq!(stats.lines_cut, 6, "only the lines shown count as cut");
+        assert!(markers.contains("similar lines omitted"), "{markers}");
+        assert!(
+            markers.contains("characters cut from this line"),
+            "{markers}"
+        );
+    }
+
+    #[test]
     fn off_changes_nothing() {
         let text: String = (0..100).map(|i| format!("row {i}\n")).collect();
         assert_eq!(fold_all(FoldOptions::off(), &[&text]).0, text);
@@ -791,7 +965,7 @@ mod tests {
             let mut f = Folder::new(FoldOptions { max_line_chars: 50, ..FoldOptions::default() });
             let mut total = 0usize;
             for i in 0..n {
-                f.push(&format!("line {i} {}\n", "x".repeat(i % 200)), &mut |s| total += s.len());
+                f.push(&format!("line {i} {}\n", "x".repeat(i % 200)), &mut |p| total += p.as_str().len());
                 prop_assert!(f.held.len() <= 8);
                 prop_assert!(f.partial.len() <= 200);
             }

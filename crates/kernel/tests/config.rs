@@ -485,6 +485,20 @@ fn searxng_without_a_url_is_an_error_at_start() {
 }
 
 #[test]
+fn fold_settings_that_would_never_fold_are_an_error_not_a_silent_no_op() {
+    let (_, msg) = file_error("[output]\nfold_min_run = 8\nfold_keep = 4\n");
+    assert!(
+        msg.contains("output.fold_keep") && msg.contains("fewer than half"),
+        "{msg}"
+    );
+    let (_, msg) = file_error("[output]\nfold = true\nfold_min_run = 1\n");
+    assert!(msg.contains("fold_min_run at least 2"), "{msg}");
+    // With folding off they do nothing, so they are fine.
+    Config::from_toml_str("[output]\nfold = false\nfold_min_run = 1\n", None).unwrap();
+    Config::from_toml_str("[output]\nfold_min_run = 9\nfold_keep = 4\n", None).unwrap();
+}
+
+#[test]
 fn a_long_bad_value_is_shortened_in_the_message() {
     let long = "x".repeat(10_000);
     let (_, msg) = file_error(&format!("[execution]\nmode = \"{long}\"\n"));

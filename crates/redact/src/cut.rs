@@ -152,12 +152,23 @@ fn floor_char_boundary(s: &str, i: usize) -> usize {
 /// (the same cut as [`HeadTailCut::plan`] in bytes), never more than `limit`
 /// bytes in memory; nothing is cut while the text fits, and the result never
 /// splits a character.
+///
+/// Text pushed with [`push_marker`](Self::push_marker) (a note the caller
+/// wrote, such as a fold marker) is cut like the rest but counted apart:
+/// [`Kept::markers`] says how many of the kept bytes were markers, so the
+/// caller can tell how much of its *own* text survived.
 #[derive(Debug, Clone)]
 pub struct HeadTail {
     limit: usize,
     head: String,
     tail: VecDeque<u8>,
     total: u64,
+    /// Marker bytes in `head`.
+    head_markers: u64,
+    /// Marker bytes that went to the tail, as `[start, end)` offsets into
+    /// everything pushed; those that slid out of the tail window are
+    /// dropped, so at most about `limit` spans are held.
+    tail_markers: VecDeque<(u64, u64)>,
 }
 
 /// What a [`HeadTail`] kept.
@@ -173,6 +184,45 @@ pub struct Kept {
     pub total: u64,
     /// `total - captured`.
     pub omitted: u64,
+    /// Bytes of `captured` that were pushed as markers
+    /// ([`HeadTail::push_marker`]).
+    pub markers: u64,
+}
+
+/// What a [`HeadTail`] kept, before the notice is written: see
+/// [`HeadTail::finish_parts`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeptParts {
+    /// The kept head.
+    pub head: String,
+    /// The kept tail (empty when nothing was cut and all fit in the head).
+    pub tail: String,
+    /// True when the middle was cut.
+    pub truncated: bool,
+    /// Bytes pushed in all.
+    pub total: u64,
+    /// Bytes of `head` and `tail` that were pushed as markers.
+    pub markers: u64,
+}
+
+impl KeptParts {
+    /// Bytes of the pushed text kept (markers included).
+    pub fn captured(&self) -> u64 {
+        (self.head.len() + self.tail.len()) as u64
+    }
+
+    /// Head, then (when the middle was cut) a [`truncation_notice`]
+    /// labelled `label` saying `omitted` of `total` bytes were left out,
+    /// then tail. The caller picks the figures the notice shows (a capture
+    /// that folded before cutting gives the stream's own).
+    pub fn render(self, label: &str, omitted: u64, total: u64) -> String {
+        let mut text = self.head;
+        if self.truncated {
+            text.push_str(&truncation_notice(label, omitted, total));
+        }
+        text.push_str(&self.tail);
+        text
+    }
 }
 
 impl HeadTail {
@@ -183,6 +233,8 @@ impl HeadTail {
             head: String::new(),
             tail: VecDeque::new(),
             total: 0,
+            head_markers: 0,
+            tail_markers: VecDeque::new(),
         }
     }
 
@@ -216,7 +268,18 @@ impl HeadTail {
     }
 
     /// Adds text.
-    pub fn push(&mut self, mut text: &str) {
+    pub fn push(&mut self, text: &str) {
+        self.push_as(text, false);
+    }
+
+    /// Adds a marker: text the caller wrote about its text (a note that
+    /// lines were folded, say), kept or cut like any other, and counted in
+    /// [`Kept::markers`].
+    pub fn push_marker(&mut self, text: &str) {
+        self.push_as(text, true);
+    }
+
+    fn push_as(&mut self, mut text: &str, marker: bool) {
         if text.is_empty() {
             return;
         }
@@ -227,11 +290,19 @@ impl HeadTail {
         if room > 0 && self.tail.is_empty() {
             let take = floor_char_boundary(text, room);
             self.head.push_str(&text[..take]);
+            if marker {
+                self.head_markers += take as u64;
+            }
             text = &text[take..];
         }
         if text.is_empty() {
             return;
         }
+        if marker {
+            let end = self.total;
+            self.tail_markers.push_back((end - text.len() as u64, end));
+        }
+
         // The tail gets the rest of the limit (60%, plus what the head left
         // unused when a character did not fit), so nothing is dropped until
         // the limit is passed.
@@ -245,11 +316,38 @@ impl HeadTail {
             self.tail.drain(..over);
             self.tail.extend(bytes);
         }
+        // Markers that slid out of the tail window are no longer kept.
+        let window = self.total - self.tail.len() as u64;
+        while self
+            .tail_markers
+            .front()
+            .is_some_and(|&(_, end)| end <= window)
+        {
+            self.tail_markers.pop_front();
+        }
     }
 
     /// Ends the cut: the kept text, with a [`truncation_notice`] labelled
     /// `label` when the middle was dropped.
     pub fn finish(self, label: &str) -> Kept {
+        let parts = self.finish_parts();
+        let captured = parts.captured();
+        let (total, markers) = (parts.total, parts.markers);
+        let omitted = total.saturating_sub(captured);
+        let truncated = parts.truncated;
+        Kept {
+            text: parts.render(label, omitted, total),
+            truncated,
+            captured,
+            total,
+            omitted,
+            markers,
+        }
+    }
+
+    /// Ends the cut without writing the notice: head, tail and counts, for
+    /// a caller whose notice shows other figures ([`KeptParts::render`]).
+    pub fn finish_parts(self) -> KeptParts {
         let mut tail: Vec<u8> = self.tail.into_iter().collect();
         // The tail may start inside a character: drop the partial bytes.
         let start = tail
@@ -259,20 +357,19 @@ impl HeadTail {
         tail.drain(..start);
         let tail = String::from_utf8(tail)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-        let captured = (self.head.len() + tail.len()) as u64;
-        let omitted = self.total.saturating_sub(captured);
-        let truncated = omitted > 0;
-        let mut text = self.head;
-        if truncated {
-            text.push_str(&truncation_notice(label, omitted, self.total));
-        }
-        text.push_str(&tail);
-        Kept {
-            text,
+        let from = self.total - tail.len() as u64;
+        let tail_markers: u64 = self
+            .tail_markers
+            .iter()
+            .map(|&(a, b)| b.saturating_sub(a.max(from)))
+            .sum();
+        let truncated = self.total > (self.head.len() + tail.len()) as u64;
+        KeptParts {
+            head: self.head,
+            tail,
             truncated,
-            captured,
             total: self.total,
-            omitted,
+            markers: self.head_markers + tail_markers,
         }
     }
 }
@@ -420,6 +517,29 @@ mod tests {
                 None => prop_assert_eq!(&k.text, &whole),
                 Some(cut) => prop_assert_eq!(&k.text, &cut.render(&whole, "OUTPUT")),
             }
+        }
+
+        #[test]
+        fn markers_are_counted_where_they_are_kept(
+            parts in proptest::collection::vec(("[a-zé€\n]{0,12}", any::<bool>()), 0..30),
+            limit in 1usize..60,
+        ) {
+            let mut ht = HeadTail::new(limit);
+            let mut whole = String::new();
+            let mut is_marker: Vec<bool> = Vec::new();
+            for (p, m) in &parts {
+                if *m { ht.push_marker(p) } else { ht.push(p) }
+                whole.push_str(p);
+                is_marker.extend(std::iter::repeat_n(*m, p.len()));
+            }
+            let count = |r: std::ops::Range<usize>| is_marker[r].iter().filter(|&&m| m).count() as u64;
+            let expect = match HeadTailCut::plan(&whole, limit, Unit::Bytes) {
+                None => count(0..whole.len()),
+                Some(cut) => count(0..cut.head_end) + count(cut.tail_start..whole.len()),
+            };
+            let k = ht.finish("OUTPUT");
+            prop_assert_eq!(k.markers, expect);
+            prop_assert!(k.markers <= k.captured);
         }
 
         #[test]

@@ -223,7 +223,8 @@ mod simd;
 pub use ansi::{AnsiStripper, HELD_LINE_LIMIT, strip_ansi};
 pub use clean::{Cleaner, SECRET_ENV_WORDS, is_secret_env_name};
 pub use cut::{
-    HEAD_PERCENT, HeadTail, HeadTailCut, Kept, Unit, Utf8Stream, head_limit, truncation_notice,
+    HEAD_PERCENT, HeadTail, HeadTailCut, Kept, KeptParts, Unit, Utf8Stream, head_limit,
+    truncation_notice,
 };
 pub use redact::{
     LINE_MAX, MAX_HELD, MAX_TOKEN, MIN_EXACT_SECRET_LEN, RedactError, RedactStream, Redactor,

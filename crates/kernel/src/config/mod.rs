@@ -1125,6 +1125,16 @@ impl Config {
                 });
             }
         }
+        let (min_run, keep) = (self.output.fold_min_run, self.output.fold_keep);
+        if self.output.fold != Switch::Off && (min_run < 2 || keep.saturating_mul(2) >= min_run) {
+            return Err(ConfigError::Invalid {
+                origin: self.source_or_default("output.fold_keep").clone(),
+                key: "output.fold_keep".into(),
+                message: format!(
+                    "expected fewer than half of output.fold_min_run ({min_run}) lines, and fold_min_run at least 2 (a folded run shows fold_keep lines at each end and omits at least one), got fold_keep = {keep}; set fold = false to turn folding off"
+                ),
+            });
+        }
         if self.execution.confine && self.execution.mode != Mode::Strict {
             return Err(ConfigError::Invalid {
                 origin: self.source_or_default("execution.confine").clone(),

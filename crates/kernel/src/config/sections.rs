@@ -93,13 +93,13 @@ section! {
         watch_files: bool = true, Flag;
         /// Entries (files and directories) one scan of the working directory covers at most; beyond it the scan stops and the result says so (`files.scan_stopped`).
         watch_max_entries: usize = 20_000, Count { max: 10_000_000 };
-        /// Fold repetition out of a stream before the head/tail cut: runs of `fold_min_run` or more same-shape lines (equal once numbers, hex ids, timestamps and UUIDs are masked) keep their first and last `fold_keep` lines and one line saying how many were omitted, and lines longer than `max_line_chars` keep their head and tail. `"auto"`: only a stream over its cap is folded (one that fits comes back byte for byte), and it is cut to head and tail only if it is still over; `true`: every stream is folded; `false`: never (over the cap, head and tail only). Whenever anything is left out the whole text is in the spill file.
+        /// Fold repetition out of a stream before the head/tail cut: runs of `fold_min_run` or more same-shape lines (equal once numbers, hex ids, timestamps and UUIDs are masked) keep their first and last `fold_keep` lines and one line saying how many were omitted, and lines longer than `max_line_chars` keep their head and tail. `"auto"`: only a stream over its cap is folded (one that fits comes back byte for byte), and it is cut to head and tail only if it is still over; `true`: every stream is folded; `false`: never (over the cap, head and tail only). Whenever anything is left out, `warning` says so and names the spill file with the whole text (up to `spill_cap_bytes`).
         fold: Switch = Switch::Auto, AutoFlag;
-        /// With `fold`: the shortest run of same-shape lines that is folded.
+        /// With `fold`: the shortest run of same-shape lines that is folded (at least 2, and more than twice `fold_keep`).
         fold_min_run: usize = 8, Count { max: 1_000_000 };
         /// With `fold`: lines shown at each end of a folded run (fewer than half of `fold_min_run`).
         fold_keep: usize = 3, Count { max: 1_000 };
-        /// With `fold`: a line longer than this many characters keeps its head and tail with a note of how many characters were cut; 0: no limit.
+        /// With `fold`: a line longer than this many characters keeps its head and tail with a note of how many characters were cut; 0: no limit (a line longer than the stream's cap is still cut at the cap, so memory stays bounded).
         max_line_chars: u64 = 2_000, Limit { what: "a whole number of characters" };
     }
 }

@@ -122,6 +122,43 @@ fn stream_warning(name: &str, c: &Captured) -> Option<String> {
     Some(w)
 }
 
+/// The sentence for a traceback cut to fit the stderr cap: how much was
+/// left out and where the whole of it is (a spill file, when there is a
+/// spill directory). `None` when it fits.
+fn traceback_warning(traceback: &str, opts: &CellOptions, kernel: &KernelInfo) -> Option<String> {
+    let cap = opts.max_stderr_bytes;
+    let cut = toolcell_redact::HeadTailCut::plan(traceback, cap, toolcell_redact::Unit::Bytes)?;
+    let mut w = format!(
+        "The traceback was truncated: {} of {} bytes omitted (head and tail kept).",
+        cut.omitted, cut.total
+    );
+    let Some((dir, cap_bytes)) = &opts.spill else {
+        w.push_str(" The whole traceback was not saved (no spill directory).");
+        return Some(w);
+    };
+    let target = crate::capture::SpillTarget {
+        dir: dir.clone(),
+        prefix: format!("{}-cell{}-traceback", kernel.id, kernel.execution_count),
+        cap_bytes: *cap_bytes,
+    };
+    match crate::capture::spill_whole(&target, traceback) {
+        Ok((p, capped)) => {
+            let p = p.display();
+            if capped {
+                w.push_str(&format!(
+                    " Its start is saved in {p} (capped at [output] spill_cap_bytes); page it with read_file(\"{p}\", offset=…)."
+                ));
+            } else {
+                w.push_str(&format!(
+                    " The whole traceback is saved in {p}; page it with read_file(\"{p}\", offset=…)."
+                ));
+            }
+        }
+        Err(e) => w.push_str(&format!(" It could not be saved to a file: {e}.")),
+    }
+    Some(w)
+}
+
 /// What the runner's own result adds: `stdin_requested`, `usage`. (Its
 /// `display` list is checked by the caller: `crate::figures`.)
 #[derive(Default)]
@@ -322,6 +359,7 @@ pub(crate) fn build_result(
     let warning: Vec<String> = [
         stream_warning("stdout", &stdout),
         stream_warning("stderr", &stderr),
+        traceback_warning(&traceback, opts, &kernel),
     ]
     .into_iter()
     .flatten()
