@@ -283,6 +283,63 @@ fn a_stopped_scan_still_reports_what_inotify_saw_and_says_so_every_cell() {
     assert_eq!(bytes_of(&r4["files"], "modified", "after.txt"), 6);
 }
 
+/// In a tree over `watch_max_entries`, a directory the cell makes is
+/// reported whole (all in it is new), and a report known to miss changes
+/// says so with `truncated` and counts.
+#[test]
+fn a_stopped_scan_reports_the_files_of_a_new_directory() {
+    let env = Env::with_config(&format!(
+        "{FAST_CONFIG}\n[output]\nwatch_max_entries = 200\n"
+    ));
+    for d in 0..10 {
+        for f in 0..40 {
+            env.write(&format!("d{d}/f{f}.txt"), "x");
+        }
+    }
+    let mut s = Serve::start(&env, &[]);
+    let mut run = |id: i64, code: &str| -> Value {
+        let msg = s.call(id, "execute", json!({"session": "big", "code": code}));
+        let r = msg["result"].clone();
+        assert_eq!(r["status"], "success", "{msg:#}");
+        r
+    };
+    run(1, "x = 1");
+    let r = run(
+        2,
+        "import os\nos.makedirs('results/csv')\n\
+         for i in range(3):\n    open(f'results/csv/r{i}.csv', 'w').write('a,b\\n')\n\
+         open('results/summary.txt', 'w').write('ok')",
+    );
+    assert_eq!(
+        paths(&r["files"], "created"),
+        [
+            "results/csv/r0.csv",
+            "results/csv/r1.csv",
+            "results/csv/r2.csv",
+            "results/summary.txt"
+        ],
+        "{r:#}"
+    );
+    assert_eq!(bytes_of(&r["files"], "created", "results/csv/r1.csv"), 4);
+    assert_eq!(r["files"]["scan_stopped"], true, "{r:#}");
+    // A new directory with more than the scan's bound: the report is cut
+    // and says so.
+    let r = run(
+        3,
+        "import os\nos.makedirs('many')\n\
+         for i in range(300):\n    open(f'many/f{i:03}.txt', 'w').write('x')",
+    );
+    let f = &r["files"];
+    assert_eq!(f["truncated"], true, "{r:#}");
+    assert_eq!(paths(f, "created").len(), 50, "{r:#}");
+    assert!(
+        paths(f, "created").iter().all(|p| p.starts_with("many/f")),
+        "{r:#}"
+    );
+    let counted = f["counts"]["created"].as_u64().unwrap();
+    assert!((50..=300).contains(&counted), "{r:#}");
+}
+
 #[test]
 fn watch_files_false_turns_it_off() {
     let env = Env::with_config(&format!("{FAST_CONFIG}\n[output]\nwatch_files = false\n"));

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
-use crate::result::{Changes, FilesChanged, MAX_LISTED};
+use crate::result::{Changes, FileCounts, FilesChanged, MAX_LISTED};
 
 /// `[output] watch_max_entries` by default.
 pub const DEFAULT_MAX_ENTRIES: usize = 20_000;
@@ -256,10 +256,9 @@ fn keep(e: &ignore::DirEntry, skip: &[PathBuf]) -> bool {
     !skip.iter().any(|s| s.as_os_str() == e.path().as_os_str())
 }
 
-/// Scans `root` (an absolute, symlink-free path): at most
-/// `settings.max_entries` entries. `on_dir` is called with every directory
-/// the scan enters (the root first), before its entries are read.
-pub fn scan(root: &Path, settings: &WatchSettings, mut on_dir: impl FnMut(&Path)) -> Snapshot {
+/// The walker of a scan of `root`: ignore rules, skipped directories and
+/// toolcell's own paths left out, links not followed.
+fn walker(root: &Path, settings: &WatchSettings) -> ignore::WalkBuilder {
     let skip: Arc<[PathBuf]> = settings.skip.clone().into();
     let mut b = ignore::WalkBuilder::new(root);
     b.hidden(false)
@@ -271,6 +270,17 @@ pub fn scan(root: &Path, settings: &WatchSettings, mut on_dir: impl FnMut(&Path)
         .require_git(false)
         .follow_links(false)
         .filter_entry(move |e| keep(e, &skip));
+    b
+}
+
+/// Scans `root` (an absolute, symlink-free path): at most
+/// `settings.max_entries` entries. `on_dir` is called with every directory
+/// the scan enters (the root first), before its entries are read. A scan
+/// that stops still lists the root's own entries (up to `max_entries` more),
+/// so a file or directory made or removed at the top of the tree is always
+/// seen.
+pub fn scan(root: &Path, settings: &WatchSettings, mut on_dir: impl FnMut(&Path)) -> Snapshot {
+    let b = walker(root, settings);
     let mut snap = Snapshot::default();
     on_dir(root);
     let mut count = 0usize;
@@ -296,7 +306,44 @@ pub fn scan(root: &Path, settings: &WatchSettings, mut on_dir: impl FnMut(&Path)
             snap.insert_file(rel, md.len(), (md.mtime(), md.mtime_nsec()), md.ino());
         }
     }
+    if snap.stopped {
+        list_root(root, settings, &mut snap);
+    }
     snap
+}
+
+/// Completes a stopped scan's listing of the root: the entries it had not
+/// reached are recorded (directories among them as not listed), and the
+/// root counts as listed, unless it has more than `max_entries` of them.
+fn list_root(root: &Path, settings: &WatchSettings, snap: &mut Snapshot) {
+    let mut b = walker(root, settings);
+    b.max_depth(Some(1));
+    let mut added = 0usize;
+    for item in b.build() {
+        let Ok(e) = item else {
+            continue;
+        };
+        if e.depth() == 0 {
+            continue;
+        }
+        let Ok(rel) = e.path().strip_prefix(root) else {
+            continue;
+        };
+        if snap.entries.contains_key(rel) {
+            continue;
+        }
+        added += 1;
+        if added > settings.max_entries {
+            return; // the root stays unfinished
+        }
+        if e.file_type().is_some_and(|t| t.is_dir()) {
+            snap.insert_dir(rel, e.ino().unwrap_or(0));
+            snap.unfinished.insert(rel.to_path_buf());
+        } else if let Ok(md) = e.metadata() {
+            snap.insert_file(rel, md.len(), (md.mtime(), md.mtime_nsec()), md.ino());
+        }
+    }
+    snap.unfinished.remove(Path::new(""));
 }
 
 /// Adds to `changes` what inotify saw in directories a stopped scan did
@@ -306,13 +353,22 @@ pub fn scan(root: &Path, settings: &WatchSettings, mut on_dir: impl FnMut(&Path)
 /// from the first event that named it (a creation, or a change/removal of
 /// something that was there). Directories are not listed, and paths the
 /// scan would skip (ignore rules, toolcell's own) are left out.
+///
+/// A directory the cell made (inotify saw it created, the `before` scan
+/// never had it) is walked, within `max_entries` entries in all: every
+/// file in it is new. Returns false when the report is known to miss
+/// something: more paths were touched than remembered, or a new
+/// directory's walk stopped.
 fn add_touched(
     root: &Path,
+    settings: &WatchSettings,
     before: &Snapshot,
     after: &Snapshot,
     touched: &Touched,
     changes: &mut Changes,
-) {
+) -> bool {
+    let mut complete = !touched.overflow;
+    let mut budget = settings.max_entries;
     let mut known: HashSet<String> = HashSet::new();
     known.extend(changes.created.iter().map(|(p, _)| p.clone()));
     known.extend(changes.modified.iter().map(|(p, _)| p.clone()));
@@ -325,6 +381,29 @@ fn add_touched(
         if rel.as_os_str().is_empty() {
             continue;
         }
+        let now = std::fs::symlink_metadata(path).ok();
+        let is_dir = now.as_ref().is_some_and(std::fs::Metadata::is_dir);
+        if is_dir
+            && !touch.existed_before
+            && !before.entries.contains_key(rel)
+            && !after.listed(rel)
+            && !ignores.ignored(root, rel)
+        {
+            // A new directory the scan after the cell did not finish: all
+            // in it is new. (One it finished, `diff` judged.)
+            let mut sub = settings.clone();
+            sub.max_entries = budget;
+            let inner = scan(path, &sub, |_| {});
+            budget = budget.saturating_sub(inner.len());
+            complete &= !inner.stopped();
+            for (p, m) in &inner.entries {
+                let shown_path = shown(&rel.join(p));
+                if m.kind == Kind::File && known.insert(shown_path.clone()) {
+                    changes.created.push((shown_path, m.size));
+                }
+            }
+            continue;
+        }
         let covered = |s: &Snapshot| s.entries.contains_key(rel) || s.absent(rel);
         if covered(before) && covered(after) {
             continue; // `diff` already judged it
@@ -333,10 +412,7 @@ fn add_touched(
         if known.contains(&shown_path) {
             continue;
         }
-        let now = std::fs::symlink_metadata(path).ok();
-        if now.as_ref().is_some_and(std::fs::Metadata::is_dir)
-            || matches!(before.entries.get(rel), Some(m) if m.kind == Kind::Dir)
-        {
+        if is_dir || matches!(before.entries.get(rel), Some(m) if m.kind == Kind::Dir) {
             continue;
         }
         if ignores.ignored(root, rel) {
@@ -357,6 +433,7 @@ fn add_touched(
             None => {}
         }
     }
+    complete
 }
 
 /// `.gitignore`/`.ignore` rules of the directories from the filesystem root
@@ -728,16 +805,28 @@ impl Watcher {
         });
         let stopped = before.stopped() || after.stopped();
         let touched = std::mem::take(&mut self.touched);
+        let mut complete = true;
         if stopped {
-            add_touched(root, &before, after, &touched, &mut changes);
+            complete = add_touched(root, &self.settings, &before, after, &touched, &mut changes);
         }
-        FilesChanged::from_changes(changes, MAX_LISTED, stopped)
+        let mut files = FilesChanged::from_changes(changes, MAX_LISTED, stopped);
+        if !complete && let Some(f) = files.as_mut() {
+            // Some changes are surely missing: the counts are a floor.
+            f.truncated = true;
+            f.counts.get_or_insert(FileCounts {
+                created: f.created.len() as u64,
+                modified: f.modified.len() as u64,
+                deleted: f.deleted.len() as u64,
+            });
+        }
+        files
     }
 
-    /// The sentence for a result when the scan stopped at `max_entries`,
-    /// once per watcher.
-    pub fn stopped_notice(&mut self) -> Option<String> {
-        if !self.snap.as_ref().is_some_and(Snapshot::stopped) {
+    /// The sentence for a result whose files report says the scan stopped
+    /// at `max_entries` (`scan_stopped`): in full the first time, short
+    /// after.
+    pub fn stopped_notice(&mut self, scan_stopped: bool) -> Option<String> {
+        if !scan_stopped {
             return None;
         }
         if std::mem::replace(&mut self.told_stopped, true) {
@@ -747,7 +836,7 @@ impl Watcher {
             ));
         }
         Some(format!(
-            "The working directory has more than {} entries ([output] watch_max_entries): the scan for changed files stopped there, so the files report may be incomplete (`files.scan_stopped`): beyond that point only changes inotify saw in directories the scan reached are listed.",
+            "The working directory has more than {} entries ([output] watch_max_entries): the scan for changed files stopped there, so the files report may be incomplete (`files.scan_stopped`): beyond that point only the top of the tree, directories the cell made and changes inotify saw in directories the scan reached are listed.",
             self.settings.max_entries
         ))
     }
@@ -951,8 +1040,23 @@ mod tests {
             ..WatchSettings::default()
         };
         let s = scan(&root, &small, |_| {});
-        assert_eq!(s.len(), 2);
         assert!(s.stopped());
+        // The walk stopped after 2 entries, then the root's own listing
+        // was finished: every top-level entry is known, and so is the
+        // absence of any other.
+        for top in [".env", ".gitignore", "src", "spill"] {
+            assert!(s.entries.contains_key(Path::new(top)), "{top}: {s:?}");
+        }
+        assert!(s.listed(Path::new("")));
+        assert!(s.absent(Path::new("new.txt")));
+        // With a root of more entries than the bound, the root stays
+        // unfinished: nothing at the top is called absent.
+        for i in 0..5 {
+            w(&format!("f{i}.txt"));
+        }
+        let s = scan(&root, &small, |_| {});
+        assert!(!s.listed(Path::new("")));
+        assert!(!s.absent(Path::new("new.txt")));
     }
 
     #[test]

@@ -600,7 +600,7 @@ impl Inner {
         }) else {
             return (None, None);
         };
-        let notice = w.stopped_notice();
+        let notice = w.stopped_notice(files.as_ref().is_some_and(|f| f.scan_stopped));
         kernel.put_files_watcher(Some(w));
         let files = files.map(|mut f| {
             for e in f
