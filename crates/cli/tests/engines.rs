@@ -261,7 +261,7 @@ fn slurm_allocations_per_session_through_the_binary() {
 start = ["sh", "-c", "out=$(salloc --no-shell --job-name=toolcell-{{host}} --comment=test-{tag} 2>&1) || {{ echo \"$out\" >&2; exit 1; }}; echo \"$out\" | sed -n 's/^salloc: Granted job allocation //p'"]
 command = ["srun", "--jobid={{id}}", "--overlap", "--quiet", "--unbuffered"]
 stop = ["scancel", "{{id}}"]
-list = ["squeue", "-h", "-o", "%i", "-t", "PD,R", "--name=toolcell-{{host}}"]
+list = ["squeue", "--me", "-h", "-o", "%i", "-t", "PD,R", "--name=toolcell-{{host}}"]
 "#
     );
     // A job that is only completing is gone for our purposes.

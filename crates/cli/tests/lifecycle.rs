@@ -16,19 +16,54 @@ use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// The fake engine's commands, its allocations under `dir`: `start`,
+/// `command`, `stop`, `list`.
+fn fake_words(dir: &Path) -> [Vec<String>; 4] {
+    let a = dir.display();
+    let w = |ws: &[&str]| ws.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    [
+        w(&[
+            "sh",
+            "-c",
+            &format!(
+                "id=a$(od -An -N4 -tx4 /dev/urandom | tr -d ' '); mkdir -p {a}/$id && echo {{host}} > {a}/$id/host && echo {{session}} > {a}/$id/session && echo made $id >&2 && echo $id"
+            ),
+        ]),
+        w(&[
+            "sh",
+            "-c",
+            &format!("test -d {a}/$0 || {{ echo no allocation $0 >&2; exit 9; }}; exec \"$@\""),
+            "{id}",
+        ]),
+        w(&["rm", "-rf", &format!("{a}/{{id}}")]),
+        w(&[
+            "sh",
+            "-c",
+            &format!(
+                "for d in {a}/*/; do [ \"$(cat $d/host 2>/dev/null)\" = {{host}} ] && basename $d; done; true"
+            ),
+        ]),
+    ]
+}
+
 /// The `[remotes.fake]` table, its allocations under `dir`, and `extra`
 /// keys appended to it.
 fn fake_remote(dir: &Path, extra: &str) -> String {
-    let a = dir.display();
+    let [start, command, stop, list] = fake_words(dir);
+    // A JSON array of strings is a TOML array of basic strings.
+    let j = |v: &Vec<String>| {
+        let words: Vec<String> = v
+            .iter()
+            .map(|w| serde_json::to_string(w).unwrap())
+            .collect();
+        format!("[{}]", words.join(", "))
+    };
     format!(
-        r#"
-[remotes.fake]
-start = ["sh", "-c", "id=a$(od -An -N4 -tx4 /dev/urandom | tr -d ' '); mkdir -p {a}/$id && echo {{host}} > {a}/$id/host && echo {{session}} > {a}/$id/session && echo made $id >&2 && echo $id"]
-command = ["sh", "-c", "test -d {a}/$0 || {{ echo no allocation $0 >&2; exit 9; }}; exec \"$@\"", "{{id}}"]
-stop = ["rm", "-rf", "{a}/{{id}}"]
-list = ["sh", "-c", "for d in {a}/*/; do [ \"$(cat $d/host 2>/dev/null)\" = {{host}} ] && basename $d; done; true"]
-{extra}
-"#
+        "\n[remotes.fake]\nstart = {}\ncommand = {}\nstop = {}\nlist = {}\n{extra}\n",
+        j(&start),
+        j(&command),
+        j(&stop),
+        j(&list)
     )
 }
 
@@ -519,6 +554,164 @@ fn a_forged_record_runs_nothing() {
         alloc.join("a12345678").exists(),
         "a forged record's allocation was stopped"
     );
+}
+
+/// A `start` that made its allocation and then failed (here: ran past
+/// `start_timeout`) leaves nothing behind for long: the clean-up lists this
+/// host's allocations and stops the one no kernel holds, while the host
+/// keeps serving (and a kernel that does hold one keeps it).
+#[test]
+fn what_a_failed_start_made_is_cleaned_up_while_the_host_runs() {
+    let env = Env::new();
+    let alloc = env.path().join("alloc");
+    std::fs::create_dir(&alloc).unwrap();
+    let good = fake_remote(&alloc, "");
+    let leaky = good.replace("[remotes.fake]", "[remotes.leaky]").replacen(
+        "echo $id\"]",
+        "sleep 30; echo $id\"]",
+        1,
+    ) + "start_timeout = 1\n";
+    assert!(leaky.contains("sleep 30; echo $id"), "{leaky}");
+    env.write("toolcell.toml", &format!("{FAST_CONFIG}\n{good}\n{leaky}"));
+    let mut s = Serve::start(&env, &[]);
+    let r = execute(
+        &mut s,
+        1,
+        json!({"session": "held", "remote": "fake", "code": "x = 1"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    let held = allocation_of(&mut s, 2, "held").unwrap();
+    let r = execute(
+        &mut s,
+        3,
+        json!({"session": "l", "remote": "leaky", "code": "pass"}),
+    );
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish within 1 s"),
+        "{r:#}"
+    );
+    assert!(
+        eventually(Duration::from_secs(15), || allocations(&alloc).len() == 1),
+        "{:?}",
+        allocations(&alloc)
+    );
+    assert_eq!(allocations(&alloc)[0].0, held);
+    let r = execute(
+        &mut s,
+        4,
+        json!({"session": "held", "remote": "fake", "code": "print(x)"}),
+    );
+    assert_eq!(r["output"], "1\n", "{r:#}");
+    s.close_stdin();
+    assert!(s.wait(LIMIT).success());
+    assert!(allocations(&alloc).is_empty());
+}
+
+/// This machine's identity as the host records it.
+fn machine_id() -> String {
+    for p in ["/etc/machine-id", "/var/lib/dbus/machine-id"] {
+        if let Ok(s) = std::fs::read_to_string(p)
+            && !s.trim().is_empty()
+        {
+            return s.trim().to_string();
+        }
+    }
+    format!(
+        "host:{}",
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .unwrap()
+            .trim()
+    )
+}
+
+/// A dead host's record is swept only by a host of the same machine and
+/// pid namespace, with the remote configured as it was: a record written
+/// on another machine (a shared home directory) or for another remote of
+/// the same name is left alone.
+#[test]
+fn only_records_of_this_machine_and_this_remote_are_swept() {
+    use std::os::unix::fs::MetadataExt;
+    let (env, alloc) = env_with("", "");
+    let [_, _, stop, list] = fake_words(&alloc);
+    let dir = env.path().join(".local/state/toolcell/remote-hosts");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let pidns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let write = |host: &str, machine: &str, stop: &[String]| {
+        let id = format!("a{}", &host[4..]);
+        std::fs::create_dir(alloc.join(&id)).unwrap();
+        std::fs::write(alloc.join(&id).join("host"), format!("{host}\n")).unwrap();
+        let record = json!({
+            "host": host, "remote": "fake", "pid": 1, "start_ticks": 1,
+            "boot_id": "an-earlier-boot", "machine": machine, "pidns": pidns,
+            "created": now, "stop": stop, "list": list, "ids": [id],
+        });
+        std::fs::write(dir.join(format!("{host}.fake")), record.to_string()).unwrap();
+        id
+    };
+    let here = machine_id();
+    let swept = write("tc0000000001", &here, &stop);
+    let elsewhere = write("tc0000000002", "another-machine", &stop);
+    let other_remote = write(
+        "tc0000000003",
+        &here,
+        &["docker".into(), "rm".into(), "-f".into(), "{id}".into()],
+    );
+    env.run(&["exec", "print(1)"]).expect_code(0);
+    assert!(
+        eventually(Duration::from_secs(10), || !alloc.join(&swept).exists()),
+        "{:?}",
+        allocations(&alloc)
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        alloc.join(&elsewhere).exists(),
+        "another machine's host was taken for dead"
+    );
+    assert!(
+        alloc.join(&other_remote).exists(),
+        "another remote's record was swept"
+    );
+    let mut left = records(&env);
+    left.sort();
+    assert_eq!(left, ["tc0000000002.fake", "tc0000000003.fake"]);
+}
+
+/// `cwd` may hold placeholders: the kernel starts in the allocation's own
+/// directory.
+#[test]
+fn cwd_placeholders_are_filled_in() {
+    let (env, alloc) = env_with("", &format!("cwd = \"{}/{{id}}\"", "ALLOC"));
+    let config = std::fs::read_to_string(env.path().join("toolcell.toml"))
+        .unwrap()
+        .replace("ALLOC", &alloc.display().to_string());
+    env.write("toolcell.toml", &config);
+    let mut s = Serve::start(&env, &[]);
+    let r = execute(
+        &mut s,
+        1,
+        json!({"remote": "fake", "code": "import os\nprint(os.getcwd())"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    let id = allocation_of(&mut s, 2, "default").unwrap();
+    assert_eq!(
+        r["output"].as_str().unwrap().trim(),
+        alloc
+            .join(&id)
+            .canonicalize()
+            .unwrap()
+            .display()
+            .to_string()
+    );
+    s.close_stdin();
+    assert!(s.wait(LIMIT).success());
 }
 
 /// A stand-in `kubectl` for the Kubernetes recipe: pods are directories

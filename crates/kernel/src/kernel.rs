@@ -754,14 +754,20 @@ impl Kernel {
         // A remote with a lifecycle: its allocation first (stopped again if
         // anything below fails: dropping it runs `stop`).
         let mut allocation = None;
+        // The remote's working directory, placeholders filled in.
+        let mut remote_cwd = String::new();
         let launched = match spec.remote.clone() {
             Some((name, remote)) if remote.has_lifecycle() => {
                 let alloc = Self::allocate(&spec, &name, &remote).await?;
                 let bound = remote.bound(&alloc.vars());
                 allocation = Some(alloc);
+                remote_cwd.clone_from(&bound.cwd);
                 Self::launch_remote(&spec, &dir, &name, &bound, &stub)?
             }
-            Some((name, remote)) => Self::launch_remote(&spec, &dir, &name, &remote, &stub)?,
+            Some((name, remote)) => {
+                remote_cwd.clone_from(&remote.cwd);
+                Self::launch_remote(&spec, &dir, &name, &remote, &stub)?
+            }
             None => Self::launch_local(&spec, &dir, &dir_handle, &stub).await?,
         };
         let Launched {
@@ -836,12 +842,7 @@ impl Kernel {
             sentinel: sentinel.as_str().to_string(),
             protocol: toolcell_protocol::PROTOCOL_VERSION,
             inband_tools: kernel.spec.tools_inband(),
-            cwd: kernel
-                .spec
-                .remote
-                .as_ref()
-                .map(|(_, r)| r.cwd.clone())
-                .filter(|c| !c.is_empty()),
+            cwd: (!remote_cwd.is_empty()).then_some(remote_cwd),
         });
         kernel.handshake(&payload, &hello).await?;
         std::mem::forget(cleanup);

@@ -30,10 +30,10 @@
 //! this host's own leftovers the same way, and removes its records.
 //!
 //! Everything a `start` or `list` prints is hostile: ids are one line of at
-//! most 256 characters of `[A-Za-z0-9_.:@+=/-]`, not starting with `-` (so
-//! an id can never pass as an option to `stop`) or `/`, with no `.`, `..`
-//! or empty part between slashes (so it cannot climb out of a path like
-//! `DIR/{id}`), and output is read up to a bound.
+//! most 256 characters of `[A-Za-z0-9_.:@+=/-]`, starting with a letter or
+//! digit (so an id can never pass as an option, an `@file` or a path from
+//! the root), with no `.`, `..` or empty part between slashes (so it cannot
+//! climb out of a path like `DIR/{id}`), and output is read up to a bound.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -73,6 +73,9 @@ struct Ran {
     success: bool,
     status: String,
     stdout: String,
+    /// More than [`STDOUT_CAP`] bytes came; `stdout` has the first (or,
+    /// for a `start`, the last) of them.
+    stdout_truncated: bool,
     stderr: String,
 }
 
@@ -99,36 +102,63 @@ fn tail_text(bytes: &[u8]) -> String {
     cut.find('\n').map_or(cut, |i| &cut[i + 1..]).to_string()
 }
 
-/// Reads `r` to its end, keeping the first `cap` bytes (`keep_tail`: the
-/// last `cap` bytes instead).
-fn read_bounded(mut r: impl Read, cap: usize, keep_tail: bool) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        match r.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                out.extend_from_slice(&buf[..n]);
-                if out.len() > cap {
-                    if keep_tail {
-                        let cut = out.len() - cap;
-                        out.drain(..cut);
-                    } else {
-                        out.truncate(cap);
-                    }
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
+/// Bytes kept of a stream read piece by piece: the first `cap` (or, with
+/// `keep_tail`, the last `cap`), and whether any were dropped.
+#[derive(Debug, Default)]
+struct Bounded {
+    buf: Vec<u8>,
+    cap: usize,
+    keep_tail: bool,
+    truncated: bool,
+}
+
+impl Bounded {
+    fn new(cap: usize, keep_tail: bool) -> Self {
+        Self {
+            buf: Vec::new(),
+            cap,
+            keep_tail,
+            truncated: false,
         }
     }
-    out
+
+    fn push(&mut self, bytes: &[u8]) {
+        if !self.keep_tail && self.buf.len() >= self.cap {
+            self.truncated |= !bytes.is_empty();
+            return;
+        }
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() > self.cap {
+            self.truncated = true;
+            if self.keep_tail {
+                let cut = self.buf.len() - self.cap;
+                self.buf.drain(..cut);
+            } else {
+                self.buf.truncate(self.cap);
+            }
+        }
+    }
+
+    /// Reads what `r` has now (a non-blocking pipe) or to its end: true at
+    /// its end (or an error).
+    fn read_from(&mut self, mut r: impl Read) -> bool {
+        let mut chunk = [0u8; 8192];
+        loop {
+            match r.read(&mut chunk) {
+                Ok(0) => return true,
+                Ok(n) => self.push(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+                Err(_) => return true,
+            }
+        }
+    }
 }
 
 /// Runs `argv` (no shell) with stdin on `/dev/null`, in a process group of
 /// its own, for at most `timeout`: then the group is killed. Blocking.
 fn run(argv: &[String], cwd: Option<&Path>, timeout: Duration) -> Result<Ran, RunError> {
-    run_tracked(argv, cwd, timeout, None)
+    run_tracked(argv, cwd, timeout, None, false)
 }
 
 /// The `start`s running now (their process groups), so that the host's end
@@ -138,6 +168,15 @@ struct Starting {
     /// Set by [`Lifecycle::finish`]: no `start` runs from then on.
     closing: bool,
     groups: BTreeSet<u32>,
+    /// [`Lifecycle::start`] calls under way, from their first step until
+    /// the id they got is in the record.
+    active: usize,
+    /// A clean-up after a failed `start` is listing and stopping: no
+    /// `start` begins until it is done (it stops what `list` prints and no
+    /// kernel holds, so no allocation may be on its way meanwhile).
+    cleaning: bool,
+    /// Remotes a clean-up is due for (one at a time each).
+    dirty: BTreeSet<String>,
 }
 
 fn kill_group(pgid: u32) {
@@ -150,12 +189,21 @@ fn kill_group(pgid: u32) {
 }
 
 /// [`run`], its process group listed in `starting` while it runs (and
-/// killed at once when `starting` is closing).
+/// killed at once when `starting` is closing). With `stdout_tail`, the last
+/// [`STDOUT_CAP`] bytes of stdout are kept (a `start`'s id is its last
+/// line), else the first.
+///
+/// The pipes are read on this thread, non-blocking, while it waits for the
+/// command: once the command's leader has exited its group is killed and
+/// what is left in the pipes is read for a short grace, then the pipes are
+/// closed. A process that left the group keeping a pipe open holds
+/// nothing of this host (no thread, no fd).
 fn run_tracked(
     argv: &[String],
     cwd: Option<&Path>,
     timeout: Duration,
     starting: Option<&Mutex<Starting>>,
+    stdout_tail: bool,
 ) -> Result<Ran, RunError> {
     let Some((program, args)) = argv.split_first() else {
         return Err(RunError::Spawn(std::io::Error::other("an empty command")));
@@ -181,34 +229,35 @@ fn run_tracked(
             g.groups.insert(pgid);
         }
     }
-    // Readers on threads of their own, answering through channels: a
-    // process that left the group but kept a pipe (a daemon `start` forgot
-    // to detach) cannot hold this caller past the grace below.
-    let reader = |pipe: Option<Box<dyn Read + Send>>, cap: usize, tail: bool| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        if let Some(p) = pipe {
-            std::thread::spawn(move || {
-                let _ = tx.send(read_bounded(p, cap, tail));
-            });
-        }
-        rx
+    let nonblocking = |fd: std::os::fd::BorrowedFd<'_>| {
+        use nix::fcntl::{FcntlArg, OFlag, fcntl};
+        let flags = fcntl(fd, FcntlArg::F_GETFL).map_or(OFlag::empty(), OFlag::from_bits_truncate);
+        let _ = fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK));
     };
-    let out = reader(
-        child
-            .stdout
-            .take()
-            .map(|o| Box::new(o) as Box<dyn Read + Send>),
-        STDOUT_CAP,
-        false,
-    );
-    let err = reader(
-        child
-            .stderr
-            .take()
-            .map(|e| Box::new(e) as Box<dyn Read + Send>),
-        STDERR_TAIL * 4,
-        true,
-    );
+    let mut out_pipe = child.stdout.take();
+    let mut err_pipe = child.stderr.take();
+    if let Some(p) = &out_pipe {
+        nonblocking(std::os::fd::AsFd::as_fd(p));
+    }
+    if let Some(p) = &err_pipe {
+        nonblocking(std::os::fd::AsFd::as_fd(p));
+    }
+    let mut out = Bounded::new(STDOUT_CAP, stdout_tail);
+    let mut err = Bounded::new(STDERR_TAIL, true);
+    let mut read_pipes =
+        |out_pipe: &mut Option<std::process::ChildStdout>,
+         err_pipe: &mut Option<std::process::ChildStderr>| {
+            if let Some(p) = out_pipe.as_mut()
+                && out.read_from(p)
+            {
+                *out_pipe = None;
+            }
+            if let Some(p) = err_pipe.as_mut()
+                && err.read_from(p)
+            {
+                *err_pipe = None;
+            }
+        };
     const READ_GRACE: Duration = Duration::from_secs(2);
     let deadline = Instant::now() + timeout;
     // Whether the command ended by itself. The leader's exit is seen
@@ -218,6 +267,7 @@ fn run_tracked(
     let leader = nix::unistd::Pid::from_raw(i32::try_from(pgid).unwrap_or(i32::MAX));
     let ended = loop {
         use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+        read_pipes(&mut out_pipe, &mut err_pipe);
         match waitid(
             Id::Pid(leader),
             WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG,
@@ -230,7 +280,7 @@ fn run_tracked(
         }
     };
     // Done or out of time: what is left in the group must not keep the
-    // pipes (and so this thread) open.
+    // pipes open.
     kill_group(pgid);
     let status = {
         let _held = starting.map(|st| {
@@ -240,18 +290,24 @@ fn run_tracked(
         });
         child.wait()
     };
+    // What the pipes still hold: until both end, for a short grace at most.
+    let grace = Instant::now() + READ_GRACE;
+    loop {
+        read_pipes(&mut out_pipe, &mut err_pipe);
+        if (out_pipe.is_none() && err_pipe.is_none()) || Instant::now() >= grace {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop((out_pipe, err_pipe));
     let status = match status {
         Ok(s) if ended => s,
         _ => {
-            let stderr = err
-                .recv_timeout(READ_GRACE)
-                .map(|b| tail_text(&b))
-                .unwrap_or_default();
-            return Err(RunError::Timeout { stderr });
+            return Err(RunError::Timeout {
+                stderr: tail_text(&err.buf),
+            });
         }
     };
-    let stdout = out.recv_timeout(READ_GRACE).unwrap_or_default();
-    let stderr = err.recv_timeout(READ_GRACE).unwrap_or_default();
     let status_text = match (
         status.code(),
         std::os::unix::process::ExitStatusExt::signal(&status),
@@ -263,8 +319,9 @@ fn run_tracked(
     Ok(Ran {
         success: status.success(),
         status: status_text,
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: tail_text(&stderr),
+        stdout_truncated: out.truncated,
+        stdout: String::from_utf8_lossy(&out.buf).into_owned(),
+        stderr: tail_text(&err.buf),
     })
 }
 
@@ -334,7 +391,9 @@ pub fn session_label(session: &str) -> String {
 pub fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= MAX_ID_LEN
-        && !id.starts_with('-')
+        // Not an option (`-x`), an argument file (`@file`), a path from
+        // the root or a `+x`: a letter or digit first.
+        && id.as_bytes()[0].is_ascii_alphanumeric()
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_.:@+=/-".contains(&b))
@@ -353,7 +412,7 @@ fn id_of(stdout: &str) -> Result<String, String> {
     } else {
         let shown: String = line.chars().take(80).collect();
         Err(format!(
-            "printed {shown:?} as the allocation id: an id is 1 to {MAX_ID_LEN} characters of letters, digits and `_.:@+=/-`, not starting with `-` or `/` and with no `.`, `..` or empty part between slashes"
+            "printed {shown:?} as the allocation id: an id is 1 to {MAX_ID_LEN} characters of letters, digits and `_.:@+=/-`, starting with a letter or digit, with no `.`, `..` or empty part between slashes"
         ))
     }
 }
@@ -391,14 +450,42 @@ pub struct StartFailure {
 pub struct Lifecycle {
     host: String,
     records: Option<PathBuf>,
-    /// Per remote this host wrote a record for: the allocations it has
-    /// there now (what the record lists).
-    recorded: Mutex<BTreeMap<String, BTreeSet<String>>>,
-    /// `stop`s and sweeps running on their own threads.
+    /// Per remote this host wrote a record for: the remote as it was
+    /// configured, and the allocations it has there now (what the record
+    /// lists).
+    recorded: Mutex<BTreeMap<String, (Remote, BTreeSet<String>)>>,
+    /// `stop`s and clean-ups running on their own threads (the host's
+    /// exit waits for them, within its bound).
     pending: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// `start`s running now.
     starting: Mutex<Starting>,
+    /// Signalled when `starting`'s `active` or `cleaning` change.
+    start_cv: std::sync::Condvar,
+    /// The sweep of dead hosts' records started with the host.
+    sweeper: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
+
+/// How long the host's exit waits for the sweep of dead hosts' records it
+/// started with (a one-shot `exec` should still sweep; an engine that does
+/// not answer must not hold every exit): what is not done stays for the
+/// next host.
+const SWEEP_WAIT_AT_EXIT: Duration = Duration::from_secs(5);
+
+/// Counts one [`Lifecycle::start`] as active until dropped.
+struct ActiveStart<'a>(&'a Lifecycle);
+
+impl Drop for ActiveStart<'_> {
+    fn drop(&mut self) {
+        let mut g = self.0.lock_starting();
+        g.active = g.active.saturating_sub(1);
+        drop(g);
+        self.0.start_cv.notify_all();
+    }
+}
+
+/// How long a clean-up after a failed `start` waits for a moment without
+/// starts before it gives up (the host's exit sweeps anyway).
+const CLEANUP_WAIT: Duration = Duration::from_secs(600);
 
 /// One allocation: stopped when dropped (on a thread of its own; see
 /// [`Lifecycle::finish`] for waiting).
@@ -428,8 +515,23 @@ impl Allocation {
     }
 }
 
+/// Stops `alloc` now, on this thread (not in the background as a drop
+/// does).
+fn stop_now(mut alloc: Allocation) {
+    let argv = fill(&alloc.remote.stop, &alloc.vars());
+    let what = format!("remote \"{}\" allocation {}", alloc.remote_name, alloc.id);
+    if stop_one(&argv, secs(alloc.remote.stop_timeout), &what) {
+        alloc.lifecycle.note(&alloc.remote_name, &alloc.id, false);
+    }
+    // Stopped: the drop has nothing left to do.
+    alloc.id.clear();
+}
+
 impl Drop for Allocation {
     fn drop(&mut self) {
+        if self.id.is_empty() {
+            return;
+        }
         let argv = fill(&self.remote.stop, &self.vars());
         let timeout = secs(self.remote.stop_timeout);
         let what = format!("remote \"{}\" allocation {}", self.remote_name, self.id);
@@ -447,6 +549,33 @@ impl Drop for Allocation {
 
 fn secs(s: f64) -> Duration {
     Duration::try_from_secs_f64(s).unwrap_or(Duration::from_secs(30))
+}
+
+/// A command's time: the remote's `stop_timeout`, or what is left until
+/// `deadline` if that is sooner.
+fn remaining(deadline: Instant, remote: &Remote) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .min(secs(remote.stop_timeout))
+}
+
+/// A thread for a remote's commands.
+fn spawn_named(f: impl FnOnce() + Send + 'static) -> Option<std::thread::JoinHandle<()>> {
+    match std::thread::Builder::new()
+        .name("toolcell-remote-lifecycle".into())
+        .spawn(f)
+    {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!("cannot start a thread for a remote's stop/list: {e}");
+            None
+        }
+    }
+}
+
+/// The file name of `host`'s record for remote `name`.
+fn record_file(host: &str, name: &str) -> String {
+    format!("{host}.{name}")
 }
 
 /// Runs one `stop`, logging what went wrong.
@@ -480,14 +609,29 @@ fn stop_one(argv: &[String], timeout: Duration, what: &str) -> bool {
 }
 
 /// One host's record of a remote it starts allocations on.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Record {
     host: String,
     remote: String,
     pid: u32,
     start_ticks: u64,
     boot_id: String,
+    /// The machine (`/etc/machine-id`, else the host name) and the pid
+    /// namespace the host ran in: a record is only judged — and swept — by
+    /// a host on the same machine in the same namespace (a home directory
+    /// shared between machines holds every machine's records).
+    #[serde(default)]
+    machine: String,
+    #[serde(default)]
+    pidns: u64,
     created: u64,
+    /// The remote's `stop` and `list` as configured when the record was
+    /// written: a host whose `[remotes.NAME]` differs (another project's
+    /// remote of the same name) leaves the record alone.
+    #[serde(default)]
+    stop: Vec<String>,
+    #[serde(default)]
+    list: Vec<String>,
     /// The allocations the host had when it last wrote the record.
     #[serde(default)]
     ids: Vec<String>,
@@ -499,6 +643,31 @@ fn boot_id() -> String {
         .unwrap_or_default()
 }
 
+/// This machine's identity: `/etc/machine-id` (or D-Bus's copy), else the
+/// host name; empty when none can be read.
+fn machine_id() -> String {
+    for path in ["/etc/machine-id", "/var/lib/dbus/machine-id"] {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            let s = s.trim();
+            if !s.is_empty() && s.len() <= 128 {
+                return s.to_string();
+            }
+        }
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("host:{h}"))
+        .unwrap_or_default()
+}
+
+/// The inode of this process's pid namespace (0 when unknown).
+fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
 fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -506,11 +675,30 @@ fn now_secs() -> u64 {
 }
 
 impl Record {
-    /// Whether the host that wrote it still runs.
-    fn alive(&self) -> bool {
-        !self.boot_id.is_empty()
-            && self.boot_id == boot_id()
-            && toolcell_tools::process::start_time(self.pid) == Some(self.start_ticks)
+    /// Whether the host that wrote it is surely gone: it ran on this
+    /// machine, in this pid namespace, and either the machine rebooted
+    /// since or its pid is not the same process any more. Anything that
+    /// cannot be told (a record of another machine or namespace, an
+    /// identity that cannot be read) counts as alive: a live host's
+    /// allocations are never stopped on a guess.
+    fn dead(&self) -> bool {
+        let machine = machine_id();
+        let pidns = pid_namespace();
+        let boot = boot_id();
+        if machine.is_empty() || self.machine != machine || pidns == 0 || self.pidns != pidns {
+            return false;
+        }
+        if boot.is_empty() || self.boot_id.is_empty() {
+            return false;
+        }
+        self.boot_id != boot
+            || toolcell_tools::process::start_time(self.pid) != Some(self.start_ticks)
+    }
+
+    /// Whether `remote` is the remote this record was written for (same
+    /// `stop` and `list`): only then do its ids mean anything to it.
+    fn matches(&self, remote: &Remote) -> bool {
+        self.stop == remote.stop && self.list == remote.list
     }
 }
 
@@ -553,7 +741,15 @@ impl Lifecycle {
             recorded: Mutex::new(BTreeMap::new()),
             pending: Mutex::new(Vec::new()),
             starting: Mutex::new(Starting::default()),
+            start_cv: std::sync::Condvar::new(),
+            sweeper: Mutex::new(None),
         }))
+    }
+
+    fn lock_starting(&self) -> std::sync::MutexGuard<'_, Starting> {
+        self.starting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// This host's id (`{host}`).
@@ -567,65 +763,73 @@ impl Lifecycle {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         pending.retain(|h| !h.is_finished());
-        match std::thread::Builder::new()
-            .name("toolcell-remote-lifecycle".into())
-            .spawn(f)
-        {
-            Ok(h) => pending.push(h),
-            Err(e) => tracing::warn!("cannot start a thread for a remote's stop/list: {e}"),
+        if let Some(h) = spawn_named(f) {
+            pending.push(h);
         }
     }
 
     /// Writes this host's record for `remote` before its first `start`
     /// (whatever happens next, a later host can sweep), and again whenever
     /// the allocations it has there change (`note`).
-    fn record(&self, remote: &str) {
+    fn record(&self, name: &str, remote: &Remote) {
         let mut recorded = self
             .recorded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if recorded.contains_key(remote) {
+        if recorded.contains_key(name) {
             return;
         }
-        recorded.insert(remote.to_string(), BTreeSet::new());
-        self.write_record(remote, &BTreeSet::new());
+        recorded.insert(name.to_string(), (remote.clone(), BTreeSet::new()));
+        self.write_record(name, remote, &BTreeSet::new());
     }
 
     /// Adds (`live`) or removes an allocation of `remote` in this host's record.
-    fn note(&self, remote: &str, id: &str, live: bool) {
+    fn note(&self, name: &str, id: &str, live: bool) {
         let mut recorded = self
             .recorded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let ids = recorded.entry(remote.to_string()).or_default();
+        let Some((remote, ids)) = recorded.get_mut(name) else {
+            return;
+        };
         let changed = if live {
             ids.insert(id.to_string())
         } else {
             ids.remove(id)
         };
         if changed {
-            let ids = ids.clone();
-            self.write_record(remote, &ids);
+            let (remote, ids) = (remote.clone(), ids.clone());
+            self.write_record(name, &remote, &ids);
+        }
+    }
+
+    /// This host's record for `remote` with `ids`.
+    fn record_of(&self, name: &str, remote: &Remote, ids: &BTreeSet<String>) -> Record {
+        let pid = std::process::id();
+        Record {
+            host: self.host.clone(),
+            remote: name.to_string(),
+            pid,
+            start_ticks: toolcell_tools::process::start_time(pid).unwrap_or(0),
+            boot_id: boot_id(),
+            machine: machine_id(),
+            pidns: pid_namespace(),
+            created: now_secs(),
+            stop: remote.stop.clone(),
+            list: remote.list.clone(),
+            ids: ids.iter().cloned().collect(),
         }
     }
 
     /// (Re)writes the record: a fresh file renamed over the old one, so a
     /// reader sees one or the other, whole.
-    fn write_record(&self, remote: &str, ids: &BTreeSet<String>) {
+    fn write_record(&self, remote_name: &str, remote: &Remote, ids: &BTreeSet<String>) {
         let Some(dir) = &self.records else {
             return;
         };
-        let pid = std::process::id();
-        let rec = Record {
-            host: self.host.clone(),
-            remote: remote.to_string(),
-            pid,
-            start_ticks: toolcell_tools::process::start_time(pid).unwrap_or(0),
-            boot_id: boot_id(),
-            created: now_secs(),
-            ids: ids.iter().cloned().collect(),
-        };
-        let name = format!("{}.{remote}", self.host);
+        let rec = self.record_of(remote_name, remote, ids);
+        let remote = remote_name;
+        let name = record_file(&self.host, remote);
         let written = toolcell_rpc::private_dir::PrivateDir::ensure(dir)
             .map_err(|e| e.to_string())
             .and_then(|d| {
@@ -654,6 +858,12 @@ impl Lifecycle {
     /// Runs `remote`'s `start` for a kernel of `session`: the allocation,
     /// stopped when dropped. Blocking (call it on the blocking pool).
     ///
+    /// A `start` that fails in any way may still have made an allocation
+    /// (the engine made the container, then the command timed out): when
+    /// the remote's `list` names `{host}`, a clean-up runs in the
+    /// background at the next moment no `start` is under way, and stops
+    /// what `list` prints that no kernel of this host holds.
+    ///
     /// # Errors
     /// The command failed, timed out or printed no usable id.
     pub fn start(
@@ -662,7 +872,18 @@ impl Lifecycle {
         remote: &Arc<Remote>,
         session: &str,
     ) -> Result<Allocation, StartFailure> {
-        self.record(name);
+        let _active = {
+            let mut g = self.lock_starting();
+            while g.cleaning {
+                g = self
+                    .start_cv
+                    .wait(g)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            g.active += 1;
+            ActiveStart(self.as_ref())
+        };
+        self.record(name, remote);
         let session = session_label(session);
         let vars = Vars {
             id: None,
@@ -672,20 +893,30 @@ impl Lifecycle {
         };
         let argv = fill(&remote.start, &vars);
         let timeout = secs(remote.start_timeout);
-        let ran = run_tracked(&argv, None, timeout, Some(&self.starting)).map_err(|e| match e {
-            RunError::Spawn(e) => StartFailure {
-                reason: format!("cannot run its start command ({}): {e}", shown(&argv)),
-                stderr: String::new(),
-            },
-            RunError::Timeout { stderr } => StartFailure {
-                reason: format!(
-                    "its start command ({}) did not finish within {} s ([remotes.{name}] start_timeout); it was killed",
-                    shown(&argv),
-                    remote.start_timeout
-                ),
-                stderr,
-            },
-        })?;
+        let ran = run_tracked(&argv, None, timeout, Some(&self.starting), true);
+        let failed = |f: StartFailure| {
+            self.clean_up_later(name, remote);
+            Err(f)
+        };
+        let ran = match ran {
+            Ok(r) => r,
+            Err(RunError::Spawn(e)) => {
+                return Err(StartFailure {
+                    reason: format!("cannot run its start command ({}): {e}", shown(&argv)),
+                    stderr: String::new(),
+                });
+            }
+            Err(RunError::Timeout { stderr }) => {
+                return failed(StartFailure {
+                    reason: format!(
+                        "its start command ({}) did not finish within {} s ([remotes.{name}] start_timeout); it was killed",
+                        shown(&argv),
+                        remote.start_timeout
+                    ),
+                    stderr,
+                });
+            }
+        };
         if !ran.success {
             if self.closing() {
                 return Err(StartFailure {
@@ -693,7 +924,7 @@ impl Lifecycle {
                     stderr: ran.stderr,
                 });
             }
-            return Err(StartFailure {
+            return failed(StartFailure {
                 reason: format!(
                     "its start command ({}) failed with {}",
                     shown(&argv),
@@ -702,23 +933,115 @@ impl Lifecycle {
                 stderr: ran.stderr,
             });
         }
-        let id = id_of(&ran.stdout).map_err(|why| StartFailure {
-            reason: format!("its start command ({}) {why}", shown(&argv)),
-            stderr: ran.stderr.clone(),
-        })?;
+        let id = match id_of(&ran.stdout) {
+            Ok(id) => id,
+            Err(why) => {
+                return failed(StartFailure {
+                    reason: format!("its start command ({}) {why}", shown(&argv)),
+                    stderr: ran.stderr,
+                });
+            }
+        };
         tracing::debug!("remote \"{name}\": allocation {id} started for session {session}");
         self.note(name, &id, true);
-        Ok(Allocation {
+        let alloc = Allocation {
             id,
             remote_name: name.to_string(),
             remote: Arc::clone(remote),
             session,
             lifecycle: Arc::clone(self),
-        })
+        };
+        if self.closing() {
+            // The host is ending: `finish` may have swept already.
+            stop_now(alloc);
+            return Err(StartFailure {
+                reason: "its allocation was stopped again: this host is shutting down".into(),
+                stderr: String::new(),
+            });
+        }
+        Ok(alloc)
+    }
+
+    /// Schedules the clean-up after a failed `start` of `name` (see
+    /// [`Lifecycle::start`]), once per remote at a time.
+    fn clean_up_later(self: &Arc<Self>, name: &str, remote: &Remote) {
+        if !remote.list.iter().any(|w| w.contains("{host}")) {
+            return; // nothing tells this host's allocations apart
+        }
+        if !self.lock_starting().dirty.insert(name.to_string()) {
+            return;
+        }
+        let lc = Arc::clone(self);
+        let (name, remote) = (name.to_string(), remote.clone());
+        self.in_background(move || lc.clean_up(&name, &remote));
+    }
+
+    /// The clean-up itself: waits for a moment without starts (and holds
+    /// new ones off), then lists this host's allocations on `name` and
+    /// stops those no kernel holds.
+    fn clean_up(&self, name: &str, remote: &Remote) {
+        let give_up = Instant::now() + CLEANUP_WAIT;
+        {
+            let mut g = self.lock_starting();
+            loop {
+                if g.closing {
+                    g.dirty.remove(name);
+                    return; // `finish` sweeps
+                }
+                if g.active == 0 && !g.cleaning {
+                    break;
+                }
+                if Instant::now() >= give_up {
+                    g.dirty.remove(name);
+                    tracing::warn!(
+                        "remote \"{name}\": no moment without a start for the clean-up after a failed start; the host's exit sweeps instead"
+                    );
+                    return;
+                }
+                g = self
+                    .start_cv
+                    .wait_timeout(g, Duration::from_millis(500))
+                    .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+            }
+            g.cleaning = true;
+            g.dirty.remove(name);
+        }
+        // Every allocation a kernel of this host holds, on any remote: two
+        // remotes may list the same engine's allocations by `{host}`.
+        let held: BTreeSet<String> = self
+            .recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .flat_map(|(_, ids)| ids.iter().cloned())
+            .collect();
+        let deadline = Instant::now() + secs(remote.stop_timeout) * 2;
+        if let Some(listed) = list_host(name, remote, &self.host, deadline) {
+            for id in listed.difference(&held) {
+                let vars = Vars {
+                    id: Some(id),
+                    session: None,
+                    host: Some(&self.host),
+                    remote: Some(name),
+                };
+                let what = format!("remote \"{name}\" allocation {id}, left by a failed start");
+                if stop_one(
+                    &fill(&remote.stop, &vars),
+                    remaining(deadline, remote),
+                    &what,
+                ) {
+                    tracing::info!("stopped {what}");
+                }
+            }
+        }
+        self.lock_starting().cleaning = false;
+        self.start_cv.notify_all();
     }
 
     /// Stops what dead hosts left on `remotes` (see the module docs), on a
-    /// thread of its own.
+    /// thread of its own. The host's exit waits for it only briefly
+    /// ([`SWEEP_WAIT_AT_EXIT`]): a record whose sweep did not finish stays
+    /// for the next host.
     pub fn sweep_dead_hosts(self: &Arc<Self>, remotes: &BTreeMap<String, Remote>) {
         let Some(dir) = self.records.clone() else {
             return;
@@ -732,53 +1055,66 @@ impl Lifecycle {
             return;
         }
         let me = self.host.clone();
-        self.in_background(move || {
-            sweep_records(&dir, &sweepable, |rec| rec.host != me && !rec.alive())
+        let handle = spawn_named(move || {
+            sweep_records(&dir, &sweepable, |rec| rec.host != me && rec.dead(), None)
         });
+        *self
+            .sweeper
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = handle;
     }
 
-    /// At the host's end: waits (at most `limit`) for the stops under way,
-    /// then stops what this host still has on each remote it used (its
-    /// `list`, and the allocations its record still names: a `stop` that
-    /// failed) and removes its records — each only when all of that worked,
-    /// else a later host tries again. Blocking.
-    pub fn finish(&self, remotes: &BTreeMap<String, Remote>, limit: Duration) {
+    /// At the host's end: kills the `start`s under way, waits (at most
+    /// `limit`) for the stops under way, then (within `limit` more) stops
+    /// what this host still has on each remote it used — what its `list`
+    /// prints for `{host}`, else the allocations it still holds (a `stop`
+    /// that failed) — and removes its records, each only when all of that
+    /// worked and no `start` was cut short (a later host tries again).
+    /// Blocking, at most `2 × limit` plus [`SWEEP_WAIT_AT_EXIT`].
+    pub fn finish(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
         // The starts under way are killed, not waited for (a queued job can
         // wait for hours); what one made before it died is this host's
-        // `list`'s to find below.
-        {
-            let mut st = self
-                .starting
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // `list`'s to find below — or, when the engine makes it only after
+        // that, the next host's: the record stays.
+        let cut_short = {
+            let mut st = self.lock_starting();
             st.closing = true;
             for g in &st.groups {
                 kill_group(*g);
             }
-        }
-        self.wait(deadline);
-        let Some(dir) = &self.records else {
-            return;
+            st.active > 0
         };
-        let used: BTreeMap<String, Remote> = {
-            let recorded = self
+        self.start_cv.notify_all();
+        self.wait(deadline);
+        if let Some(h) = self
+            .sweeper
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            let until = Instant::now() + SWEEP_WAIT_AT_EXIT;
+            while !h.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let deadline = Instant::now() + limit;
+        let recorded = std::mem::take(
+            &mut *self
                 .recorded
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            remotes
-                .iter()
-                .filter(|(n, _)| recorded.contains_key(*n))
-                .map(|(n, r)| (n.clone(), r.clone()))
-                .collect()
-        };
-        let me = self.host.clone();
-        sweep_records(dir, &used, |rec| rec.host == me);
-        let mut recorded = self
-            .recorded
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        recorded.clear();
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for (name, (was, ids)) in recorded {
+            let rec = self.record_of(&name, &was, &ids);
+            let swept = sweep_host(&name, &was, &rec, Some(deadline));
+            if swept
+                && !cut_short
+                && let Some(dir) = &self.records
+            {
+                remove_record(dir, &record_file(&self.host, &name));
+            }
+        }
     }
 
     fn closing(&self) -> bool {
@@ -816,7 +1152,10 @@ impl Lifecycle {
     }
 }
 
-/// The records in `dir` (at most [`MAX_RECORDS`]) with their file names.
+/// The records in `dir` (at most [`MAX_RECORDS`]) with their file names
+/// (`None`: not a record this code can act on). Only regular files of this
+/// user with one link are read (a FIFO planted there cannot block), and
+/// leftovers of a record being written that are older than an hour go.
 fn read_records(dir: &Path) -> Vec<(String, Option<Record>)> {
     let Ok(d) = toolcell_rpc::private_dir::PrivateDir::ensure(dir) else {
         return Vec::new();
@@ -825,30 +1164,54 @@ fn read_records(dir: &Path) -> Vec<(String, Option<Record>)> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for e in entries.flatten().take(MAX_RECORDS) {
+    for e in entries.flatten() {
+        if out.len() >= MAX_RECORDS {
+            break;
+        }
         let Some(name) = e.file_name().to_str().map(str::to_string) else {
             continue;
         };
         if name.starts_with('.') {
-            continue; // a record being written
+            // A record being written, or left by a host that died writing.
+            let old = e
+                .metadata()
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > Duration::from_secs(3600));
+            if old {
+                remove_record(dir, &name);
+            }
+            continue;
         }
-        let rec = nix::fcntl::openat(
-            d.fd(),
-            name.as_str(),
-            nix::fcntl::OFlag::O_RDONLY
-                | nix::fcntl::OFlag::O_NOFOLLOW
-                | nix::fcntl::OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        )
-        .ok()
-        .map(std::fs::File::from)
-        .and_then(|f| {
-            let bytes = read_bounded(f, RECORD_MAX_BYTES, false);
-            serde_json::from_slice::<Record>(&bytes).ok()
-        });
-        out.push((name, rec));
+        out.push((name.clone(), read_record(&d, &name)));
     }
     out
+}
+
+/// One record file, if it is a regular file of this user with one link,
+/// at most [`RECORD_MAX_BYTES`], and parses.
+fn read_record(d: &toolcell_rpc::private_dir::PrivateDir, name: &str) -> Option<Record> {
+    use nix::fcntl::OFlag;
+    use std::os::unix::fs::MetadataExt;
+    let fd = nix::fcntl::openat(
+        d.fd(),
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()?;
+    let f = std::fs::File::from(fd);
+    let md = f.metadata().ok()?;
+    if !md.is_file() || md.uid() != nix::unistd::geteuid().as_raw() || md.nlink() != 1 {
+        return None;
+    }
+    let mut bytes = Bounded::new(RECORD_MAX_BYTES, false);
+    bytes.read_from(f);
+    if bytes.truncated {
+        return None;
+    }
+    serde_json::from_slice::<Record>(&bytes.buf).ok()
 }
 
 fn remove_record(dir: &Path, name: &str) {
@@ -859,8 +1222,16 @@ fn remove_record(dir: &Path, name: &str) {
 
 /// For every record `which` picks: stop the host's allocations on its
 /// remote ([`sweep_host`]) and remove the record when all of that worked.
-/// Records nobody can read, or too old to matter, are removed.
-fn sweep_records(dir: &Path, remotes: &BTreeMap<String, Remote>, which: impl Fn(&Record) -> bool) {
+/// Records nobody can act on (unreadable, not shaped as this code writes
+/// them) are removed; so are picked records older than [`RECORD_MAX_AGE`]
+/// (their host is long gone and whatever kept their sweep from working
+/// will not change), and records of no machine at all that old.
+fn sweep_records(
+    dir: &Path,
+    remotes: &BTreeMap<String, Remote>,
+    which: impl Fn(&Record) -> bool,
+    deadline: Option<Instant>,
+) {
     for (name, rec) in read_records(dir) {
         // A record nobody can read, or whose host id is not one this code
         // makes (it is substituted for `{host}`, maybe inside `sh -c`), is
@@ -869,95 +1240,135 @@ fn sweep_records(dir: &Path, remotes: &BTreeMap<String, Remote>, which: impl Fn(
             remove_record(dir, &name);
             continue;
         };
+        let too_old = now_secs().saturating_sub(rec.created) > RECORD_MAX_AGE.as_secs();
         if !which(&rec) {
-            continue;
-        }
-        let Some(remote) = remotes.get(&rec.remote) else {
-            if now_secs().saturating_sub(rec.created) > RECORD_MAX_AGE.as_secs() {
+            if too_old && rec.machine.is_empty() {
                 remove_record(dir, &name);
             }
             continue;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return;
+        }
+        // Only a remote configured as it was when the record was written
+        // (another project may name another engine the same).
+        let swept = match remotes.get(&rec.remote).filter(|r| rec.matches(r)) {
+            Some(remote) => sweep_host(&rec.remote, remote, &rec, deadline),
+            None => false,
         };
-        if sweep_host(&rec.remote, remote, &rec) {
+        if swept {
+            remove_record(dir, &name);
+        } else if too_old {
+            tracing::warn!(
+                "remote \"{}\": giving up the record of host {} (older than {} days); what it names may be left on the engine",
+                rec.remote,
+                rec.host,
+                RECORD_MAX_AGE.as_secs() / 86_400
+            );
             remove_record(dir, &name);
         }
     }
 }
 
-/// What of one host is stopped on one remote: with a `list` that names
-/// `{host}`, everything it lists for that host and every allocation the
-/// record names; with a `list` without `{host}` (it lists every host's),
-/// only the listed allocations the record names; without `list`, the
-/// record's allocations. True when every `stop` (and the `list`) worked.
-fn sweep_host(name: &str, remote: &Remote, rec: &Record) -> bool {
-    let host = rec.host.as_str();
+/// The allocations `remote`'s `list` prints for `host` (a `list` that
+/// names `{host}`), or `None` when it failed. Lines that are not ids are
+/// skipped (with a warning), and so is a last line cut by the output bound.
+fn list_host(
+    name: &str,
+    remote: &Remote,
+    host: &str,
+    deadline: Instant,
+) -> Option<BTreeSet<String>> {
     let vars = Vars {
         id: None,
         session: None,
         host: Some(host),
         remote: Some(name),
     };
-    let recorded: BTreeSet<&str> = rec
-        .ids
-        .iter()
-        .map(String::as_str)
-        .filter(|i| valid_id(i))
-        .collect();
-    let mut targets: BTreeSet<String> = BTreeSet::new();
-    if remote.list.is_empty() {
-        targets.extend(recorded.iter().map(|s| s.to_string()));
-    } else {
-        let argv = fill(&remote.list, &vars);
-        let listed = match run(&argv, None, secs(remote.stop_timeout)) {
-            Ok(r) if r.success => r.stdout,
-            Ok(r) => {
-                tracing::warn!(
-                    "sweeping remote \"{name}\" for host {host}: `{}` ended with {}: {}",
-                    shown(&argv),
-                    r.status,
-                    r.stderr
-                );
-                return false;
-            }
-            Err(e) => {
-                tracing::warn!(
-                    "sweeping remote \"{name}\" for host {host}: `{}` failed: {e:?}",
-                    shown(&argv)
-                );
-                return false;
-            }
-        };
-        let by_host = remote.list.iter().any(|w| w.contains("{host}"));
-        for id in listed
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .take(MAX_LISTED)
-        {
-            if !valid_id(id) {
-                let shown_id: String = id.chars().take(80).collect();
-                tracing::warn!(
-                    "sweeping remote \"{name}\": `list` printed {shown_id:?}, not an allocation id; skipped"
-                );
-                continue;
-            }
-            if by_host || recorded.contains(id) {
-                targets.insert(id.to_string());
-            }
+    let argv = fill(&remote.list, &vars);
+    let timeout = remaining(deadline, remote);
+    if timeout.is_zero() {
+        return None;
+    }
+    let listed = match run(&argv, None, timeout) {
+        Ok(r) if r.success => r,
+        Ok(r) => {
+            tracing::warn!(
+                "remote \"{name}\", host {host}: `{}` ended with {}: {}",
+                shown(&argv),
+                r.status,
+                r.stderr
+            );
+            return None;
         }
-        if by_host {
-            targets.extend(recorded.iter().map(|s| s.to_string()));
+        Err(e) => {
+            tracing::warn!(
+                "remote \"{name}\", host {host}: `{}` failed: {e:?}",
+                shown(&argv)
+            );
+            return None;
+        }
+    };
+    let mut text = listed.stdout.as_str();
+    if listed.stdout_truncated {
+        // The last line may be a piece of an id: never stop that.
+        text = text.rfind('\n').map_or("", |i| &text[..i]);
+    }
+    let mut ids = BTreeSet::new();
+    for id in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(MAX_LISTED)
+    {
+        if valid_id(id) {
+            ids.insert(id.to_string());
+        } else {
+            let shown_id: String = id.chars().take(80).collect();
+            tracing::warn!(
+                "remote \"{name}\": `list` printed {shown_id:?}, not an allocation id; skipped"
+            );
         }
     }
+    Some(ids)
+}
+
+/// What of one host is stopped on one remote: with a `list` that names
+/// `{host}`, everything it lists for that host (what the engine no longer
+/// lists is gone already); with a `list` without `{host}` (it lists every
+/// host's), only the listed allocations the record names; without `list`,
+/// the record's allocations. True when every `stop` (and the `list`)
+/// worked before `deadline`.
+fn sweep_host(name: &str, remote: &Remote, rec: &Record, deadline: Option<Instant>) -> bool {
+    let host = rec.host.as_str();
+    let deadline = deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
+    let recorded: BTreeSet<String> = rec.ids.iter().filter(|i| valid_id(i)).cloned().collect();
+    let targets: BTreeSet<String> = if remote.list.is_empty() {
+        recorded
+    } else {
+        let Some(listed) = list_host(name, remote, host, deadline) else {
+            return false;
+        };
+        if remote.list.iter().any(|w| w.contains("{host}")) {
+            listed
+        } else {
+            listed.intersection(&recorded).cloned().collect()
+        }
+    };
     let mut all = true;
     for id in &targets {
+        let timeout = remaining(deadline, remote);
+        if timeout.is_zero() {
+            return false;
+        }
         let vars = Vars {
             id: Some(id),
-            ..vars
+            session: None,
+            host: Some(host),
+            remote: Some(name),
         };
-        let stop = fill(&remote.stop, &vars);
         let what = format!("remote \"{name}\" allocation {id} of host {host}");
-        if stop_one(&stop, secs(remote.stop_timeout), &what) {
+        if stop_one(&fill(&remote.stop, &vars), timeout, &what) {
             tracing::info!("swept {what}");
         } else {
             all = false;
@@ -1045,8 +1456,97 @@ mod tests {
         assert!(
             id_of("--help\n")
                 .unwrap_err()
-                .contains("not starting with `-`")
+                .contains("starting with a letter or digit")
         );
+        for bad in ["@/etc/passwd", "+x", "_x", ".x", ":x"] {
+            assert!(!valid_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_start_that_logs_much_still_gives_its_id() {
+        // 400 KB of progress on stdout, then the id: the last line counts,
+        // so the tail is what is kept.
+        let r = run_tracked(
+            &words(&["sh", "-c", "i=0; while [ $i -lt 20000 ]; do echo \"step $i of the pull\"; i=$((i+1)); done; echo abc123"]),
+            None,
+            Duration::from_secs(20),
+            None,
+            true,
+        )
+        .unwrap();
+        assert!(r.stdout_truncated);
+        assert_eq!(id_of(&r.stdout).unwrap(), "abc123");
+    }
+
+    #[test]
+    fn a_process_that_leaves_the_group_holds_nothing() {
+        // `setsid` takes the sleeper out of the group the kill reaches; it
+        // keeps stdout open. What was printed before still counts, and the
+        // call returns after the read grace.
+        let t = Instant::now();
+        let r = run(
+            &words(&["sh", "-c", "echo id1; setsid sleep 30 &"]),
+            None,
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(r.stdout.trim(), "id1");
+        assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    }
+
+    fn record(machine: &str, pidns: u64, pid: u32, boot: &str) -> Record {
+        Record {
+            host: "tc0123456789".into(),
+            remote: "r".into(),
+            pid,
+            start_ticks: toolcell_tools::process::start_time(pid).unwrap_or(0),
+            boot_id: boot.into(),
+            machine: machine.into(),
+            pidns,
+            created: now_secs(),
+            stop: words(&["true", "{id}"]),
+            list: Vec::new(),
+            ids: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn only_a_host_of_this_machine_and_namespace_can_be_judged_dead() {
+        let (m, ns, boot) = (machine_id(), pid_namespace(), boot_id());
+        assert!(!m.is_empty() && ns != 0 && !boot.is_empty());
+        let me = std::process::id();
+        // This very process: alive.
+        assert!(!record(&m, ns, me, &boot).dead());
+        // Another boot of this machine: dead.
+        assert!(record(&m, ns, me, "another-boot").dead());
+        // A pid that is not the process that wrote the record: dead.
+        let mut gone = record(&m, ns, me, &boot);
+        gone.start_ticks += 1;
+        assert!(gone.dead());
+        // Another machine (a shared home directory), another pid
+        // namespace, or no identity: never judged dead.
+        assert!(!record("other-machine", ns, me, "another-boot").dead());
+        assert!(!record(&m, ns + 1, me, "another-boot").dead());
+        assert!(!record("", ns, me, "another-boot").dead());
+        assert!(!record(&m, ns, me, "").dead());
+    }
+
+    #[test]
+    fn a_fifo_among_the_records_is_not_opened_for_reading() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("records");
+        toolcell_rpc::private_dir::PrivateDir::ensure(&dir).unwrap();
+        nix::unistd::mkfifo(
+            &dir.join("tc0123456789.r"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let t = Instant::now();
+        let recs = read_records(&dir);
+        assert!(t.elapsed() < Duration::from_secs(2));
+        assert_eq!(recs.len(), 1);
+        assert!(recs[0].1.is_none());
     }
 
     #[test]

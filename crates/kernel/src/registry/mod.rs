@@ -494,8 +494,9 @@ impl Registry {
     }
 
     /// Waits for the remotes' `stop`s under way, stops what this host
-    /// still has there (their `list`) and removes its records: at most the
-    /// longest `stop_timeout` (plus a second), so an exit stays prompt.
+    /// still has there (their `list`) and removes its records: at most
+    /// twice the longest `stop_timeout` (plus a few seconds), so an exit
+    /// stays prompt.
     async fn finish_remotes(&self) {
         let remotes = self.inner.opts.remotes.clone();
         if !remotes.values().any(crate::remote::Remote::has_lifecycle) {
@@ -508,7 +509,7 @@ impl Registry {
         let limit = Duration::try_from_secs_f64(limit).unwrap_or(Duration::from_secs(30))
             + Duration::from_secs(1);
         let lc = Arc::clone(&self.inner.lifecycle);
-        let _ = tokio::task::spawn_blocking(move || lc.finish(&remotes, limit)).await;
+        let _ = tokio::task::spawn_blocking(move || lc.finish(limit)).await;
     }
 
     /// This host's id in its remotes' commands (`{host}`).
