@@ -401,8 +401,13 @@ fn a_lost_kernel_gets_a_fresh_allocation_and_idle_kernels_are_reaped() {
 fn the_warm_pool_keeps_an_allocation_ready() {
     let (env, alloc) = env_with("remote = \"fake\"\nwarm_pool = 1\n", "");
     let mut s = Serve::start(&env, &[]);
+    // (The fake engine makes the directory, then writes its session: wait
+    // for both.)
     assert!(
-        eventually(Duration::from_secs(30), || allocations(&alloc).len() == 1),
+        eventually(Duration::from_secs(30), || {
+            let a = allocations(&alloc);
+            a.len() == 1 && !a[0].1.is_empty()
+        }),
         "{:?}",
         allocations(&alloc)
     );
