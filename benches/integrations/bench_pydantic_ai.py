@@ -6,11 +6,15 @@ runs it: a whole `agent.run` whose scripted model (FunctionModel) calls
 `ToolcellCodeMode` capability, every nested call going through the agent
 toolset's `call_tool`; and (b) as `tc.execute` with the same function registered by
 `@tc.tool`. Both on one server (an `AsyncToolcell`), each in a session of
-its own kept warm, interleaved, after a warm-up; prints one JSON line with
-the medians. `--detail` also prints, to stderr, the median of the
-`run_code` call alone (`ToolcellCodeModeToolset.call_tool`, as the agent's
-tool manager calls it), which leaves out the two model requests of the run, for the
-tool as a plain function and as an `async def` one.
+its own kept warm, interleaved (the order reversed every other round), after
+a warm-up; prints one JSON line with the medians. `--detail` also prints, to
+stderr, the median of the `run_code` call alone
+(`ToolcellCodeModeToolset.call_tool`, as the agent's tool manager calls it),
+which leaves out the two model requests of the run, for the tool as a plain
+function and as an `async def` one; and of the whole run with a capability
+that has a tool hook (`before_tool_execute`), which sends every nested call
+through the run's tool manager on the event loop instead of calling the
+plain function on the thread the call arrived on.
 Run: python3 benches/integrations/bench_pydantic_ai.py [runs] [--detail]
 """
 
@@ -23,6 +27,7 @@ from typing import Any, Awaitable, Callable, Dict, List
 
 import pydantic_ai
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.test import TestModel
@@ -48,6 +53,13 @@ async def alookup(i: int) -> dict:
 alookup.__name__ = "lookup"
 
 
+class PassThrough(AbstractCapability[Any]):
+    """A capability with a tool hook that lets every call through (an audit log, say)."""
+
+    async def before_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Dict[str, Any]) -> Dict[str, Any]:
+        return args
+
+
 def model(messages: List[Any], info: Any) -> ModelResponse:
     last = messages[-1].parts[-1]
     if isinstance(last, ToolReturnPart):
@@ -56,10 +68,15 @@ def model(messages: List[Any], info: Any) -> ModelResponse:
 
 
 async def bench(runs: int, detail: bool) -> Dict[str, Any]:
-    async with AsyncToolcell(config={"tools": {"enabled": []}, "execution": {"max_tool_calls": 500}}) as tc:
+    # one kernel per case, all kept warm (the default keeps 4)
+    config = {"tools": {"enabled": []}, "execution": {"max_tool_calls": 500}, "kernels": {"max_kernels": 8}}
+    async with AsyncToolcell(config=config) as tc:
         tc.tool(lookup, session="plain")
         agent = Agent(FunctionModel(model), capabilities=[ToolcellCodeMode(toolcell=tc, session="integration")])
         agent.tool_plain(lookup)
+        hooked = Agent(FunctionModel(model), capabilities=[ToolcellCodeMode(toolcell=tc, session="hooked"),
+                                                          PassThrough()])
+        hooked.tool_plain(lookup)
         direct = ToolcellCodeModeToolset(lookup, toolcell=tc, session="direct")
         direct_async = ToolcellCodeModeToolset(alookup, toolcell=tc, session="direct-async")
         ctx = RunContext(deps=None, model=TestModel(), usage=RunUsage())
@@ -72,6 +89,10 @@ async def bench(runs: int, detail: bool) -> Dict[str, Any]:
             result = await agent.run("sum them")
             assert result.output == EXPECTED.strip(), result.output
 
+        async def integration_hooked() -> None:
+            result = await hooked.run("sum them")
+            assert result.output == EXPECTED.strip(), result.output
+
         async def call_tool(toolset: ToolcellCodeModeToolset) -> None:
             tools = await toolset.get_tools(ctx)
             out = await toolset.call_tool(RUN_CODE_TOOL_NAME, {"code": CODE}, ctx, tools[RUN_CODE_TOOL_NAME])
@@ -81,12 +102,14 @@ async def bench(runs: int, detail: bool) -> Dict[str, Any]:
         if detail:
             cases["call_tool"] = lambda: call_tool(direct)
             cases["call_tool_async"] = lambda: call_tool(direct_async)
+            cases["integration_hooked"] = integration_hooked
         for _ in range(3):
             for fn in cases.values():
                 await fn()
         times: Dict[str, List[float]] = {name: [] for name in cases}
-        for _ in range(runs):
-            for name, fn in cases.items():
+        for i in range(runs):
+            order = list(cases.items())
+            for name, fn in order if i % 2 == 0 else reversed(order):  # plain first, then last
                 t = time.perf_counter()
                 await fn()
                 times[name].append((time.perf_counter() - t) * 1000)
@@ -104,10 +127,13 @@ def main() -> None:
         "ratio": round(med["integration"] / med["plain"], 3), "runs": runs,
     }))
     if detail:
-        for name, what in (("call_tool", "the tool a plain def (pydantic-ai runs it on a worker thread)"),
-                           ("call_tool_async", "the tool an async def (run on the event loop)")):
-            print(f"run_code via toolset.call_tool alone, {what}: {med[name]:.2f} ms "
-                  f"(ratio {med[name] / med['plain']:.3f})", file=sys.stderr)
+        for name, what in (
+            ("call_tool", "run_code via toolset.call_tool alone, the tool a plain def (pydantic-ai runs it on a "
+                          "worker thread)"),
+            ("call_tool_async", "run_code via toolset.call_tool alone, the tool an async def (run on the event loop)"),
+            ("integration_hooked", "the whole agent.run with a capability that has a tool hook"),
+        ):
+            print(f"{what}: {med[name]:.2f} ms (ratio {med[name] / med['plain']:.3f})", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,15 @@ import inspect
 import json
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Union
 
 import pytest
 from pydantic_ai import Agent, DeferredToolRequests, RunContext, Tool, ToolDefinition
-from pydantic_ai.exceptions import ModelRetry, UserError
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ApprovalRequired, ModelRetry, UserError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -31,8 +33,10 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
+from pydantic_ai.usage import UsageLimits
 
 from toolcell import AsyncToolcell, ExecuteResult
+from toolcell.integrations import pydantic_ai as _integration
 from toolcell.integrations.pydantic_ai import (
     RUN_CODE_TOOL_NAME,
     ToolcellCodeMode,
@@ -48,6 +52,10 @@ except ImportError:  # older pydantic-ai: no events, on_output only
     HAS_CUSTOM_EVENTS = False
 
 HAS_RETURN_SCHEMAS = "return_schema" in {f.name for f in dataclasses.fields(ToolDefinition)}
+_CTX_FIELDS = {f.name for f in dataclasses.fields(RunContext)}
+# pydantic-ai 2.x gives a tool's context the run's tool manager, through which calls from code run the hooks
+CALLS_SEE_HOOKS = _integration._MANAGED and bool({"tool_manager", "root_capability"} & _CTX_FIELDS)
+HAS_USAGE_LIMITS = "usage_limits" in _CTX_FIELDS  # the run's limits, in its context
 
 ORDERS = {"A-1": 120.0, "A-2": 35.5, "A-3": 10.0}
 
@@ -627,7 +635,10 @@ def test_run_sync_twice_with_a_given_client_and_session() -> None:
         loop.close()
 
 
-def test_a_second_asyncio_run_gets_a_new_server_and_says_the_state_is_gone(caplog: Any) -> None:
+def test_a_second_asyncio_run_keeps_the_server_and_the_named_sessions_state(caplog: Any) -> None:
+    """The client a capability starts is tied to no event loop: a later
+    ``asyncio.run`` (the first one's loop closed) uses the same server, and a
+    named session keeps its kernel and its variables."""
     cap = ToolcellCodeMode(session="chat")
 
     def one_run(code: str) -> str:
@@ -637,13 +648,15 @@ def test_a_second_asyncio_run_gets_a_new_server_and_says_the_state_is_gone(caplo
 
     try:
         assert one_run("seen = get_order(id='A-2')['total']\nprint(seen)") == "answer: 35.5"
+        first = cap.toolcell
         with caplog.at_level("WARNING", logger="toolcell"):
             out = one_run("print('seen' in globals(), get_order(id='A-3')['total'])")
+        assert cap.toolcell is first
     finally:
         if cap.toolcell is not None:
             cap.toolcell.close()
-    assert out == "answer: False 10.0"  # a fresh kernel, and the tools are registered again
-    assert any("lose their state: chat" in r.getMessage() for r in caplog.records)
+    assert out == "answer: True 10.0"
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
 # ---------------------------------------------------------------- streaming
@@ -747,3 +760,413 @@ def test_misconfiguration_says_what_to_do() -> None:
         run(main())
     with pytest.raises(TypeError, match="expected tools"):
         ToolcellCodeModeToolset(42)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- threads and event loops
+
+
+def test_run_sync_from_two_threads_runs_async_tools_on_each_runs_own_loop() -> None:
+    """``run_sync`` from worker threads (a web server's pool) on one agent: the
+    second thread's async tool used to be scheduled on the first thread's idle
+    loop and hang until the cell's timeout."""
+    cap = ToolcellCodeMode(config={"execution": {"timeout": 20}})
+
+    def respond(messages: List[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if code_returns(messages):
+            return ModelResponse(parts=[TextPart(answer_with_last_return(messages))])
+        x = messages[0].parts[-1].content  # type: ignore[union-attr]
+        return ModelResponse(parts=[ToolCallPart(RUN_CODE_TOOL_NAME, {"code": f"print(times_ten(x={x}))"})])
+
+    agent = Agent(FunctionModel(respond), capabilities=[cap])
+    ran_in: List[str] = []
+
+    @agent.tool_plain
+    async def times_ten(x: int) -> int:
+        """x times ten."""
+        ran_in.append(threading.current_thread().name)
+        await asyncio.sleep(0)
+        return x * 10
+
+    out: Dict[str, Any] = {}
+
+    def worker(name: str) -> None:
+        t = time.monotonic()
+        out[name] = (agent.run_sync({"a": "2", "b": "3", "c": "4", "d": "5"}[name]).output, time.monotonic() - t)
+
+    try:
+        for name in ("a", "b"):  # one after the other: a's loop stays open, idle
+            th = threading.Thread(target=worker, args=(name,), name=f"run-{name}")
+            th.start()
+            th.join(60)
+        both = [threading.Thread(target=worker, args=(name,), name=f"run-{name}") for name in ("c", "d")]  # at once
+        for th in both:
+            th.start()
+        for th in both:
+            th.join(60)
+    finally:
+        if cap.toolcell is not None:
+            cap.toolcell.close()
+    assert sorted(v[0] for v in out.values()) == ["answer: 20", "answer: 30", "answer: 40", "answer: 50"]
+    assert all(v[1] < 10 for v in out.values()), out
+    # each async tool ran on the loop of the run that made the call, in that run's thread
+    assert sorted(ran_in) == ["run-a", "run-b", "run-c", "run-d"]
+
+
+def test_a_run_keeps_its_kernel_when_another_threads_run_ends_first() -> None:
+    """Thread a starts the server; thread b's run is between two cells when a's
+    ``asyncio.run`` ends and closes its loop. b's second cell still finds the
+    variable its first one set (it used to get a new server and a NameError)."""
+    cap = ToolcellCodeMode()
+    a_between_cells = threading.Event()
+    b_between_cells = threading.Event()
+    a_done = threading.Event()
+
+    def model(first: str, second: str, between: threading.Event, wait_for: threading.Event) -> FunctionModel:
+        def respond(messages: List[ModelMessage], info: AgentInfo) -> ModelResponse:
+            done = len(code_returns(messages))
+            if done == 1:
+                between.set()
+                assert wait_for.wait(30)
+            if done < 2 and (first, second)[done]:
+                return ModelResponse(parts=[ToolCallPart(RUN_CODE_TOOL_NAME, {"code": (first, second)[done]})])
+            return ModelResponse(parts=[TextPart(answer_with_last_return(messages))])
+
+        return FunctionModel(respond)
+
+    # a: one cell, then waits (its loop still open) until b is between its two cells
+    agent_a = Agent(model("print('a')", "", a_between_cells, b_between_cells), capabilities=[cap])
+    # b: its second cell once a's asyncio.run is over
+    agent_b = Agent(model("x = 41", "print(x + 1)", b_between_cells, a_done), capabilities=[cap])
+    out: Dict[str, Any] = {}
+
+    def run_a() -> None:
+        out["a"] = asyncio.run(agent_a.run("go")).output
+        a_done.set()
+
+    def run_b() -> None:
+        assert a_between_cells.wait(30)  # the server is a's
+        out["b"] = asyncio.run(agent_b.run("go")).output
+
+    threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+    finally:
+        if cap.toolcell is not None:
+            cap.toolcell.close()
+    assert out == {"a": "answer: a", "b": "answer: 42"}
+
+
+def test_one_named_session_used_from_two_threads_runs_one_cell_at_a_time() -> None:
+    """Two runs in two threads on one named session: the second cell waits for
+    the first, and each cell's nested calls get its own run's context (a lock
+    per event loop let both in, and a cell's calls reached the other run's deps)."""
+    cap = ToolcellCodeMode(session="shared")
+    code = Code("""
+        import time
+        me = whoami()
+        time.sleep(0.4)
+        print(me, whoami())
+    """)
+    start = threading.Barrier(2)
+
+    def agent_for() -> Agent:
+        agent = Agent(Script(code, answer_with_last_return).model, deps_type=str, capabilities=[cap])
+
+        @agent.tool
+        def whoami(ctx: RunContext[str]) -> str:
+            """Who this run is for."""
+            return ctx.deps
+
+        return agent
+
+    agents = {"alice": agent_for(), "bob": agent_for()}
+    out: Dict[str, Any] = {}
+
+    def worker(name: str) -> None:
+        start.wait(30)
+        out[name] = asyncio.run(agents[name].run("x", deps=name)).output
+
+    threads = [threading.Thread(target=worker, args=(name,)) for name in agents]
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+    finally:
+        if cap.toolcell is not None:
+            cap.toolcell.close()
+    assert out == {"alice": "answer: alice alice", "bob": "answer: bob bob"}
+
+
+def test_a_sub_agent_sharing_the_session_fails_fast_instead_of_waiting_for_itself() -> None:
+    cap = ToolcellCodeMode(session="chat", config={"execution": {"timeout": 30}})
+    inner = Agent(Script(Code("print('inner')"), answer_with_last_return).model, capabilities=[cap])
+    outer = Agent(Script(Code("""
+        try:
+            ask_helper(question="hi")
+        except ToolError as e:
+            print("refused:", e)
+    """), answer_with_last_return).model, capabilities=[cap])
+
+    @outer.tool_plain
+    async def ask_helper(question: str) -> str:
+        """Ask the helper agent."""
+        return str((await inner.run(question)).output)
+
+    async def main() -> Any:
+        try:
+            return await outer.run("go")
+        finally:
+            await cap.aclose()
+
+    t = time.monotonic()
+    result = run(main())
+    assert time.monotonic() - t < 15
+    assert "refused:" in result.output and "same toolcell session 'chat'" in result.output
+
+
+def test_an_async_tool_still_running_when_the_cell_times_out_is_cancelled() -> None:
+    cancelled = threading.Event()
+
+    async def slow() -> str:
+        """Takes its time."""
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "done"
+
+    ts = ToolcellCodeModeToolset(slow, timeout=2)
+    agent = Agent(Script(Code("print(slow())"), answer_with_last_return).model, toolsets=[ts])
+
+    async def main() -> Any:
+        try:
+            out = await agent.run("go")
+            await asyncio.sleep(0.5)
+            return out
+        finally:
+            await ts.aclose()
+
+    t = time.monotonic()
+    result = run(main())
+    assert "the call was cancelled" in result.output
+    assert cancelled.wait(5) and time.monotonic() - t < 10
+
+
+# ---------------------------------------------------------------- capabilities and limits
+
+
+class Audit(AbstractCapability[Any]):
+    """A policy capability: sees every tool call, blocks some, rewrites others."""
+
+    def __init__(self) -> None:
+        self.validated: List[str] = []
+        self.executed: List[str] = []
+
+    async def before_tool_validate(self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition,
+                                   args: Any) -> Any:
+        self.validated.append(call.tool_name)
+        if call.tool_name == "get_order" and isinstance(args, dict):
+            return {**args, "id": str(args.get("id", "")).upper()}  # normalise ids
+        return args
+
+    async def before_tool_execute(self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition,
+                                  args: Dict[str, Any]) -> Dict[str, Any]:
+        self.executed.append(f"{call.tool_name}:{ctx.tool_call_id}")
+        if tool_def.name == "delete_all":
+            raise PermissionError("blocked by policy")
+        if tool_def.name == "refund":
+            raise ApprovalRequired()
+        return args
+
+    async def wrap_tool_execute(self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition,
+                                args: Dict[str, Any], handler: Any) -> Any:
+        result = await handler(args)
+        if tool_def.name == "get_order":
+            return {**result, "audited": True}
+        return result
+
+    async def on_tool_execute_error(self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition,
+                                    args: Dict[str, Any], error: Exception) -> Any:
+        if isinstance(error, LookupError):
+            return {"id": args.get("id"), "total": None, "missing": True}
+        raise error
+
+
+@pytest.mark.skipif(not CALLS_SEE_HOOKS, reason="this pydantic-ai gives a tool no way to the run's hooks")
+@pytest.mark.parametrize("tool_kind", ["plain", "async"])
+def test_capability_tool_hooks_check_calls_made_from_code(tool_kind: str) -> None:
+    """A call from a cell goes through the run's capability hooks as a direct
+    call would: it is blocked, deferred, rewritten or recovered the same way."""
+    deleted: List[str] = []
+    refunded: List[str] = []
+    script = Script(
+        Code("""
+            print(get_order(id="a-1"))
+            print(get_order(id="z-9"))
+            for f in (delete_all, lambda: refund(id="A-1")):
+                try:
+                    f()
+                except ToolError as e:
+                    print("refused:", e)
+        """),
+        answer_with_last_return,
+    )
+    audit = Audit()
+    agent = Agent(script.model, capabilities=[ToolcellCodeMode(), audit])
+
+    if tool_kind == "plain":
+        @agent.tool_plain
+        def get_order(id: str) -> dict:
+            """One order."""
+            return {"id": id, "total": ORDERS[id]}
+    else:
+        @agent.tool_plain
+        async def get_order(id: str) -> dict:
+            """One order."""
+            return {"id": id, "total": ORDERS[id]}
+
+    @agent.tool_plain
+    def delete_all() -> str:
+        """Delete every order."""
+        deleted.append("all")
+        return "EVERYTHING DELETED"
+
+    @agent.tool_plain
+    def refund(id: str) -> str:
+        """Refund an order."""
+        refunded.append(id)
+        return "refunded"
+
+    result = agent.run_sync("go")
+    out = last_return(result.all_messages()).content
+    assert "{'id': 'A-1', 'total': 120.0, 'audited': True}" in out
+    # recovered by on_tool_execute_error (inside wrap_tool_execute on pydantic-ai 2.68, outside it before)
+    assert "{'id': 'Z-9', 'total': None, 'missing': True" in out
+    assert "refused: delete_all: PermissionError: blocked by policy" in out
+    assert "refused: refund: ApprovalRequired" in out and "it was not made" in out
+    assert deleted == [] and refunded == []
+    assert audit.validated == ["run_code", "get_order", "get_order", "delete_all", "refund"]
+    assert audit.executed == ["run_code:call-1", "get_order:call-1__1", "get_order:call-1__2",
+                              "delete_all:call-1__3", "refund:call-1__4"]
+    meta = last_return(result.all_messages()).metadata
+    assert set(meta["tool_errors"]) == {"call-1__3", "call-1__4"}
+
+
+@pytest.mark.skipif(not HAS_USAGE_LIMITS, reason="this pydantic-ai does not give a tool the run's usage limits")
+def test_nested_calls_count_against_the_runs_tool_calls_limit() -> None:
+    script = Script(
+        Code("""
+            got = []
+            for i in ["A-1", "A-2", "A-3", "A-1"]:
+                try:
+                    got.append(get_order(id=i)["total"])
+                except ToolError as e:
+                    print("stopped:", e)
+                    break
+            print(got)
+        """),
+        answer_with_last_return,
+    )
+    agent = Agent(script.model, capabilities=[cap := ToolcellCodeMode()])
+    agent.tool_plain(get_order)
+
+    async def main() -> Any:
+        try:
+            return await agent.run("go", usage_limits=UsageLimits(tool_calls_limit=3))
+        finally:
+            await cap.aclose()
+
+    result = run(main())
+    out = last_return(result.all_messages()).content
+    assert "stopped: get_order: UsageLimitExceeded: The next tool call(s) would exceed the tool_calls_limit of 3" in out
+    assert out.endswith("[120.0, 35.5]")
+    assert usage_of(result).tool_calls == 3  # two nested calls and run_code itself
+
+
+def test_the_direct_call_of_plain_tools_is_checked_against_pydantic_ai_and_off_when_they_disagree(
+    monkeypatch: Any,
+) -> None:
+    """The direct call of a plain function tool (no hop to the event loop) uses
+    private parts of pydantic-ai; a self-check at import compares it with
+    pydantic-ai's own call, and a pydantic-ai that passes the arguments
+    differently turns it off."""
+    from pydantic_ai._function_schema import FunctionSchema
+
+    integration = _integration
+    assert integration._FAST_PATH is True  # on the pinned pydantic-ai
+    assert integration._fast_path_works() is True
+    original = FunctionSchema._call_args
+
+    def reordered(self: Any, args_dict: Dict[str, Any], ctx: Any) -> Any:
+        pos, kw = original(self, args_dict, ctx)
+        return pos, dict(reversed(list(kw.items())))  # same keywords: still right
+
+    monkeypatch.setattr(FunctionSchema, "_call_args", reordered)
+    assert integration._fast_path_works() is True
+
+    def changed(self: Any, args_dict: Dict[str, Any], ctx: Any) -> Any:
+        pos, kw = original(self, args_dict, ctx)
+        return pos[1:], kw  # say a new pydantic-ai passed the context some other way
+
+    monkeypatch.setattr(FunctionSchema, "_call_args", changed)
+    assert integration._fast_path_works() is False
+
+
+def test_with_the_direct_call_off_plain_tools_go_through_the_tool_manager(monkeypatch: Any) -> None:
+    monkeypatch.setattr(_integration, "_FAST_PATH", False)
+    threads: List[str] = []
+    script = Script(Code("print(sum(get_order(id=i)['total'] for i in ['A-1', 'A-2']))"), answer_with_last_return)
+    agent = Agent(script.model, capabilities=[cap := ToolcellCodeMode()])
+
+    @agent.tool_plain
+    def get_order(id: str) -> dict:
+        """One order."""
+        threads.append(threading.current_thread().name)
+        return {"id": id, "total": ORDERS[id]}
+
+    async def main() -> Any:
+        try:
+            return await agent.run("go")
+        finally:
+            await cap.aclose()
+
+    result = run(main())
+    assert result.output == "answer: 155.5"
+    assert usage_of(result).tool_calls == 3
+    assert not any(t.startswith("toolcell-tool") for t in threads)  # pydantic-ai's worker threads
+
+
+def test_streamed_output_keeps_only_the_pending_emits() -> None:
+    """A chatty cell: the futures of the emitted output events are dropped as
+    they finish, not kept until the end of the cell (memory O(output))."""
+    cap = ToolcellCodeMode(session="chatty")
+    seen: List[int] = []
+
+    async def on_output(chunk: Any) -> None:
+        active = cap._shared.sessions["chatty"].active
+        if active is not None:
+            seen.append(len(active.emits))
+
+    cap.on_output = on_output
+    script = Script(Code("""
+        import sys, time
+        for i in range(300):
+            print(i, flush=True)
+            time.sleep(0.002)
+    """), answer_with_last_return)
+    agent = Agent(script.model, capabilities=[cap])
+
+    async def main() -> None:
+        try:
+            await agent.run("go")
+        finally:
+            await cap.aclose()
+
+    run(main())
+    assert len(seen) > 50, len(seen)
+    assert max(seen) < len(seen) // 2, (max(seen), len(seen))  # kept them all: 2 per chunk so far

@@ -5,8 +5,14 @@ description lists the wrapped tools as Python functions with their
 signatures. The code runs in a persistent Python kernel (variables survive
 from one ``run_code`` call to the next) and calls the tools as plain
 functions; each such call comes back to this process and goes through the
-wrapped toolset's ``call_tool`` with the run's context, exactly as a tool
-call the model made directly would. It is the shape of pydantic-ai-harness's
+run's tool manager with the run's context, as a tool call the model made
+directly would: argument validation, the capabilities' tool hooks
+(``before_tool_validate`` … ``wrap_tool_execute``, ``on_tool_execute_error``:
+a policy capability blocks, defers or rewrites a call from code as it does
+a direct one), the wrapped toolset's ``call_tool``, the run's usage and its
+``UsageLimits(tool_calls_limit=...)``. A call that fails, is refused or is
+deferred (approval, ``CallDeferred``: code cannot wait for those) raises
+``ToolError`` in the cell. It is the shape of pydantic-ai-harness's
 ``CodeMode``, with a real CPython kernel (any package, files, the network)
 instead of the Monty sandbox.
 
@@ -38,23 +44,32 @@ Output streams, while the cell runs, as :class:`ToolcellOutputEvent`
 custom events in the run's event stream (``agent.run_stream_events``,
 ``event_stream_handler``, the UI adapters) on pydantic-ai versions that
 have custom events, and to an ``on_output`` callback on every version.
+
+Threads and event loops: one agent (one capability, one toolcell server)
+serves runs in several threads at once (``run_sync`` from a web server's
+worker threads, one ``asyncio.run`` per thread) and outlives an
+``asyncio.run``; each nested call runs on the loop of the run whose cell
+made it, and one session runs one cell at a time, whichever thread asks.
 """
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
 import contextvars
 import copy
 import dataclasses
 import inspect
+import itertools
 import json
 import logging
-import sys
 import threading
 import uuid
 from typing import (
     Any,
     Awaitable,
     Callable,
+    Deque,
     Dict,
     FrozenSet,
     List,
@@ -116,7 +131,22 @@ try:  # custom events in the run's event stream (recent pydantic-ai)
 except ImportError:  # pragma: no cover - depends on the pydantic-ai version
     _CustomEvent = None  # type: ignore[assignment,misc]
 
-from .._client import AsyncToolcell, Chunk
+try:  # the tool manager: validation and the capabilities' tool hooks around a call
+    from pydantic_ai.tool_manager import ToolManager as _ToolManager
+except ImportError:  # pragma: no cover - depends on the pydantic-ai version
+    try:
+        from pydantic_ai._tool_manager import ToolManager as _ToolManager  # type: ignore[no-redef]
+    except ImportError:
+        _ToolManager = None  # type: ignore[assignment,misc]
+
+try:  # capabilities that hold others (they pass the tool hooks on to them)
+    from pydantic_ai.capabilities import CombinedCapability as _CombinedCapability
+    from pydantic_ai.capabilities import WrapperCapability as _WrapperCapability
+except ImportError:  # pragma: no cover - depends on the pydantic-ai version
+    _CombinedCapability = None  # type: ignore[assignment,misc]
+    _WrapperCapability = None  # type: ignore[assignment,misc]
+
+from .._client import AsyncToolcell, Chunk, current_tool_call
 from .._errors import RPCError, ServerExited, ToolError
 from .._result import ExecuteResult
 from ._common import result_text
@@ -220,6 +250,11 @@ def _fields(cls: Any) -> FrozenSet[str]:
 _TOOL_DEF_FIELDS = _fields(ToolDefinition)
 _RETURN_PART_FIELDS = _fields(ToolReturnPart)
 _CTX_FIELDS = _fields(RunContext)
+_RETURN_HAS_METADATA = "metadata" in _RETURN_PART_FIELDS
+
+
+_MISSING = object()
+_PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
 
 
 def _only(fields: FrozenSet[str], **kw: Any) -> Dict[str, Any]:
@@ -272,17 +307,13 @@ def _output_schema(tool: ToolsetTool[Any]) -> Optional[Dict[str, Any]]:
     return dict(schema)
 
 
-def _loop_alive(loop: Optional[asyncio.AbstractEventLoop]) -> bool:
-    return loop is not None and not loop.is_closed()
-
-
 def _calls_like(toolset: AbstractToolset[Any], base: type) -> bool:
     """`toolset` is a `base` whose ``call_tool`` is `base`'s own (a subclass
     such as the agent's own function toolset that calls as its base does)."""
     return isinstance(toolset, base) and getattr(type(toolset), "call_tool", None) is getattr(base, "call_tool", None)
 
 
-def _plain_function(toolset: AbstractToolset[Any], tool: ToolsetTool[Any], strict: bool = True) -> Optional[Any]:
+def _plain_function(toolset: AbstractToolset[Any], tool: ToolsetTool[Any]) -> Optional[Any]:
     """The function schema of `tool` when calling it through `toolset` only
     calls a plain (sync) function: reached through ``CombinedToolset``s
     alone, held by a ``FunctionToolset`` with no timeout. Such a call can run
@@ -290,14 +321,14 @@ def _plain_function(toolset: AbstractToolset[Any], tool: ToolsetTool[Any], stric
     on a worker thread of its own anyway — instead of hopping to the event
     loop and on to that worker thread and back (three thread switches per
     call). Anything else (an ``async def`` tool, a wrapper that could change
-    the call, an MCP tool): ``None``, and the call takes the toolset's
-    ``call_tool`` on the run's loop. `strict=False` (when registering, before
-    the toolset a call goes through is known) judges by the tool alone.
+    the call, an MCP tool): ``None``, and the call goes through the run's
+    tool manager on the run's loop. Used only when the run has no capability
+    with tool hooks (`_tool_hooks`) and the self-check (`_FAST_PATH`) passed.
     """
     if _CombinedToolsetTool is None or _FunctionToolsetTool is None:
         return None  # pragma: no cover - depends on the pydantic-ai version
     for _ in range(16):
-        if isinstance(tool, _CombinedToolsetTool) and (not strict or _calls_like(toolset, CombinedToolset)):
+        if isinstance(tool, _CombinedToolsetTool) and _calls_like(toolset, CombinedToolset):
             toolset, tool = tool.source_toolset, tool.source_tool
         elif _calls_like(toolset, WrapperToolset):
             toolset = toolset.wrapped  # passes calls on as they are
@@ -324,6 +355,249 @@ def _plain_function(toolset: AbstractToolset[Any], tool: ToolsetTool[Any], stric
     return schema
 
 
+# The context a tool call gets, as the tool manager builds it (`ToolManager._build_tool_context`).
+_NESTED_CTX_FIELDS = tuple(
+    f for f in ("tool_name", "_dispatched_tool_name", "tool_call_id", "retry", "max_retries",
+                "tool_call_approved", "tool_call_metadata", "partial_output")
+    if f in _CTX_FIELDS
+)
+
+try:  # pydantic-ai marks the context of a sync tool it runs, so `run_sync` inside one fails fast
+    from pydantic_ai._utils import _in_sync_callback as _IN_SYNC_CALLBACK
+except ImportError:  # pragma: no cover - depends on the pydantic-ai version
+    _IN_SYNC_CALLBACK = None
+
+
+def _nested_ctx(ctx: RunContext[Any], name: str, call_id: str, tool: ToolsetTool[Any]) -> RunContext[Any]:
+    """The run's context as the tool manager hands it to a tool: its name, its call id, its retries."""
+    retries = getattr(ctx, "retries", None) or {}
+    values = {"tool_name": name, "_dispatched_tool_name": name, "tool_call_id": call_id,
+              "retry": retries.get(name, 0), "max_retries": tool.max_retries, "tool_call_approved": False,
+              "tool_call_metadata": None, "partial_output": False}
+    state = getattr(ctx, "__dict__", None)
+    if state is None:  # pragma: no cover - a RunContext with slots
+        nested = copy.copy(ctx)
+        for field in _NESTED_CTX_FIELDS:
+            setattr(nested, field, values[field])
+        return nested
+    # a shallow copy, as copy.copy makes it but 3x faster (dataclasses.replace re-runs the init: 10x slower)
+    nested = object.__new__(type(ctx))
+    state = state.copy()
+    for field in _NESTED_CTX_FIELDS:
+        state[field] = values[field]
+    nested.__dict__.update(state)
+    return nested
+
+
+def _sync_tool(function: Callable[..., Any], pos: Any, kw: Any) -> Any:
+    if _IN_SYNC_CALLBACK is not None:
+        _IN_SYNC_CALLBACK.set(True)  # in the call's own context copy
+    return function(*pos, **kw)
+
+
+def _call_plain(schema: Any, args: Dict[str, Any], ctx: RunContext[Any], context: contextvars.Context) -> Any:
+    """Call a plain function tool (`_plain_function`) here, as pydantic-ai's ``FunctionSchema.call`` would."""
+    pos, kw = schema._call_args(args, ctx)
+    return context.run(_sync_tool, schema.function, pos, kw)
+
+
+def _managed_calls() -> bool:
+    """This pydantic-ai's tool manager can run a call from code through the
+    capabilities' tool hooks and hand back the raw error
+    (``validate_tool_call`` / ``execute_tool_call`` with ``wrap_validation_errors=False``)."""
+    if _ToolManager is None:
+        return False  # pragma: no cover - depends on the pydantic-ai version
+    try:
+        return (
+            {"toolset", "root_capability", "ctx", "tools"} <= _fields(_ToolManager)
+            and "wrap_validation_errors" in inspect.signature(_ToolManager.validate_tool_call).parameters
+            and "wrap_validation_errors" in inspect.signature(_ToolManager.execute_tool_call).parameters
+        )
+    except (TypeError, ValueError, AttributeError):  # pragma: no cover - depends on the pydantic-ai version
+        return False
+
+
+_MANAGED = _managed_calls()
+_TM_FIELDS = _fields(_ToolManager) if _MANAGED else frozenset()
+
+_TOOL_HOOKS = (
+    "before_tool_validate", "after_tool_validate", "wrap_tool_validate", "on_tool_validate_error",
+    "before_tool_execute", "after_tool_execute", "wrap_tool_execute", "on_tool_execute_error",
+)
+
+
+def _tool_hooks(root: Any) -> List[str]:
+    """The tool hooks the run's capabilities implement (``Capability.hook``): each call from code goes
+    through them, so none may be skipped by the direct call of a plain function."""
+    found: List[str] = []
+    if root is None:
+        return found
+    todo, seen = [root], set()
+    while todo:
+        cap = todo.pop()
+        if id(cap) in seen:
+            continue
+        seen.add(id(cap))
+        if len(seen) > 1000:  # pragma: no cover - a cycle or a giant tree: assume hooks
+            return ["(too many capabilities to check)"]
+        base: Any = AbstractCapability
+        if _CombinedCapability is not None and isinstance(cap, _CombinedCapability):
+            base = _CombinedCapability  # its hooks pass the call on to its children
+            todo.extend(getattr(cap, "capabilities", None) or ())
+            todo.extend(getattr(cap, "_dispatch", None) or ())
+        elif _WrapperCapability is not None and isinstance(cap, _WrapperCapability):
+            base = _WrapperCapability  # its hooks pass the call on to the capability it wraps
+            todo.append(cap.wrapped)
+        found += [f"{type(cap).__name__}.{hook}" for hook in _TOOL_HOOKS
+                  if getattr(type(cap), hook, None) is not getattr(base, hook, None)]
+    return found
+
+
+async def _probe_calls(model: Any) -> Optional[Tuple[Any, Any]]:
+    """A probe tool called through pydantic-ai (its tool manager, or the toolset's ``call_tool``) and as the
+    direct call of a plain function; the two results (None when the direct call would not be used)."""
+    from pydantic_ai.usage import RunUsage
+
+    def probe(ctx: RunContext[Any], a: int, /, b: str, c: float = 1.5, d: Optional[str] = None) -> Any:
+        """A probe."""
+        return {"deps": ctx.deps, "tool": ctx.tool_name, "id": ctx.tool_call_id, "retry": ctx.retry,
+                "max_retries": ctx.max_retries, "args": [a, b, c, d]}
+
+    toolset = CombinedToolset([FunctionToolset([probe], max_retries=3)])
+    ctx = RunContext(**_only(_CTX_FIELDS, deps={"probe": 1}, model=model, usage=RunUsage(),
+                             retries={"probe": 2}, tool_name="run_code", tool_call_id="outer"))
+    raw = {"a": 1, "b": "two", "d": "five"}
+    tools = await toolset.get_tools(ctx)
+    tool = tools["probe"]
+    schema = _plain_function(toolset, tool)
+    if schema is None:
+        return None
+    if _MANAGED:
+        manager = _ToolManager(**_only(_TM_FIELDS, toolset=toolset, ctx=ctx, tools=tools))
+        part = ToolCallPart(tool_name="probe", args=dict(raw), tool_call_id="inner")
+        validated = await manager.validate_tool_call(part, wrap_validation_errors=False)
+        want = await manager.execute_tool_call(validated, wrap_validation_errors=False)
+    else:
+        args = tool.args_validator.validate_python(dict(raw))
+        want = await toolset.call_tool("probe", args, _nested_ctx(ctx, "probe", "inner", tool), tool)
+    args = tool.args_validator.validate_python(dict(raw), context=ctx.validation_context)
+    got = _call_plain(schema, args, _nested_ctx(ctx, "probe", "inner", tool), contextvars.copy_context())
+    return got, want
+
+
+def _fast_path_self_check(model: Any = None) -> bool:
+    """The direct call of a plain function tool (`_plain_function`,
+    `_nested_ctx`, `_call_plain`) relies on private parts of pydantic-ai: it
+    is used only when a probe tool called both ways gives the same answer.
+    Run at import, on an event loop of its own (in a thread of its own when
+    the importing thread is running a loop)."""
+    if _CombinedToolsetTool is None or _FunctionToolsetTool is None:
+        return False  # pragma: no cover - depends on the pydantic-ai version
+    try:
+        from pydantic_ai._utils import disable_threads  # sync tools inline: no worker thread for the probe
+    except ImportError:  # pragma: no cover - depends on the pydantic-ai version
+        disable_threads = contextlib.nullcontext  # type: ignore[assignment]
+
+    async def probe() -> Optional[Tuple[Any, Any]]:
+        with disable_threads():
+            return await _probe_calls(model)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        loop = asyncio.new_event_loop()
+        try:
+            outcome = loop.run_until_complete(probe())
+        finally:
+            loop.close()
+    else:
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="toolcell-self-check") as pool:
+            outcome = pool.submit(asyncio.run, probe()).result(timeout=60)
+    if outcome is None:
+        return False  # pragma: no cover - depends on the pydantic-ai version
+    got, want = outcome
+    expected = {"deps": {"probe": 1}, "tool": "probe", "id": "inner", "retry": 2, "max_retries": 3,
+                "args": [1, "two", 1.5, "five"]}
+    return bool(got == want == expected)
+
+
+def _fast_path_works() -> bool:
+    try:
+        return _fast_path_self_check()
+    except Exception:  # pragma: no cover - depends on the pydantic-ai version
+        pass
+    try:  # a pydantic-ai that needs a model in the run context (a 30 ms import: only then)
+        from pydantic_ai.models.test import TestModel
+
+        return _fast_path_self_check(TestModel())
+    except Exception:  # pragma: no cover - depends on the pydantic-ai version
+        log.debug("toolcell: the self-check of the direct call of plain function tools failed", exc_info=True)
+        return False
+
+
+_FAST_PATH = _fast_path_works()
+if not _FAST_PATH:  # pragma: no cover - depends on the pydantic-ai version
+    log.debug("toolcell: plain function tools called from code go through pydantic-ai's tool manager")
+
+
+class _SessionLock:
+    """Lets one cell of a session run at a time, across event loops and
+    threads (an ``asyncio.Lock`` serves one loop): ``async with lock:``.
+    Waiters are served in order; a cancelled waiter leaves the queue (or
+    passes the lock on, when it was handed over as it was cancelled)."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._held = False
+        self._waiters: Deque[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = collections.deque()
+
+    async def __aenter__(self) -> "_SessionLock":
+        loop = asyncio.get_running_loop()
+        with self._mutex:
+            if not self._held:
+                self._held = True
+                return self
+            waiter = (loop, loop.create_future())
+            self._waiters.append(waiter)
+        try:
+            await waiter[1]
+        except BaseException:
+            with self._mutex:
+                try:
+                    self._waiters.remove(waiter)
+                    handed = False
+                except ValueError:
+                    handed = True  # the lock was ours already
+            if handed:
+                self._release()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        with self._mutex:
+            while self._waiters:
+                loop, fut = self._waiters.popleft()
+                try:
+                    loop.call_soon_threadsafe(_wake, fut)
+                    return  # the lock passes to that waiter
+                except RuntimeError:  # its loop is closed: the next one
+                    continue
+            self._held = False
+
+
+def _wake(fut: "asyncio.Future[None]") -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+# The toolcell sessions whose cells the current code runs inside: (client id, session).
+_IN_CELL: "contextvars.ContextVar[Tuple[Tuple[int, str], ...]]" = contextvars.ContextVar(
+    "toolcell_pydantic_ai_in_cell", default=()
+)
+
 # ---------------------------------------------------------------- shared state
 
 
@@ -339,77 +613,135 @@ class _Call:
         self.loop = asyncio.get_running_loop()
         self.context = contextvars.copy_context()
         self.parent_id = ctx.tool_call_id or RUN_CODE_TOOL_NAME
-        self.count = 0
+        self._ids = itertools.count(1)
         self.tool_calls: Dict[str, ToolCallPart] = {}
         self.tool_returns: Dict[str, ToolReturnPart] = {}
         self.tool_errors: Dict[str, str] = {}
         self.user_content: List[Any] = []
-        self.emits: List["asyncio.Future[Any]"] = []
+        self.emits: "set[asyncio.Future[Any]]" = set()  # the pending ones only: a chatty cell piles none up
         self.emit_events = True
         # Calls may come from several threads of the cell at once.
         self._lock = threading.Lock()
         self._plain: Dict[str, Any] = {}
+        manager = getattr(ctx, "tool_manager", None)
+        self.root = getattr(manager, "root_capability", None) or getattr(ctx, "root_capability", None)
+        self.default_max_retries = getattr(manager, "default_max_retries", 1)
+        hooks = _tool_hooks(self.root)
+        self.hooked = bool(hooks)
+        if hooks and not _MANAGED:  # pragma: no cover - depends on the pydantic-ai version
+            log.warning(
+                "toolcell: this pydantic-ai has no tool manager to run calls from code through, so the "
+                "capabilities' tool hooks (%s) do not see them; upgrade pydantic-ai", ", ".join(hooks)
+            )
+        self._manager: Any = None
+        limits = getattr(ctx, "usage_limits", None)
+        self.usage_limits = limits if getattr(limits, "tool_calls_limit", None) is not None else None
+        self._in_flight = 0
+        self._waiting: "set[concurrent.futures.Future[Any]]" = set()
+        self._done = False
 
-    async def run(self, name: str, arguments: Dict[str, Any]) -> Any:
-        """Run one nested call on the run's loop, in the ``run_code`` call's context."""
-        coro = self._run(name, arguments)
-        if sys.version_info >= (3, 11):
-            return await asyncio.get_running_loop().create_task(coro, context=self.context.copy())
-        return await coro  # pragma: no cover - Python 3.10: no task context
+    # ---- the way in: a client pool thread, for every call of the cell
 
-    def run_here(self, name: str, arguments: Dict[str, Any]) -> Any:
-        """Run one nested call on this (a client pool) thread when the tool is a
-        plain function reached directly (`_plain_function`), else on the run's loop."""
+    def call(self, name: str, arguments: Dict[str, Any]) -> Any:
+        """Run one nested call. A plain function reached directly (`_plain_function`) runs on this (a client
+        pool) thread; any other call, or any call when a capability has tool hooks, on the run's loop,
+        through the run's tool manager, and this thread waits for it."""
         tool = self.tools.get(name)
+        if tool is None:
+            raise ToolError(f"{name}: this tool is not available in this step of the run")
+        schema = self._plain.get(name, _MISSING)
+        if schema is _MISSING:  # judged once per tool and run_code call
+            schema = self._plain[name] = self._direct(tool)
+        if schema is None:
+            return self._on_loop(self._run(name, tool, arguments))
+        call_id = self._begin(name, arguments)
         try:
-            schema = self._plain[name]
-        except KeyError:  # judged once per tool and run_code call
-            schema = self._plain[name] = _plain_function(self.toolset, tool) if tool is not None else None
-        if (
-            schema is None
-            or getattr(tool, "args_validator_func", None) is not None
-            or not isinstance(self.ctx.tracer, NoOpTracer)
-        ):
-            return asyncio.run_coroutine_threadsafe(self.run(name, arguments), self.loop).result()
-        assert tool is not None
-        call_id, args, nested_ctx = self._begin(name, tool, arguments)
-        try:
-            pos, kw = schema._call_args(args, nested_ctx)
-            result = self.context.copy().run(schema.function, *pos, **kw)
-            if inspect.isawaitable(result):  # a plain def that returned an awaitable
-
-                async def settle(awaitable: Any = result) -> Any:
-                    return await awaitable
-
-                result = asyncio.run_coroutine_threadsafe(settle(), self.loop).result()
+            counted = self._count_in()
+            try:
+                args = tool.args_validator.validate_python(arguments, context=self.ctx.validation_context)
+                result = _call_plain(schema, args, _nested_ctx(self.ctx, name, call_id, tool), self.context.copy())
+                if type(result) not in _PLAIN_TYPES and inspect.isawaitable(result):  # a def returning an awaitable
+                    result = self._on_loop(_settle(result))
+            finally:
+                if counted:
+                    self._count_out()
         except BaseException as e:
             err = self._failed(call_id, name, e)
             if err is e:
                 raise
             raise err from e
-        return self._returned(call_id, name, result)
+        return self._returned(call_id, name, result, count=True)
 
-    def _begin(self, name: str, tool: ToolsetTool[Any], arguments: Dict[str, Any]) -> Tuple[str, Any, RunContext[Any]]:
-        """Counts and records the call, validates its arguments, makes its context."""
+    def _direct(self, tool: ToolsetTool[Any]) -> Optional[Any]:
+        """The function schema when the call may be made directly (`_plain_function`), else None."""
+        if not _FAST_PATH or self.hooked or getattr(tool, "args_validator_func", None) is not None:
+            return None
+        if not _MANAGED and not isinstance(self.ctx.tracer, NoOpTracer):
+            return None  # pragma: no cover - old pydantic-ai: the span is made in `_legacy`
+        return _plain_function(self.toolset, tool)
+
+    def _on_loop(self, coro: Any) -> Any:
+        """Run `coro` on the run's event loop, in the ``run_code`` call's context, and wait for it here
+        (a client pool thread) for as long as the cell waits for the call."""
+        try:
+            # run_coroutine_threadsafe makes the task in the context it is called in: a copy of the call's
+            fut = self.context.copy().run(asyncio.run_coroutine_threadsafe, coro, self.loop)
+        except RuntimeError:  # the run's loop is closed
+            coro.close()
+            raise ToolError("the agent run this cell belongs to has ended") from None
         with self._lock:
-            self.count += 1
-            call_id = f"{self.parent_id}__{self.count}"
-            self.tool_calls[call_id] = ToolCallPart(tool_name=name, args=dict(arguments), tool_call_id=call_id)
-        ctx = self.ctx
+            if self._done:
+                fut.cancel()
+            self._waiting.add(fut)
+        served = current_tool_call()
+        deadline = served.deadline_ms if served is not None else None
         try:
-            args = tool.args_validator.validate_python(arguments, context=ctx.validation_context)
-        except BaseException as e:
-            err = self._failed(call_id, name, e)
-            if err is e:
-                raise
-            raise err from e
-        # the run's context, as the tool manager gives it to a tool: its name, its call id
-        nested_ctx = copy.copy(ctx)  # (dataclasses.replace re-runs RunContext's init: 10x slower)
-        for field, value in (("tool_name", name), ("tool_call_id", call_id), ("retry", 0),
-                             ("max_retries", tool.max_retries)):
-            if field in _CTX_FIELDS:
-                setattr(nested_ctx, field, value)
-        return call_id, args, nested_ctx
+            # past the cell's deadline the server has cancelled the call: cancel it here too
+            return fut.result(timeout=None if deadline is None else deadline / 1000 + 1)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise ToolError("the call ran past the time the cell had left, and was cancelled") from None
+        except concurrent.futures.CancelledError:
+            raise ToolError("the call was cancelled: the run_code call it belongs to ended") from None
+        finally:
+            with self._lock:
+                self._waiting.discard(fut)
+
+    def finish(self) -> None:
+        """The cell is over: cancel the nested calls still running on the loop (nobody waits for them)."""
+        with self._lock:
+            self._done = True
+            waiting = list(self._waiting)
+        for fut in waiting:
+            fut.cancel()
+
+    # ---- bookkeeping
+
+    def _begin(self, name: str, arguments: Dict[str, Any]) -> str:
+        """Counts and records the call; its id."""
+        call_id = f"{self.parent_id}__{next(self._ids)}"  # (itertools.count: atomic)
+        part = ToolCallPart(tool_name=name, args=dict(arguments), tool_call_id=call_id)
+        with self._lock:
+            self.tool_calls[call_id] = part
+        return call_id
+
+    def _count_in(self) -> bool:
+        """Checks the run's ``UsageLimits(tool_calls_limit=...)`` before a nested call, as the agent checks
+        it before the model's calls (raises ``UsageLimitExceeded``); True when it counts the call."""
+        limits = self.usage_limits
+        if limits is None:
+            return False
+        with self._lock:
+            projected = copy.copy(self.ctx.usage)
+            # the calls under way, this one, and run_code's own (counted when it returns)
+            projected.tool_calls += self._in_flight + 2
+            limits.check_before_tool_call(projected)
+            self._in_flight += 1
+        return True
+
+    def _count_out(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
 
     def _failed(self, call_id: str, name: str, e: BaseException) -> BaseException:
         """The exception a failed nested call raises in the host (a ToolError the cell sees)."""
@@ -420,8 +752,9 @@ class _Call:
             self.tool_errors[call_id] = message
         return ToolError(message)
 
-    def _returned(self, call_id: str, name: str, result: Any) -> Any:
-        """Records a nested call's result; the value the cell gets."""
+    def _returned(self, call_id: str, name: str, result: Any, count: bool) -> Any:
+        """Records a nested call's result; the value the cell gets. `count`: add it to the run's usage
+        (the tool manager counts the calls it makes itself)."""
         metadata = None
         if isinstance(result, ToolReturn):
             metadata = result.metadata
@@ -429,46 +762,75 @@ class _Call:
                 with self._lock:
                     self.user_content.extend([result.content] if isinstance(result.content, str) else result.content)
             result = result.return_value
-        part = ToolReturnPart(
-            **_only(_RETURN_PART_FIELDS, tool_name=name, content=result, tool_call_id=call_id, metadata=metadata)
-        )
+        if _RETURN_HAS_METADATA:
+            part = ToolReturnPart(tool_name=name, content=result, tool_call_id=call_id, metadata=metadata)
+        else:  # pragma: no cover - depends on the pydantic-ai version
+            part = ToolReturnPart(tool_name=name, content=result, tool_call_id=call_id)
         with self._lock:
             self.tool_returns[call_id] = part
-            if hasattr(self.ctx.usage, "tool_calls"):
+            if count and hasattr(self.ctx.usage, "tool_calls"):
                 self.ctx.usage.tool_calls += 1
         return to_jsonable_python(result, serialize_unknown=True)
 
-    async def _run(self, name: str, arguments: Dict[str, Any]) -> Any:
-        tool = self.tools.get(name)
-        if tool is None:
-            raise ToolError(f"{name}: this tool is not available in this step of the run")
-        call_id, args, nested_ctx = self._begin(name, tool, arguments)
-        ctx = self.ctx
+    # ---- a call on the run's loop
+
+    async def _run(self, name: str, tool: ToolsetTool[Any], arguments: Dict[str, Any]) -> Any:
+        call_id = self._begin(name, arguments)
         try:
-            check = getattr(tool, "args_validator_func", None)
-            if check is not None:
-                checked = check(nested_ctx, **args)
-                if inspect.isawaitable(checked):
-                    await checked
-            span = (
-                contextlib.nullcontext()
-                if isinstance(ctx.tracer, NoOpTracer)
-                else ctx.tracer.start_as_current_span(
-                    f"execute_tool {name}",
-                    attributes={"gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id,
-                                "toolcell.session": self.session},
-                )
-            )
-            with span:
-                pending = self.toolset.call_tool(name, args, nested_ctx, tool)
-                timeout = getattr(tool.tool_def, "timeout", None)
-                result = await (asyncio.wait_for(pending, timeout) if timeout else pending)
+            counted = self._count_in()
+            try:
+                if _MANAGED:
+                    result = await self._managed(name, call_id, arguments)
+                else:  # pragma: no cover - depends on the pydantic-ai version
+                    result = await self._legacy(name, call_id, tool, arguments)
+            finally:
+                if counted:
+                    self._count_out()
         except BaseException as e:
             err = self._failed(call_id, name, e)
             if err is e:
                 raise
             raise err from e
-        return self._returned(call_id, name, result)
+        return self._returned(call_id, name, result, count=not _MANAGED)
+
+    async def _managed(self, name: str, call_id: str, arguments: Dict[str, Any]) -> Any:
+        """The call through a tool manager of the sandboxed tools with the run's root capability: its
+        validation, availability check, the capabilities' tool hooks (``before_tool_validate`` …
+        ``on_tool_execute_error``), the toolset's ``call_tool``, its usage count; errors come back raw."""
+        manager = self._manager
+        if manager is None:
+            manager = self._manager = _ToolManager(**_only(
+                _TM_FIELDS, toolset=self.toolset, root_capability=self.root, ctx=self.ctx, tools=self.tools,
+                default_max_retries=self.default_max_retries,
+            ))
+        part = ToolCallPart(tool_name=name, args=dict(arguments), tool_call_id=call_id)
+        validated = await manager.validate_tool_call(part, wrap_validation_errors=False)
+        return await manager.execute_tool_call(validated, wrap_validation_errors=False)
+
+    async def _legacy(self, name: str, call_id: str, tool: ToolsetTool[Any],
+                      arguments: Dict[str, Any]) -> Any:  # pragma: no cover - depends on the pydantic-ai version
+        """The call on a pydantic-ai whose tool manager cannot make it (no capability hooks)."""
+        ctx = self.ctx
+        args = tool.args_validator.validate_python(arguments, context=ctx.validation_context)
+        nested_ctx = _nested_ctx(ctx, name, call_id, tool)
+        check = getattr(tool, "args_validator_func", None)
+        if check is not None:
+            checked = check(nested_ctx, **args)
+            if inspect.isawaitable(checked):
+                await checked
+        span = (
+            contextlib.nullcontext()
+            if isinstance(ctx.tracer, NoOpTracer)
+            else ctx.tracer.start_as_current_span(
+                f"execute_tool {name}",
+                attributes={"gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id,
+                            "toolcell.session": self.session},
+            )
+        )
+        with span:
+            pending = self.toolset.call_tool(name, args, nested_ctx, tool)
+            timeout = getattr(tool.tool_def, "timeout", None)
+            return await (asyncio.wait_for(pending, timeout) if timeout else pending)
 
     @staticmethod
     def _error_text(name: str, e: BaseException) -> Optional[str]:
@@ -479,8 +841,8 @@ class _Call:
             return str(getattr(e, "message", e))
         if _DEFERRALS and isinstance(e, _DEFERRALS):
             return (
-                f"{type(e).__name__}: this tool needs approval or runs outside the agent (deferred), "
-                "which code cannot wait for; ask for it with a direct tool call instead"
+                f"{type(e).__name__}: this call needs approval or runs outside the agent (deferred, by the tool "
+                "or a capability), which code cannot wait for; it was not made"
             )
         if isinstance(e, pydantic.ValidationError):
             errs = "; ".join(
@@ -495,10 +857,12 @@ class _Call:
             return f"{type(e).__name__}: {text}" if text else type(e).__name__
         return None  # cancellation, KeyboardInterrupt, ...: not the tool's answer
 
+    # ---- output
+
     def on_chunk(self, chunk: Chunk, on_output: Optional[Callable[[Chunk], Any]]) -> None:
         """Pass a piece of output on, to ``on_output`` and into the run's event stream.
 
-        Called on the client's event loop; everything it starts runs on the run's loop.
+        Called on the loop awaiting the cell (the run's); everything it starts runs on the run's loop.
         """
         try:
             same_loop = asyncio.get_running_loop() is self.loop
@@ -506,7 +870,7 @@ class _Call:
             same_loop = False
         if same_loop:
             self._deliver(chunk, on_output)
-        else:
+        else:  # pragma: no cover - the client calls it on the loop awaiting the cell
             self.loop.call_soon_threadsafe(self._deliver, chunk, on_output)
 
     def _deliver(self, chunk: Chunk, on_output: Optional[Callable[[Chunk], Any]]) -> None:
@@ -514,19 +878,29 @@ class _Call:
             try:
                 out = self.context.run(on_output, chunk)
                 if inspect.isawaitable(out):
-                    self.emits.append(asyncio.ensure_future(out))
+                    self._pending(asyncio.ensure_future(out))
             except Exception:
                 log.exception("toolcell: the on_output callback raised")
         if _CustomEvent is None or not self.emit_events or not chunk.text:
             return
         event = ToolcellOutputEvent(session=chunk.session, stream=chunk.stream, text=chunk.text)
-        self.emits.append(asyncio.ensure_future(self._emit(event)))
+        self._pending(asyncio.ensure_future(self._emit(event)))
+
+    def _pending(self, fut: "asyncio.Future[Any]") -> None:
+        """Keeps `fut` until it is done (the end of the cell waits for the ones left)."""
+        if not fut.done():
+            self.emits.add(fut)
+            fut.add_done_callback(self.emits.discard)
 
     async def _emit(self, event: Any) -> None:
         try:
             await self.ctx.emit(event)
         except UserError:  # this run has no event stream to emit into
             self.emit_events = False
+
+
+async def _settle(awaitable: Any) -> Any:
+    return await awaitable
 
 
 class _Session:
@@ -537,18 +911,19 @@ class _Session:
         self.registered: Dict[str, str] = {}  # tool name -> fingerprint of its definition
         self.description: Optional[str] = None
         self.active: Optional[_Call] = None
-        self._lock: Optional[Tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = None
-
-    def lock(self) -> asyncio.Lock:
-        """The lock that runs one cell of this session at a time (made for the current loop)."""
-        loop = asyncio.get_running_loop()
-        if self._lock is None or self._lock[0] is not loop:
-            self._lock = (loop, asyncio.Lock())
-        return self._lock[1]
+        self.lock = _SessionLock()  # one cell at a time, whichever thread or loop runs it
+        self.sync_lock = _SessionLock()  # one registration of tools at a time
 
 
 class _Shared:
-    """What every copy of one toolset (and every run of one capability) shares: the client, the sessions."""
+    """What every copy of one toolset (and every run of one capability) shares: the client, the sessions.
+
+    Used from any thread and event loop: nothing here is tied to a loop (the
+    nested calls are plain functions run on the client's pool threads, which
+    hand them to the loop of the run whose cell made them), so one client
+    serves runs in several threads (``run_sync`` from a thread pool), and
+    outlives an ``asyncio.run``.
+    """
 
     def __init__(self, toolcell: Optional[AsyncToolcell], config: Optional[Mapping[str, Any]],
                  max_tool_calls: Optional[int]):
@@ -569,29 +944,26 @@ class _Shared:
         }
         self.config = _deep_merge(base, config or {})
         self.owned: Optional[AsyncToolcell] = None
-        self.owned_loop: Optional[asyncio.AbstractEventLoop] = None
         self.sessions: Dict[str, _Session] = {}
+        self._lock = threading.Lock()  # guards `owned` and `sessions` (runs in several threads)
 
     def client(self) -> AsyncToolcell:
-        """The client: the one given, else the one this toolset started (in the running loop)."""
+        """The client: the one given, else the one this toolset started on first use."""
         if self.given is not None:
             return self.given
-        loop = asyncio.get_running_loop()
-        if self.owned is not None and not _loop_alive(self.owned_loop):
-            # a new asyncio.run(): the old client's loop is gone, and its async tools with it
-            (log.warning if self.sessions else log.debug)(
-                "toolcell: the event loop the toolcell server was started in is closed; starting a new "
-                "server (sessions of the old one lose their state: %s)", ", ".join(self.sessions) or "none"
-            )
-            self.drop_owned()
-        if self.owned is None:
-            self.owned = AsyncToolcell(config=self.config)
-            self.owned_loop = loop
-        return self.owned
+        owned = self.owned
+        if owned is None:
+            with self._lock:
+                if self.owned is None:
+                    self.owned = AsyncToolcell(config=self.config)
+                owned = self.owned
+        return owned
 
     def drop_owned(self) -> None:
-        old, self.owned, self.owned_loop = self.owned, None, None
-        self.sessions.clear()
+        """Forget the server this toolset started (it exited): the next call starts a new one."""
+        with self._lock:
+            old, self.owned = self.owned, None
+            self.sessions.clear()
         if old is not None:
             try:
                 old.close(timeout=5)
@@ -599,74 +971,66 @@ class _Shared:
                 log.debug("toolcell: closing the old server failed", exc_info=True)
 
     def session(self, name: str) -> _Session:
-        """The session's bookkeeping (after `client()`, which forgets every session when it restarts the server)."""
+        """The session's bookkeeping."""
         self.client()
-        s = self.sessions.get(name)
-        if s is None:
-            s = self.sessions[name] = _Session(name)
+        with self._lock:
+            s = self.sessions.get(name)
+            if s is None:
+                s = self.sessions[name] = _Session(name)
         return s
 
     async def sync_tools(self, session: _Session, tools: Mapping[str, ToolsetTool[Any]]) -> None:
         """Register the tools of this step with the session (only those new or changed), drop the rest."""
         tc = self.client()
-        wanted: Dict[str, Tuple[str, ToolDefinition, Optional[Dict[str, Any]], bool]] = {}
+        wanted: Dict[str, Tuple[str, ToolDefinition, Optional[Dict[str, Any]]]] = {}
         for name, tool in tools.items():
             td = tool.tool_def
             output_schema = _output_schema(tool)
-            plain = _plain_function(getattr(tool, "toolset", None), tool, strict=False) is not None
-            fp = json.dumps([td.description or "", td.parameters_json_schema, output_schema, plain],
+            fp = json.dumps([td.description or "", td.parameters_json_schema, output_schema],
                             sort_keys=True, default=str)
-            wanted[name] = (fp, td, output_schema, plain)
-        gone = [n for n in session.registered if n not in wanted]
-        if gone:
-            await tc.unregister(*gone, session=session.name)
-            for n in gone:
-                del session.registered[n]
-            session.description = None
-        for name, (fp, td, output_schema, plain) in wanted.items():
-            if session.registered.get(name) == fp:
-                continue
-            try:
-                await tc.register_tool(
-                    name,
-                    self._dispatcher(session.name, name, plain),
-                    td.parameters_json_schema or {"type": "object", "properties": {}},
-                    description=td.description or "",
-                    output_schema=output_schema,
-                    session=session.name,
-                )
-            except RPCError as e:
-                raise UserError(
-                    f"ToolcellCodeMode could not offer the tool {name!r} to code: {e.message}. "
-                    "Rename it (toolset.renamed({...}) or .prefixed('x')), or keep it out of run_code "
-                    "with the tool selector."
-                ) from e
-            session.registered[name] = fp
-            session.description = None
+            wanted[name] = (fp, td, output_schema)
+        if all(session.registered.get(n) == fp for n, (fp, _, _) in wanted.items()) and len(wanted) == len(
+            session.registered
+        ):
+            return  # nothing changed (every step of a run, mostly)
+        async with session.sync_lock:
+            gone = [n for n in session.registered if n not in wanted]
+            if gone:
+                await tc.unregister(*gone, session=session.name)
+                for n in gone:
+                    session.registered.pop(n, None)
+                session.description = None
+            for name, (fp, td, output_schema) in wanted.items():
+                if session.registered.get(name) == fp:
+                    continue
+                try:
+                    await tc.register_tool(
+                        name,
+                        self._dispatcher(session, name),
+                        td.parameters_json_schema or {"type": "object", "properties": {}},
+                        description=td.description or "",
+                        output_schema=output_schema,
+                        session=session.name,
+                    )
+                except RPCError as e:
+                    raise UserError(
+                        f"ToolcellCodeMode could not offer the tool {name!r} to code: {e.message}. "
+                        "Rename it (toolset.renamed({...}) or .prefixed('x')), or keep it out of run_code "
+                        "with the tool selector."
+                    ) from e
+                session.registered[name] = fp
+                session.description = None
 
-    def _dispatcher(self, session: str, name: str, plain: bool = False) -> Callable[..., Any]:
-        if plain:
-            # A plain function tool: called on the client's pool thread the
-            # call arrives on (see `_plain_function`), the loop only when
-            # the tool turns out to need it.
-            def call_here(**arguments: Any) -> Any:
-                s = self.sessions.get(session)
-                active = s.active if s is not None else None
-                if active is None:
-                    raise ToolError(f"{name}: no run_code call is running in this session, so the tool cannot run")
-                return active.run_here(name, arguments)
-
-            call_here.__name__ = name
-            return call_here
-
-        async def call(**arguments: Any) -> Any:
-            s = self.sessions.get(session)
-            active = s.active if s is not None else None
+    @staticmethod
+    def _dispatcher(session: _Session, name: str) -> Callable[..., Any]:
+        # A plain function, whatever the tool: the client runs it on a pool
+        # thread, and the call goes on from there to the run whose cell
+        # made it (`_Call.call`), on that run's own thread and loop.
+        def call(**arguments: Any) -> Any:
+            active = session.active
             if active is None:
                 raise ToolError(f"{name}: no run_code call is running in this session, so the tool cannot run")
-            if asyncio.get_running_loop() is active.loop:
-                return await active.run(name, arguments)
-            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(active.run(name, arguments), active.loop))
+            return active.call(name, arguments)
 
         call.__name__ = name
         return call
@@ -679,11 +1043,10 @@ class _Shared:
 
     async def end_session(self, name: str) -> None:
         """Shut the session's kernel down and forget its tools."""
-        s = self.sessions.pop(name, None)
+        with self._lock:
+            s = self.sessions.pop(name, None)
         tc = self.given if self.given is not None else self.owned
         if tc is None:
-            return
-        if tc is self.owned and not _loop_alive(self.owned_loop):
             return
         try:
             await tc.shutdown_session(name)
@@ -693,9 +1056,10 @@ class _Shared:
             log.debug("toolcell: ending session %s failed: %s", name, e)
 
     async def aclose(self) -> None:
-        if self.owned is not None:
-            tc, self.owned, self.owned_loop = self.owned, None, None
+        with self._lock:
+            tc, self.owned = self.owned, None
             self.sessions.clear()
+        if tc is not None:
             await tc.aclose()
 
 
@@ -746,11 +1110,12 @@ class ToolcellCodeModeToolset(WrapperToolset[Any]):
 
     Args:
         *tools_or_toolsets: What the code may call.
-        toolcell: An ``AsyncToolcell`` to run the cells in (create it inside
-            the event loop the agent runs in). Without it the toolset starts
+        toolcell: An ``AsyncToolcell`` to run the cells in (runs in any
+            thread and event loop may use it). Without it the toolset starts
             its own on first use, with toolcell's built-in tools disabled and
-            ``max_tool_calls`` nested calls per cell, and keeps it until
-            ``aclose()`` or the end of the process.
+            ``max_tool_calls`` nested calls per cell, and keeps it (across
+            ``asyncio.run`` calls and threads) until ``aclose()`` or the end
+            of the process.
         config: More configuration for the client the toolset starts (see
             toolcell's configuration.md), e.g. ``{"execution": {"timeout": 60}}``
             or ``{"tools": {"enabled": ["read_file"]}}`` to offer built-ins too.
@@ -952,11 +1317,25 @@ class ToolcellCodeModeToolset(WrapperToolset[Any]):
         restart = bool(tool_args.get("restart", False))
         shared = self._shared
         session = shared.session(tool.session)
-        async with session.lock():
-            call = _Call(self.wrapped, ctx, tool.sandboxed, tool.session)
+        client = shared.client()
+        inside = _IN_CELL.get()
+        key = (id(client), tool.session)
+        if key in inside:
+            # the session's lock is held by the cell this code runs in: waiting would never end
+            raise UserError(
+                f"ToolcellCodeMode: run_code was called from inside a cell of the same toolcell session "
+                f"{tool.session!r} (a sub-agent sharing the outer agent's session?); that cell waits for this "
+                "call, so this one would wait forever. Give the nested agent a session of its own."
+            )
+        async with session.lock:
+            token = _IN_CELL.set(inside + (key,))
+            try:
+                call = _Call(self.wrapped, ctx, tool.sandboxed, tool.session)  # (keeps the context it is made in)
+            finally:
+                _IN_CELL.reset(token)
             session.active = call
             try:
-                result = await shared.client().execute(
+                result = await client.execute(
                     code,
                     session=tool.session,
                     timeout=self.timeout,
@@ -969,8 +1348,9 @@ class ToolcellCodeModeToolset(WrapperToolset[Any]):
                 raise
             finally:
                 session.active = None
+                call.finish()
                 if call.emits:
-                    await asyncio.gather(*call.emits, return_exceptions=True)
+                    await asyncio.gather(*list(call.emits), return_exceptions=True)
         return self._tool_return(result, call)
 
     @staticmethod
