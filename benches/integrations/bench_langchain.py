@@ -4,7 +4,8 @@ One cell makes 100 calls to a host-side tool, run (a) the way LangGraph's
 ToolNode runs a tool call (`ToolcellTool.invoke(tool_call, config)`, the
 nested tool a LangChain `@tool`, called with `tool.invoke`) and (b) as
 `tc.execute` with the same function registered by `@tc.tool`. Both on one
-server, interleaved, after a warm-up; prints one JSON line with the medians.
+server, interleaved (alternating which goes first), after a warm-up; prints
+one JSON line with the medians.
 Run: python3 benches/integrations/bench_langchain.py [runs]
 """
 
@@ -52,8 +53,10 @@ def main(runs: int = 21) -> None:
             plain()
             integration()
         times: Dict[str, List[float]] = {"plain": [], "integration": []}
-        for _ in range(runs):
-            for name, fn in (("plain", plain), ("integration", integration)):
+        sides = [("plain", plain), ("integration", integration)]
+        for r in range(runs):
+            # alternate which side goes first, so that machine load and warm caches hit both alike
+            for name, fn in (sides if r % 2 == 0 else sides[::-1]):
                 t = time.perf_counter()
                 fn()
                 times[name].append((time.perf_counter() - t) * 1000)

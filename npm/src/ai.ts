@@ -16,7 +16,7 @@ import { randomUUID } from "crypto";
 import { asSchema, jsonSchema, tool } from "ai";
 import type { ModelMessage, Tool, ToolExecutionOptions, ToolSet } from "ai";
 import { Toolcell, ToolError } from "./index.js";
-import type { Chunk, ExecuteResult, ToolcellOptions } from "./index.js";
+import type { Chunk, ExecuteResult, ToolCallContext, ToolFunction, ToolcellOptions } from "./index.js";
 
 /** What the model sends: the cell's Python source, and whether to start a fresh kernel first. */
 export interface ToolcellToolInput {
@@ -27,7 +27,8 @@ export interface ToolcellToolInput {
 /**
  * What `execute_code` returns. While the cell runs (`streamText`, or any
  * consumer of preliminary tool results) the tool yields
- * `{status: "running", text: <output so far>}`; the final result has the
+ * `{status: "running", text: <output so far>}` (its newest `streamTail`
+ * characters); the final result has the
  * cell's `status`, the `text` the model reads (see {@link resultText}) and
  * the whole structured `result` (kernel, files, usage, ...), kept by the SDK
  * in `toolResults` and the UI message parts. The model itself gets only
@@ -68,7 +69,8 @@ export interface ToolcellToolOptions {
    * (zod, `jsonSchema(...)` or any standard schema), and `execute` runs here,
    * in this process, with the outer tool call's `messages` and an
    * `abortSignal` that fires when the cell ends or the generation is
-   * aborted. Registered for this session only.
+   * aborted. Registered once per client, for every session; a call runs the
+   * tool of the adapter whose cell made it.
    */
   tools?: ToolSet;
   /**
@@ -82,6 +84,12 @@ export interface ToolcellToolOptions {
   timeout?: number;
   /** Yield preliminary results with the output so far while a cell runs (default true). */
   stream?: boolean;
+  /**
+   * Characters of output a preliminary result carries: the newest ones, after a
+   * `[... N characters before these ...]` line (default 20000). The final result has the whole
+   * (capped) output.
+   */
+  streamTail?: number;
   /** The tool's description; default: the server's, which lists every function the cells can call. */
   description?: string;
 }
@@ -128,6 +136,8 @@ export function resultText(result: ExecuteResult): string {
 interface OuterCall {
   options: ToolExecutionOptions<ToolcellToolContext>;
   nested: number;
+  /** The app tools of the adapter that started this cell. */
+  impls: Map<string, Impl>;
 }
 const queues = new WeakMap<Toolcell, Map<string, OuterCall[]>>();
 
@@ -139,6 +149,10 @@ function queueOf(tc: Toolcell, session: string): OuterCall[] {
   return q;
 }
 
+function headOf(tc: Toolcell, session: string): OuterCall | undefined {
+  return queues.get(tc)?.get(session)?.[0];
+}
+
 function dequeue(tc: Toolcell, session: string, call: OuterCall): void {
   const bySession = queues.get(tc);
   const q = bySession?.get(session);
@@ -148,17 +162,117 @@ function dequeue(tc: Toolcell, session: string, call: OuterCall): void {
   if (!q.length) bySession!.delete(session);
 }
 
-function anySignal(signals: (AbortSignal | undefined)[]): AbortSignal | undefined {
+/** An app tool as a cell calls it: with the outer call whose cell made the call. */
+type Impl = (args: unknown, ctx: ToolCallContext, outer: OuterCall | undefined) => Promise<unknown>;
+
+interface AppTool {
+  name: string;
+  definition: { description?: string; input_schema: Record<string, unknown>; output_schema?: Record<string, unknown> };
+  /** The definition as JSON: adapters whose tool of a name has the same one share its registration. */
+  key: string;
+  impl: Impl;
+}
+
+// The adapters' tools on one client: each name registered once, for every
+// session, whatever the number of conversations (the server holds at most
+// 1024 client tools per connection). A call goes to the adapter whose cell
+// runs in the calling session (the head of the session's queue). A name
+// another adapter (or the app) holds with a different definition is
+// registered for the session only while the cell runs.
+interface Router {
+  names: Map<string, { key: string; owners: number }>;
+  /** Registrations and releases, one at a time. */
+  busy: Promise<unknown>;
+}
+const routers = new WeakMap<Toolcell, Router>();
+
+function routerOf(tc: Toolcell): Router {
+  let r = routers.get(tc);
+  if (!r) routers.set(tc, (r = { names: new Map(), busy: Promise.resolve() }));
+  return r;
+}
+
+function serialized<T>(r: Router, work: () => Promise<T>): Promise<T> {
+  const run = r.busy.then(work, work);
+  r.busy = run.catch(() => undefined);
+  return run;
+}
+
+function dispatcher(tc: Toolcell, name: string): ToolFunction {
+  return (args, ctx) => {
+    const outer = headOf(tc, ctx.session);
+    if (!outer) {
+      throw new ToolError(
+        `${name}: no generation is using toolcell session ${JSON.stringify(ctx.session)} now; the app's tools can be called only from a cell that its execute_code tool runs`,
+      );
+    }
+    const impl = outer.impls.get(name);
+    if (!impl) throw new ToolError(`${name} is not one of the tools of the generation running this session`);
+    return impl(args, ctx, outer);
+  };
+}
+
+/** Registers `tools` on `tc` for every session (those not registered yet, in one request); the names held, and those shadowed. */
+function acquire(tc: Toolcell, tools: AppTool[]): Promise<{ owned: string[]; shadowed: AppTool[] }> {
+  const r = routerOf(tc);
+  return serialized(r, async () => {
+    const fresh: AppTool[] = [];
+    const shared: string[] = [];
+    const shadowed: AppTool[] = [];
+    for (const t of tools) {
+      const entry = r.names.get(t.name);
+      if (entry) (entry.key === t.key ? shared.push(t.name) : shadowed.push(t));
+      else if (tc.hasTool(t.name)) shadowed.push(t); // the app's own tool of that name stays
+      else fresh.push(t);
+    }
+    if (fresh.length) {
+      await tc.registerTools(fresh.map((t) => ({ name: t.name, schema: t.definition, fn: dispatcher(tc, t.name) })));
+      for (const t of fresh) r.names.set(t.name, { key: t.key, owners: 0 });
+    }
+    const owned = [...fresh.map((t) => t.name), ...shared];
+    for (const n of owned) r.names.get(n)!.owners++;
+    return { owned, shadowed };
+  });
+}
+
+/** Gives back `owned` names; a name no adapter holds any more is unregistered. */
+function release(tc: Toolcell, owned: string[]): Promise<void> {
+  const r = routerOf(tc);
+  return serialized(r, async () => {
+    const drop: string[] = [];
+    for (const n of owned) {
+      const entry = r.names.get(n);
+      if (!entry) continue;
+      if (--entry.owners <= 0) {
+        r.names.delete(n);
+        drop.push(n);
+      }
+    }
+    if (drop.length) await tc.unregister(drop);
+  });
+}
+
+/**
+ * One signal for several (the app's and the call's); `dispose` removes the
+ * listeners the fallback (no `AbortSignal.any`) added.
+ */
+function anySignal(signals: (AbortSignal | undefined)[]): { signal: AbortSignal | undefined; dispose: () => void } {
   const live = signals.filter((s): s is AbortSignal => s !== undefined);
-  if (live.length <= 1) return live[0];
+  if (live.length <= 1) return { signal: live[0], dispose: () => undefined };
   const any = (AbortSignal as unknown as { any?: (s: AbortSignal[]) => AbortSignal }).any;
-  if (any) return any(live);
+  if (any) return { signal: any(live), dispose: () => undefined };
   const c = new AbortController();
+  const undo: (() => void)[] = [];
   for (const s of live) {
-    if (s.aborted) c.abort(s.reason);
-    else s.addEventListener("abort", () => c.abort(s.reason), { once: true });
+    if (s.aborted) {
+      c.abort(s.reason);
+      continue;
+    }
+    const on = () => c.abort(s.reason);
+    s.addEventListener("abort", on, { once: true });
+    undo.push(() => s.removeEventListener("abort", on));
   }
-  return c.signal;
+  return { signal: c.signal, dispose: () => undo.forEach((f) => f()) };
 }
 
 function isAsyncIterable(v: unknown): v is AsyncIterable<unknown> {
@@ -189,7 +303,8 @@ function describe(t: Tool): string | undefined {
   return undefined;
 }
 
-async function registerAppTool(tc: Toolcell, session: string, name: string, t: Tool): Promise<void> {
+/** An app tool, checked, with its definition for the server and the function a cell's call runs. */
+async function appTool(name: string, t: Tool): Promise<AppTool> {
   if (t.type === "provider") {
     throw new TypeError(
       `toolcellTool: tools.${name} is a provider tool; cells can call only function tools (tool({...}) with an execute). ` +
@@ -203,9 +318,7 @@ async function registerAppTool(tc: Toolcell, session: string, name: string, t: T
     );
   }
   const input = asSchema(t.inputSchema);
-  const definition: { description?: string; input_schema: Record<string, unknown>; output_schema?: Record<string, unknown> } = {
-    input_schema: (await input.jsonSchema) as Record<string, unknown>,
-  };
+  const definition: AppTool["definition"] = { input_schema: (await input.jsonSchema) as Record<string, unknown> };
   const description = describe(t);
   if (description) definition.description = description;
   if (t.outputSchema) {
@@ -217,35 +330,33 @@ async function registerAppTool(tc: Toolcell, session: string, name: string, t: T
   }
   const context = t.contextSchema ? asSchema(t.contextSchema) : undefined;
   const execute = t.execute;
-  tc.tool(
-    name,
-    definition,
-    async (args, ctx) => {
-      const outer = queueOf(tc, session)[0];
-      let value: unknown = args;
-      if (input.validate) {
-        const checked = await input.validate(args);
-        if (!checked.success) throw new ToolError(`invalid arguments: ${invalid(checked.error)}`);
-        value = checked.value;
+  const impl: Impl = async (args, ctx, outer) => {
+    let value: unknown = args;
+    if (input.validate) {
+      const checked = await input.validate(args);
+      if (!checked.success) throw new ToolError(`invalid arguments: ${invalid(checked.error)}`);
+      value = checked.value;
+    }
+    let toolContext = (outer?.options.context as ToolcellToolContext | undefined)?.[name];
+    if (context?.validate) {
+      const checked = await context.validate(toolContext);
+      if (!checked.success) {
+        throw new ToolError(
+          `invalid context: ${invalid(checked.error)} (give it in generateText's toolsContext, under the code tool's name: toolsContext.execute_code.${name})`,
+        );
       }
-      let toolContext = (outer?.options.context as ToolcellToolContext | undefined)?.[name];
-      if (context?.validate) {
-        const checked = await context.validate(toolContext);
-        if (!checked.success) {
-          throw new ToolError(
-            `invalid context: ${invalid(checked.error)} (give it in generateText's toolsContext, under the code tool's name: toolsContext.execute_code.${name})`,
-          );
-        }
-        toolContext = checked.value;
-      }
-      const n = outer ? ++outer.nested : 0;
-      const options: ToolExecutionOptions<any> = {
-        toolCallId: outer ? `${outer.options.toolCallId}.${name}.${n}` : `toolcell.${name}`,
-        messages: outer?.options.messages ?? ([] as ModelMessage[]),
-        abortSignal: anySignal([ctx.signal, outer?.options.abortSignal]),
-        context: toolContext,
-      };
-      if (outer?.options.experimental_sandbox) options.experimental_sandbox = outer.options.experimental_sandbox;
+      toolContext = checked.value;
+    }
+    const n = outer ? ++outer.nested : 0;
+    const signal = anySignal([ctx.signal, outer?.options.abortSignal]);
+    const options: ToolExecutionOptions<any> = {
+      toolCallId: outer ? `${outer.options.toolCallId}.${name}.${n}` : `toolcell.${name}`,
+      messages: outer?.options.messages ?? ([] as ModelMessage[]),
+      abortSignal: signal.signal,
+      context: toolContext,
+    };
+    if (outer?.options.experimental_sandbox) options.experimental_sandbox = outer.options.experimental_sandbox;
+    try {
       const out = execute.call(t, value as never, options);
       if (isAsyncIterable(out)) {
         let last: unknown;
@@ -253,10 +364,44 @@ async function registerAppTool(tc: Toolcell, session: string, name: string, t: T
         return last;
       }
       return await out;
-    },
-    { session },
-  );
+    } finally {
+      signal.dispose();
+    }
+  };
+  return { name, definition, key: JSON.stringify(definition), impl };
 }
+
+/** The config of a client the adapter starts: the app's tools only, unless it says otherwise. */
+function ownConfig(config: ToolcellToolOptions["config"]): ToolcellToolOptions["config"] {
+  if (typeof config === "string") return config;
+  if (config && "tools" in config) return config;
+  return { ...(config ?? {}), tools: { enabled: [] } };
+}
+
+// A tool dropped without close(): its client ended when it started one, else its tools released.
+// (FinalizationRegistry is ES2021; the package's lib setting is ES2020, Node has it since 14.6.)
+interface Finalizers<T> {
+  register(target: object, held: T, token?: object): void;
+  unregister(token: object): boolean;
+}
+const Registry = (globalThis as { FinalizationRegistry?: new <T>(cleanup: (held: T) => void) => Finalizers<T> })
+  .FinalizationRegistry;
+const dropped: Finalizers<() => Promise<unknown>> | undefined = Registry
+  ? new Registry<() => Promise<unknown>>((cleanup) => {
+      cleanup().catch(() => undefined);
+    })
+  : undefined;
+
+/**
+ * What a dropped tool leaves to do. Made out here: a closure made inside `toolcellTool` would share
+ * its scope, which holds the tool itself, and keep it alive.
+ */
+function cleanupOf(tc: Toolcell, own: boolean, owned: string[]): () => Promise<unknown> {
+  return own ? () => tc.close() : () => release(tc, owned);
+}
+
+/** Characters of output a preliminary result carries by default (the newest; the final result has all). */
+const STREAM_TAIL = 20000;
 
 /**
  * The `execute_code` tool for `generateText`, `streamText` and agents: the
@@ -267,53 +412,70 @@ async function registerAppTool(tc: Toolcell, session: string, name: string, t: T
  * description of the tool (it lists every callable function, with
  * signatures). The kernel's state lives as long as the session: reuse the
  * same `session` (or `conversationId`) across requests of one conversation,
- * and call `close()` when it is over.
+ * and call `close()` when it is over. The app's tools are registered once
+ * per client, whatever the number of conversations.
  *
  * A failing cell is a result, not an error: the model reads its traceback.
  * An app tool that throws raises `ToolError` in the cell (`"<tool>: Error:
  * <message>"`; a thrown `ToolError` from `toolcell`: `"<tool>: <message>"`). Aborting the
  * generation (`abortSignal`, or a tool timeout) cancels the cell.
  */
-/** The config of a client the adapter starts: the app's tools only, unless it says otherwise. */
-function ownConfig(config: ToolcellToolOptions["config"]): ToolcellToolOptions["config"] {
-  if (typeof config === "string") return config;
-  if (config && "tools" in config) return config;
-  return { ...(config ?? {}), tools: { enabled: [] } };
-}
-
 export async function toolcellTool(options: ToolcellToolOptions = {}): Promise<ToolcellTool> {
   const own = options.toolcell === undefined;
   const tc = options.toolcell ?? new Toolcell({ config: ownConfig(options.config), cwd: options.cwd });
   const session =
     options.session ?? (options.conversationId !== undefined ? `ai:${options.conversationId}` : `ai:${randomUUID()}`);
-  const names = Object.keys(options.tools ?? {});
   const streaming = options.stream ?? true;
+  const tail = Math.max(0, options.streamTail ?? STREAM_TAIL);
   let parameters: Record<string, unknown>;
   let description: string;
+  let owned: string[] = [];
+  let shadowed: AppTool[] = [];
+  const impls = new Map<string, Impl>();
   try {
-    for (const name of names) await registerAppTool(tc, session, name, options.tools![name] as Tool);
-    const schema = await tc.schema("openai", session);
+    const tools: AppTool[] = [];
+    for (const [name, t] of Object.entries(options.tools ?? {})) tools.push(await appTool(name, t as Tool));
+    for (const t of tools) impls.set(t.name, t.impl);
+    ({ owned, shadowed } = await acquire(tc, tools));
+    const schema = await withShadowed(session, () => tc.schema("openai", session));
     parameters = schema.function.parameters;
     description = options.description ?? schema.function.description;
   } catch (e) {
     if (own) await tc.close();
+    else if (owned.length) await release(tc, owned).catch(() => undefined);
     throw e;
+  }
+
+  // The app tools another adapter holds under the same name with another definition: for this session, while a cell runs.
+  async function withShadowed<T>(s: string, work: () => Promise<T>): Promise<T> {
+    if (!shadowed.length) return work();
+    await tc.registerTools(
+      shadowed.map((t) => ({ name: t.name, schema: t.definition, fn: (args: unknown, ctx: ToolCallContext) => t.impl(args, ctx, headOf(tc, s)) })),
+      { session: s },
+    );
+    try {
+      return await work();
+    } finally {
+      await tc.unregister(shadowed.map((t) => t.name), { session: s }).catch(() => undefined);
+    }
   }
 
   const start = (input: ToolcellToolInput, opts: ToolExecutionOptions<ToolcellToolContext>, onChunk?: (c: Chunk) => void) => {
     if (typeof input?.code !== "string" || !input.code.trim()) {
       throw new ToolError("execute_code needs `code`: the Python source to run");
     }
-    const call: OuterCall = { options: opts, nested: 0 };
+    const call: OuterCall = { options: opts, nested: 0, impls };
     const q = queueOf(tc, session);
     q.push(call);
-    const cell = tc.execute(input.code, {
-      session,
-      timeout: options.timeout,
-      reset: input.reset === true,
-      stream: onChunk,
-      signal: opts.abortSignal,
-    });
+    const cell = withShadowed(session, () =>
+      tc.execute(input.code, {
+        session,
+        timeout: options.timeout,
+        reset: input.reset === true,
+        stream: onChunk,
+        signal: opts.abortSignal,
+      }),
+    );
     return cell.finally(() => dequeue(tc, session, call));
   };
   const final = (result: ExecuteResult): ToolcellToolOutput => ({ status: result.status, text: resultText(result), result });
@@ -322,12 +484,22 @@ export async function toolcellTool(options: ToolcellToolOptions = {}): Promise<T
     input: ToolcellToolInput,
     opts: ToolExecutionOptions<ToolcellToolContext>,
   ): AsyncGenerator<ToolcellToolOutput, void, unknown> {
+    // Only the newest `tail` characters are kept (a chatty cell must not grow the host, nor
+    // make each preliminary result resend all of it); the final result has the whole output.
     let soFar = "";
+    let omitted = 0;
     let fresh = false;
     let wake: (() => void) | undefined;
     let settled = false;
     const cell = start(input, opts, (c) => {
       soFar += c.text;
+      if (soFar.length > tail) {
+        let cut = soFar.length - tail;
+        const code = soFar.charCodeAt(cut);
+        if (code >= 0xdc00 && code <= 0xdfff) cut++; // never half a surrogate pair
+        omitted += cut;
+        soFar = soFar.slice(cut);
+      }
       fresh = true;
       wake?.();
     });
@@ -344,7 +516,7 @@ export async function toolcellTool(options: ToolcellToolOptions = {}): Promise<T
       wake = undefined;
       if (fresh && !settled) {
         fresh = false;
-        yield { status: "running", text: soFar };
+        yield { status: "running", text: omitted ? `[... ${omitted} characters before these ...]\n${soFar}` : soFar };
       }
     }
     yield final(await cell);
@@ -361,15 +533,18 @@ export async function toolcellTool(options: ToolcellToolOptions = {}): Promise<T
     toModelOutput: ({ output }) => ({ type: "text", value: output.text }),
   });
 
+  dropped?.register(base, cleanupOf(tc, own, owned), base);
+
   let closed: Promise<void> | undefined;
   const close = (): Promise<void> =>
     (closed ??= (async () => {
+      dropped?.unregister(base);
       if (own) {
         await tc.close();
         return;
       }
       await tc.shutdownSession(session);
-      if (names.length) await tc.unregister(names, { session });
+      await release(tc, owned);
     })());
 
   // Not enumerable: the SDK copies and inspects tools; these are for the app.
@@ -380,4 +555,3 @@ export async function toolcellTool(options: ToolcellToolOptions = {}): Promise<T
   });
   return base as ToolcellTool;
 }
-

@@ -156,6 +156,14 @@ export function findToolcellBin(): string {
   return "toolcell";
 }
 
+function toolDefinition(name: string, schema: ToolSchema): Record<string, unknown> {
+  if ("input_schema" in schema && schema.input_schema) return { name, ...schema };
+  const { description, ...input } = schema as Record<string, unknown>;
+  const definition: Record<string, unknown> = { name, input_schema: input };
+  if (typeof description === "string") definition.description = description;
+  return definition;
+}
+
 function tomlValue(v: unknown): string {
   if (typeof v === "boolean" || typeof v === "number") return String(v);
   if (typeof v === "string") return JSON.stringify(v);
@@ -171,6 +179,16 @@ interface Pending {
   onChunk?: (c: Chunk) => void;
   resolve: (v: any) => void;
   reject: (e: Error) => void;
+  /** Removes the request's abort listener (a long-lived signal must not collect one per request). */
+  cleanup?: () => void;
+}
+
+/** One tool for {@link Toolcell.registerTools}. */
+export interface ToolRegistration {
+  name: string;
+  /** The JSON Schema of the arguments, or `{description, input_schema, output_schema}` (as for `tool`). */
+  schema: ToolSchema;
+  fn: ToolFunction;
 }
 
 interface RegisteredTool {
@@ -295,7 +313,10 @@ export class Toolcell {
     this.streams.clear();
     for (const c of this.calls.values()) c.abort();
     this.calls.clear();
-    for (const p of all) p.reject(err);
+    for (const p of all) {
+      p.cleanup?.();
+      p.reject(err);
+    }
     this.setRef(false);
   }
 
@@ -321,7 +342,8 @@ export class Toolcell {
         return;
       }
       if (this.pending.size === 0) this.setRef(true);
-      this.pending.set(id, { method, session, onChunk, resolve, reject });
+      const pending: Pending = { method, session, onChunk, resolve, reject };
+      this.pending.set(id, pending);
       if (onChunk && session !== undefined) {
         const q = this.streams.get(session) ?? [];
         q.push(id);
@@ -332,7 +354,10 @@ export class Toolcell {
           if (this.pending.has(id)) this.notify("$/cancelRequest", { id });
         };
         if (signal.aborted) cancel();
-        else signal.addEventListener("abort", cancel, { once: true });
+        else {
+          signal.addEventListener("abort", cancel, { once: true });
+          pending.cleanup = () => signal.removeEventListener("abort", cancel);
+        }
       }
     });
   }
@@ -350,6 +375,7 @@ export class Toolcell {
     const p = this.pending.get(id);
     if (!p) return undefined;
     this.pending.delete(id);
+    p.cleanup?.();
     if (p.onChunk && p.session !== undefined) {
       const q = (this.streams.get(p.session) ?? []).filter((x) => x !== id);
       if (q.length) this.streams.set(p.session, q);
@@ -469,14 +495,7 @@ export class Toolcell {
    * is sent at once; the next request waits for it.
    */
   tool(name: string, schema: ToolSchema, fn: ToolFunction, options: ToolOptions = {}): this {
-    let definition: Record<string, unknown>;
-    if ("input_schema" in schema && schema.input_schema) {
-      definition = { name, ...schema };
-    } else {
-      const { description, ...input } = schema as Record<string, unknown>;
-      definition = { name, input_schema: input };
-      if (typeof description === "string") definition.description = description;
-    }
+    const definition = toolDefinition(name, schema);
     const key = `${options.session ?? ""}\u0000${name}`;
     this.tools.set(key, { fn, definition });
     const params: Record<string, unknown> = { tools: [definition] };
@@ -488,6 +507,36 @@ export class Toolcell {
     done.catch(() => undefined); // reported by the next request, not as unhandled
     this.registrations.push(done);
     return this;
+  }
+
+  /**
+   * Register several client tools in one request and wait for the server:
+   * all or none (a refused one rejects with `RPCError` and none is kept).
+   * Resolves to the names registered.
+   */
+  async registerTools(tools: ToolRegistration[], options: ToolOptions = {}): Promise<string[]> {
+    await this.flush();
+    const scope = options.session ?? "";
+    const definitions = tools.map((t) => toolDefinition(t.name, t.schema));
+    const before = tools.map((t) => this.tools.get(`${scope}\u0000${t.name}`));
+    tools.forEach((t, i) => this.tools.set(`${scope}\u0000${t.name}`, { fn: t.fn, definition: definitions[i] }));
+    const params: Record<string, unknown> = { tools: definitions };
+    if (options.session !== undefined) params.session = options.session;
+    try {
+      return (await this.request("tools/register", params)).registered;
+    } catch (e) {
+      tools.forEach((t, i) => {
+        const key = `${scope}\u0000${t.name}`;
+        if (before[i]) this.tools.set(key, before[i]!);
+        else this.tools.delete(key);
+      });
+      throw e;
+    }
+  }
+
+  /** Whether this client registered a tool `name` (for `session`, or for every session). */
+  hasTool(name: string, options: ToolOptions = {}): boolean {
+    return this.tools.has(`${options.session ?? ""}\u0000${name}`);
   }
 
   /** Remove client tools. */

@@ -323,3 +323,119 @@ test("resultText reads like the Python integrations'", () => {
     "x\nstatus: error\nerror: NameError: y\nhint: define y\nwarning: slow",
   );
 });
+
+// ---------------------------------------------------------------- many conversations, shared clients, lifecycle
+
+function tenTools(calls) {
+  const tools = {};
+  for (let k = 0; k < 10; k++) {
+    tools[`add${k}`] = tool({
+      description: `x plus ${k}.`,
+      inputSchema: z.object({ x: z.number() }),
+      execute: async ({ x }) => {
+        calls.push(k);
+        return x + k;
+      },
+    });
+  }
+  return tools;
+}
+
+test("many conversations on one client: each builds its tool per request, the tools are registered once", async () => {
+  const client = new Toolcell({ config: { tools: { enabled: [] } } });
+  try {
+    const calls = [];
+    const tools = tenTools(calls);
+    for (let i = 0; i < 130; i++) {
+      // 1300 tools, were they registered per conversation (the server holds 1024 per connection)
+      const execute_code = await toolcellTool({ toolcell: client, tools, conversationId: `c${i}`, stream: false });
+      const out = await execute_code.execute({ code: `print(add${i % 10}(x=${i}))` }, { toolCallId: `t${i}`, messages: [] });
+      assert.equal(out.text, String(i + (i % 10)), `conversation ${i}`);
+    }
+    assert.equal(calls.length, 130);
+    for (let k = 0; k < 10; k++) assert.ok(client.hasTool(`add${k}`));
+    assert.ok(!client.hasTool("add0", { session: "ai:c0" }));
+  } finally {
+    await client.close();
+  }
+});
+
+test("adapters sharing a client: a name with two definitions stays each adapter's", async () => {
+  const a = await toolcellTool({
+    toolcell: tc,
+    session: "share-a",
+    stream: false,
+    tools: { lookup: tool({ description: "In A.", inputSchema: z.object({ id: z.string() }), execute: async ({ id }) => `A:${id}` }) },
+  });
+  const b = await toolcellTool({
+    toolcell: tc,
+    session: "share-b",
+    stream: false,
+    tools: {
+      lookup: tool({
+        description: "In B, another definition.",
+        inputSchema: z.object({ id: z.string(), upper: z.boolean().default(false) }),
+        execute: async ({ id, upper }) => `B:${upper ? id.toUpperCase() : id}`,
+      }),
+    },
+  });
+  assert.match(b.description, /lookup\(id: str, upper: bool = False\)/);
+  const opts = { toolCallId: "x", messages: [] };
+  assert.equal((await a.execute({ code: "print(lookup(id='x'))" }, opts)).text, "A:x");
+  assert.equal((await b.execute({ code: "print(lookup(id='x', upper=True))" }, opts)).text, "B:X");
+  assert.equal((await a.execute({ code: "print(lookup(id='y'))" }, opts)).text, "A:y");
+  await a.close();
+  await b.close();
+  assert.ok(!tc.hasTool("lookup"));
+});
+
+test("a chatty cell's preliminary results carry only the newest output", async () => {
+  const execute_code = await toolcellTool({ toolcell: tc, session: "chatty", streamTail: 1000 });
+  const code = "import sys, time\nfor i in range(40):\n    print(str(i % 10) * 999, flush=True)\n    time.sleep(0.01)";
+  const results = [];
+  for await (const out of execute_code.execute({ code }, { toolCallId: "c", messages: [] })) results.push(out);
+  const running = results.filter((r) => r.status === "running");
+  assert.ok(running.length >= 1);
+  for (const r of running) assert.ok(r.text.length <= 1000 + 60, `a preliminary result of ${r.text.length} characters`);
+  assert.ok(running.some((r) => /^\[\.\.\. \d+ characters before these \.\.\.\]\n/.test(r.text)));
+  const last = results.at(-1);
+  assert.equal(last.status, "success");
+  assert.ok(last.text.length > 1000); // the final result has the whole (capped) output
+});
+
+test("a long-lived abort signal collects no listeners, from cells or from nested calls", async () => {
+  const { getEventListeners } = await import("node:events");
+  const ac = new AbortController();
+  const ping = tool({ description: "Ping.", inputSchema: z.object({}), execute: async (_i, { abortSignal }) => abortSignal.aborted });
+  const savedAny = AbortSignal.any;
+  AbortSignal.any = undefined; // the fallback older Nodes take
+  try {
+    const execute_code = await toolcellTool({ toolcell: tc, session: "listeners", stream: false, tools: { ping } });
+    for (let i = 0; i < 20; i++) {
+      const out = await execute_code.execute({ code: "print(ping())" }, { toolCallId: `l${i}`, messages: [], abortSignal: ac.signal });
+      assert.equal(out.text, "False");
+    }
+    for (let i = 0; i < 20; i++) await tc.execute("1", { session: "listeners", signal: ac.signal });
+    assert.equal(getEventListeners(ac.signal, "abort").length, 0);
+  } finally {
+    AbortSignal.any = savedAny;
+  }
+});
+
+test("a tool dropped without close() ends the server it started", async () => {
+  const v8 = await import("node:v8");
+  const vm = await import("node:vm");
+  v8.setFlagsFromString("--expose_gc");
+  const gc = vm.runInNewContext("gc");
+  let pid;
+  await (async () => {
+    const execute_code = await toolcellTool({ config: { tools: { enabled: [] } }, stream: false });
+    pid = execute_code.toolcell.pid;
+    assert.equal((await execute_code.execute({ code: "print(1)" }, { toolCallId: "d", messages: [] })).text, "1");
+  })();
+  for (let i = 0; i < 20 && !(await gone(pid, 100)); i++) {
+    gc();
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.ok(await gone(pid), `toolcell serve (pid ${pid}) still runs`);
+});

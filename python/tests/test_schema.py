@@ -226,3 +226,25 @@ def test_arguments_are_converted_to_hinted_classes():
     assert schema["properties"]["unit"] == {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"}
     assert to_json({"p": Place("Nice"), "u": Unit.C, "t": (1, 2)}) == {"p": {"city": "Nice", "country": "FR"},
                                                                        "u": "celsius", "t": [1, 2]}
+
+
+def test_python_38_get_type_hints_without_include_extras(monkeypatch):
+    # Python 3.8's get_type_hints has no include_extras: the hints are read without it
+    import typing
+
+    real = typing.get_type_hints
+
+    def py38(obj, globalns=None, localns=None, **kw):
+        if "include_extras" in kw:
+            raise TypeError("get_type_hints() got an unexpected keyword argument 'include_extras'")
+        return real(obj, globalns, localns)
+
+    monkeypatch.setattr(typing, "get_type_hints", py38)
+
+    def f(a: "int", b: "Optional[str]" = None) -> "float":
+        return 1.0
+
+    inp, out, _ = function_schema(f)
+    assert inp["properties"]["a"] == {"type": "integer"}
+    assert inp["properties"]["b"]["type"] == ["string", "null"]
+    assert out == {"type": "number"}

@@ -299,3 +299,43 @@ def test_a_tool_knows_which_call_it_serves(tc):
     assert current_tool_call() is None  # outside a call
     with pytest.raises(TypeError):
         tc.register_tools([{"name": "x", "fn": whoami}])
+
+
+def test_results_with_enums_sets_and_dataclasses_are_sent_as_json(tc):
+    import enum
+
+    class Color(enum.Enum):
+        RED = "red"
+
+    @dataclass
+    class Box:
+        color: Color
+        tags: frozenset
+
+    @tc.tool
+    def box() -> dict:
+        return {"box": Box(Color.RED, frozenset(["a"])), "colors": {Color.RED}, "pair": (1, 2), 3: "int key"}
+
+    @tc.tool
+    def odd_keys() -> dict:
+        return {(1, 2): "tuple key"}  # JSON has no such key: converted with str()
+
+    r = tc.execute("print(box())\nprint(odd_keys())")
+    assert r.output == "{'box': {'color': 'red', 'tags': ['a']}, 'colors': ['red'], 'pair': [1, 2], '3': 'int key'}\n" \
+                       "{'(1, 2)': 'tuple key'}\n"
+
+
+def test_a_nested_execute_of_the_same_session_is_refused_at_once(tc):
+    @tc.tool
+    def again() -> str:
+        return tc.execute("print('inner')").output  # the session running the outer cell: "default"
+
+    @tc.tool
+    def elsewhere() -> str:
+        return tc.execute("print('inner')", session="other").output
+
+    start = time.monotonic()
+    r = tc.execute("try:\n    again()\nexcept ToolError as e:\n    print(e)\nprint(elsewhere())", timeout=30)
+    assert time.monotonic() - start < 10
+    assert "execute: called from inside the tool call 'again' of a cell of session 'default'" in r.output
+    assert r.output.endswith("inner\n\n")

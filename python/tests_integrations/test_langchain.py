@@ -32,6 +32,20 @@ from toolcell.integrations.langchain import OUTPUT_EVENT, ToolcellCodeAct, Toolc
 ORDERS = {"A-1": 120.0, "A-2": 35.5, "A-3": 990.0}
 
 
+def gone(pid: int, within: float = 10.0) -> bool:
+    """True once no process `pid` exists (zombies count as gone)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 class ScriptedModel(GenericFakeChatModel):
     """LangChain's fake chat model, recording each request's messages; tools binding is a no-op."""
 
@@ -462,3 +476,189 @@ def test_cancelling_ainvoke_interrupts_the_cell(tc: Toolcell) -> None:
             assert time.monotonic() - start < 5  # the sleeping cell was interrupted, not waited for
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------- many conversations, shared clients, lifecycle
+
+
+def ten_tools(calls: List[Any]) -> List[Any]:
+    def make(k: int) -> Any:
+        def f(x: int) -> int:
+            calls.append((k, x))
+            return x + k
+
+        return StructuredTool.from_function(f, name=f"add{k}", description=f"x plus {k}.")
+
+    return [make(k) for k in range(10)]
+
+
+def test_many_conversations_keep_working_on_one_client() -> None:
+    # 130 threads x 10 tools: more than the 1024 client tools a connection may hold, were
+    # they registered per conversation; each is registered once for every session instead
+    calls: List[Any] = []
+    with Toolcell(config={"tools": {"enabled": []}}) as client:
+        with ToolcellTool(ten_tools(calls), client) as code_tool:
+            assert sorted(client.tools) == [f"add{k}" for k in range(10)]
+            for i in range(130):
+                out = code_tool.invoke({"code": f"print(add{i % 10}({i}))"}, {"configurable": {"thread_id": f"c{i}"}})
+                assert out == str(i + i % 10), (i, out)
+                if i % 20 == 19:
+                    code_tool.close_session(f"c{i}")
+            assert len(calls) == 130
+            assert sorted(client.tools) == [f"add{k}" for k in range(10)]  # nothing per conversation
+        assert client.tools == {}  # close() released them
+
+
+def test_adapters_sharing_a_client_each_get_their_own_tools(tc: Toolcell) -> None:
+    @tool("lookup")
+    def lookup_a(id: str) -> str:
+        """Look an id up in A."""
+        return f"A:{id}"
+
+    @tool("lookup")
+    def lookup_b(id: str, upper: bool = False) -> str:
+        """Look an id up in B (a different definition under the same name)."""
+        return f"B:{id.upper() if upper else id}"
+
+    @tc.tool
+    def app_tool() -> str:  # the app's own tool for every session, named like an agent's
+        return "app"
+
+    @tool("app_tool")
+    def agent_app_tool() -> str:
+        """The agent's tool of that name."""
+        return "agent"
+
+    with ToolcellTool([lookup_a], tc) as a, ToolcellTool([lookup_b, agent_app_tool], tc) as b:
+        assert "lookup(id: str, upper: bool = False)" in b.description
+        assert a.invoke({"code": "print(lookup('x'))"}, {"configurable": {"thread_id": "share"}}) == "A:x"
+        assert b.invoke({"code": "print(lookup('x', upper=True), app_tool())"},
+                        {"configurable": {"thread_id": "share"}}) == "B:X agent"
+        assert a.invoke({"code": "print(lookup('y'))"}) == "A:y"
+        assert tc.execute("print(app_tool())").output == "app\n"  # the app's tool is untouched
+    assert "lookup" not in tc.tools and "app_tool" in tc.tools
+    tc.unregister("app_tool")
+
+
+def test_a_registration_the_server_refuses_is_a_clear_error() -> None:
+    @tool("read_file")
+    def read_file(path: str) -> str:
+        """Clashes with toolcell's enabled built-in."""
+        return path
+
+    with Toolcell() as client:  # built-ins on
+        with pytest.raises(ValueError, match="refused the tools"):
+            ToolcellTool([read_file], client)
+        assert "read_file" not in client.tools  # all or nothing
+
+
+def test_a_nested_run_in_the_same_session_fails_at_once(tc: Toolcell) -> None:
+    holder: Dict[str, Any] = {}
+
+    @tool
+    def ask(question: str) -> str:
+        """A sub-agent sharing the code tool and the thread."""
+        return holder["tool"].invoke({"code": f"print({question!r})"}, holder["config"])
+
+    with ToolcellTool([ask], tc, timeout=30) as code_tool:
+        holder["tool"] = code_tool
+        holder["config"] = {"configurable": {"thread_id": "reenter"}}
+        start = time.monotonic()
+        out = code_tool.invoke({"code": "print(ask('hi'))"}, holder["config"])
+        assert time.monotonic() - start < 5  # not the 30 s cell timeout
+        assert "ToolException: ToolcellTool was called from inside a cell of the same toolcell session" in out
+        assert "error: " in out
+        # another thread (another session) is fine
+        holder["config"] = {"configurable": {"thread_id": "elsewhere"}}
+        assert code_tool.invoke({"code": "print(ask('hi'))"}, {"configurable": {"thread_id": "reenter"}}) == "hi"
+
+
+def test_a_nested_async_run_in_the_same_session_fails_at_once(tc: Toolcell) -> None:
+    holder: Dict[str, Any] = {}
+
+    @tool
+    async def aask(question: str) -> str:
+        """An async sub-agent sharing the code tool and the thread."""
+        return await holder["tool"].ainvoke({"code": f"print({question!r})"}, holder["config"])
+
+    async def main() -> str:
+        with ToolcellTool([aask], tc, timeout=30) as code_tool:
+            holder["tool"] = code_tool
+            holder["config"] = {"configurable": {"thread_id": "areenter"}}
+            return await code_tool.ainvoke({"code": "print(aask('hi'))"}, holder["config"])
+
+    start = time.monotonic()
+    out = asyncio.run(main())
+    assert time.monotonic() - start < 5
+    assert "was called from inside a cell of the same toolcell session" in out
+
+
+def test_a_dropped_tool_ends_the_server_it_started() -> None:
+    import gc
+
+    code_tool = ToolcellTool([])
+    assert code_tool.invoke({"code": "print(1)"}) == "1"
+    pid = code_tool.client.pid
+    del code_tool
+    gc.collect()
+    assert gone(pid)
+
+
+def test_tools_with_an_injected_tool_call_id_get_one(tc: Toolcell) -> None:
+    from langchain_core.tools import InjectedToolCallId
+    from typing_extensions import Annotated
+
+    seen: List[str] = []
+
+    @tool
+    def tag(label: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+        """Tag something."""
+        seen.append(tool_call_id)
+        return f"{label}#{len(seen)}"
+
+    @tool(response_format="content_and_artifact")
+    def tagged(label: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Any:
+        """Tag something, with an artifact."""
+        seen.append(tool_call_id)
+        return f"<{label}>", {"id": tool_call_id}
+
+    with ToolcellTool([tag, tagged], tc) as code_tool:
+        msg = code_tool.invoke({"type": "tool_call", "id": "outer-7", "name": "execute_code",
+                                "args": {"code": "print(tag('a'), tag('b'), tagged('c'))"}})
+        assert msg.content == "a#1 b#2 <c>"
+        assert seen == ["outer-7-1", "outer-7-2", "outer-7-3"]
+        # with a callback handler: through tool.invoke, with a full ToolCall
+        assert code_tool.invoke({"code": "print(tag('d'))"}, {"callbacks": [BaseCallbackHandler()]}) == "d#4"
+
+
+def test_tools_needing_the_graphs_state_are_refused_clearly(tc: Toolcell) -> None:
+    from langgraph.prebuilt import InjectedState
+    from typing_extensions import Annotated
+
+    @tool
+    def count_messages(state: Annotated[dict, InjectedState]) -> int:
+        """Messages so far."""
+        return len(state["messages"])
+
+    with pytest.raises(ValueError, match="InjectedState"):
+        ToolcellTool([count_messages], tc)
+
+
+def test_codeact_returns_long_non_ascii_variables_whole(tc: Toolcell) -> None:
+    evaluator = make_eval_fn([], tc)
+    model = scripted([run_python("a = '名' * 15000\nb = '字' * 15000\nm = 2\nprint(len(a) + len(b))"),
+                      answer_with_last])
+    agent = codeact(model, [], evaluator)
+    out = agent.invoke({"messages": [("user", "go")]}, {"configurable": {"thread_id": "ca-long"}})
+    assert out["messages"][-1].content == "answer: 30000"
+    assert out["context"] == {"a": "名" * 15000, "b": "字" * 15000, "m": 2}
+    evaluator.close()
+
+
+def test_result_text_and_the_error_and_hint_lines_reach_the_model(tc: Toolcell) -> None:
+    with ToolcellTool([], tc) as code_tool:
+        text = code_tool.invoke({"code": "from toolcell_tools import no_such_tool"})
+    lines = text.splitlines()
+    assert "status: error" in lines
+    assert any(line.startswith("error: ImportError: cannot import name 'no_such_tool'") for line in lines)
+    assert any(line.startswith("hint: toolcell_tools has no `no_such_tool`") for line in lines)

@@ -326,3 +326,86 @@ def test_cancelling_execute_interrupts_the_cell(tc: Toolcell) -> None:
             assert time.monotonic() - start < 5  # the sleeping cell was interrupted, not waited for
 
     asyncio.run(main())
+
+
+def test_many_conversations_each_with_its_executor_on_one_client() -> None:
+    def make(k: int) -> FunctionTool:
+        def add(x: int) -> int:
+            """x plus k."""
+            return x + k
+
+        return FunctionTool.from_defaults(add, name=f"add{k}")
+
+    async def main(client: Toolcell) -> None:
+        for i in range(130):  # one executor per conversation, dropped, not closed: 1300 tools were they per session
+            executor = ToolcellCodeExecutor([make(k) for k in range(10)], client)
+            out = await executor.execute(f"print(add{i % 10}({i}))")
+            assert out == str(i + i % 10), (i, out)
+        assert sorted(client.tools) == [f"add{k}" for k in range(10)]
+
+    with Toolcell(config={"tools": {"enabled": []}}) as client:
+        asyncio.run(main(client))
+
+
+def test_cancelling_a_queued_execute_leaves_the_running_cell_alone(tc: Toolcell) -> None:
+    async def main() -> None:
+        async with ToolcellCodeExecutor([], tc) as executor:
+            first = asyncio.ensure_future(executor.execute("import time\ntime.sleep(1)\nprint('first done')"))
+            await asyncio.sleep(0.2)  # the first cell runs; the second queues behind it
+            second = asyncio.ensure_future(executor.execute("ran = True\nprint('second ran')"))
+            await asyncio.sleep(0.2)
+            second.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await second
+            out = await first
+            assert out == "first done" and out.result.status == "success"  # not interrupted
+            assert await executor.execute("print('ran' in globals())") == "False"  # the cancelled code never ran
+
+    asyncio.run(main())
+
+
+def test_a_nested_execute_in_the_same_session_fails_at_once(tc: Toolcell) -> None:
+    holder: Dict[str, Any] = {}
+
+    async def sub(question: str) -> str:
+        """A sub-agent that runs code in the same executor."""
+        return str(await holder["executor"].execute(f"print({question!r})"))
+
+    async def main() -> str:
+        async with ToolcellCodeExecutor([sub], tc, timeout=30) as executor:
+            holder["executor"] = executor
+            return await executor.execute("print(sub('hi'))")
+
+    start = time.monotonic()
+    out = asyncio.run(main())
+    assert time.monotonic() - start < 5  # not the 30 s cell timeout
+    assert "ToolcellCodeExecutor.execute was called from inside a cell of the same toolcell session" in out
+
+
+def test_a_dropped_executor_ends_the_server_it_started() -> None:
+    import gc
+
+    executor = ToolcellCodeExecutor([])
+    assert asyncio.run(executor.execute("print(5)")) == "5"
+    pid = executor.client.pid
+    del executor
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split(")")[-1].split()[0] == "Z":
+                break
+        time.sleep(0.05)
+    else:
+        assert not os.path.exists(f"/proc/{pid}")
+
+
+def test_the_error_and_hint_lines_reach_the_model(tc: Toolcell) -> None:
+    async def main() -> str:
+        async with ToolcellCodeExecutor([], tc) as executor:
+            return await executor.execute("from toolcell_tools import no_such_tool")
+
+    lines = asyncio.run(main()).splitlines()
+    assert "status: error" in lines
+    assert any(line.startswith("error: ImportError: cannot import name 'no_such_tool'") for line in lines)
+    assert any(line.startswith("hint: toolcell_tools has no `no_such_tool`") for line in lines)

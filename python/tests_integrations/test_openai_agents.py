@@ -6,6 +6,7 @@ call's ``input`` (what the model would read). The toolcell server is real.
 """
 
 import asyncio
+import json
 import os
 import threading
 import time
@@ -423,9 +424,9 @@ def test_close_on_a_shared_client_removes_the_tools_and_kernels(tc: Toolcell) ->
     code = execute_code_tool(order_tools(rec), toolcell=tc, session="shared")
     model = ScriptedModel([code_call("print(get_order('A-1')['id'])", "x1"), [assistant_message("ok")]])
     Runner.run_sync(Agent(name="a", instructions="x", tools=[code], model=model), "go")
-    assert "get_order" in tc.tools and "shared/get_order" in tc.tools
+    assert "get_order" in tc.tools and "shared/get_order" not in tc.tools  # once for every session
     code.close()
-    assert "get_order" not in tc.tools and "shared/get_order" not in tc.tools
+    assert "get_order" not in tc.tools
     assert not any(s["session"] == "shared" for s in tc.sessions())
 
 
@@ -604,4 +605,148 @@ def test_plain_functions_are_wrapped_and_reset_starts_over(tc: Toolcell) -> None
     ])
     Runner.run_sync(Agent(name="a", instructions="x", tools=[code], model=model), "go")
     assert tool_outputs(model) == {"r1": "42", "r2": "fresh"}
+    code.close()
+
+
+# ------------------------------------------------------------------ many conversations, nesting, lifecycle
+
+
+def invoke_directly(code: ExecuteCodeTool, source: str, call_id: str, context: Any = None) -> str:
+    """execute_code invoked as the SDK invokes a function tool (no model, no Runner)."""
+    from agents.tool_context import ToolContext
+    from openai.types.responses import ResponseFunctionToolCall
+
+    args = json.dumps({"code": source, "reset": False})
+    call = ResponseFunctionToolCall(type="function_call", call_id=call_id, name="execute_code", arguments=args)
+    ctx = ToolContext.from_agent_context(RunContextWrapper(context=context), call_id, tool_call=call)
+    return str(asyncio.run(code.on_invoke_tool(ctx, args)))
+
+
+def test_many_conversations_keep_working_on_one_client() -> None:
+    def make(k: int) -> Any:
+        def add(x: int) -> int:
+            """x plus k."""
+            return x + k
+
+        return function_tool(add, name_override=f"add{k}")
+
+    with Toolcell(config={"tools": {"enabled": []}}) as client:
+        code = execute_code_tool([make(k) for k in range(10)], toolcell=client,
+                                 session=lambda ctx: f"conv-{ctx.context['conv']}")
+        for i in range(130):  # 1300 tools, were they registered per conversation (the server holds 1024)
+            out = invoke_directly(code, f"print(add{i % 10}({i}))", f"m{i}", {"conv": i})
+            assert out == str(i + i % 10), (i, out)
+        assert sorted(client.tools) == [f"add{k}" for k in range(10)]
+        code.close()
+        assert client.tools == {}
+
+
+def test_a_sub_agent_using_the_same_session_fails_at_once(tc: Toolcell) -> None:
+    code = execute_code_tool([], toolcell=tc, session="nested", timeout=30)
+    inner_model = ScriptedModel([code_call("print('inner')", "i1"), ModelStep.respond(answer_with_last_output)])
+    helper = Agent(name="helper", instructions="x", tools=[code], model=inner_model)
+    outer = execute_code_tool([helper.as_tool(tool_name="ask_helper", tool_description="Ask the helper.")],
+                              toolcell=tc, session="nested", timeout=30)
+    model = ScriptedModel([code_call("print(ask_helper(input='go'))", "o1"), ModelStep.respond(answer_with_last_output)])
+    start = time.monotonic()
+    result = Runner.run_sync(Agent(name="a", instructions="x", tools=[outer], model=model), "go")
+    assert time.monotonic() - start < 10  # not the 30 s cell timeout
+    assert "execute_code was called from inside a cell of the same toolcell session ('nested')" in result.final_output
+    outer.close()
+    code.close()
+
+
+def test_a_dropped_tool_ends_the_server_it_started() -> None:
+    import gc
+
+    code = execute_code_tool([])
+    assert invoke_directly(code, "print(3)", "d1") == "3"
+    pid = code.toolcell.pid
+    del code
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split(")")[-1].split()[0] == "Z":
+                break
+        time.sleep(0.05)
+    else:
+        assert not os.path.exists(f"/proc/{pid}")
+
+
+def test_allowed_callers_and_timeout_behavior_are_honoured(tc: Toolcell) -> None:
+    from agents.exceptions import ToolTimeoutError
+
+    @function_tool(allowed_callers=["direct"])
+    def direct_only() -> str:
+        """Not for code."""
+        return "no"
+
+    @function_tool(allowed_callers=["direct", "programmatic"])
+    def both() -> str:
+        """For code too."""
+        return "yes"
+
+    @function_tool(timeout=0.3, timeout_behavior="raise_exception")
+    async def stuck() -> str:
+        """Never answers in time."""
+        await asyncio.sleep(10)
+        return "late"
+
+    code = execute_code_tool([direct_only, both, stuck], toolcell=tc, session="callers")
+    assert "both()" in code.description and "direct_only" not in code.description
+    assert set(code.wrapped_tools) == {"both", "stuck"}
+    model = ScriptedModel([
+        code_call("print(both())\ntry:\n    direct_only()\nexcept NameError:\n    print('not here')", "a1"),
+        [assistant_message("ok")],
+        code_call("stuck()\nprint('not reached')", "a2"),
+    ])
+    agent = Agent(name="a", instructions="x", tools=[code], model=model)
+    Runner.run_sync(agent, "go")
+    assert tool_outputs(model)["a1"] == "yes\nnot here"
+    with pytest.raises(ToolTimeoutError):  # as on a direct call, the run fails
+        Runner.run_sync(agent, "again")
+    code.close()
+
+
+def test_plain_function_tools_skip_the_sdk_invoker_with_the_same_results(tc: Toolcell) -> None:
+    from toolcell.integrations.openai_agents import _Wrapped
+
+    class Line(BaseModel):
+        sku: str
+        qty: int = 1
+
+    @function_tool
+    def total(line: Line, ctx_free: bool = True) -> float:
+        """A line's total."""
+        return line.qty * 2.5
+
+    @function_tool
+    def who(ctx: RunContextWrapper[Any], greeting: str) -> str:
+        """Greets."""
+        return f"{greeting} {ctx.context['user']} ({ctx.tool_call_id})"
+
+    def plain(n: int) -> int:
+        """A plain function."""
+        return n * 3
+
+    code = execute_code_tool([total, who, plain], toolcell=tc, session="plainpath")
+    assert all(_Wrapped(t).plain is not None for t in code.wrapped_tools.values())
+    out = invoke_directly(code, "print(total({'sku': 'a', 'qty': 4}), who('hi'), plain(2))\n"
+                                "try:\n    total({'qty': 1})\nexcept ToolError as e:\n    print(e)", "pp",
+                          {"user": "ada"})
+    first, second = out.splitlines()
+    assert first == "10.0 hi ada (pp-2) 6"
+    assert second.startswith("total: bad arguments")  # the server checks the schema first
+    code.close()
+
+
+def test_the_error_and_hint_lines_reach_the_model(tc: Toolcell) -> None:
+    code = execute_code_tool([], toolcell=tc, session="hints")
+    model = ScriptedModel([code_call("from toolcell_tools import no_such_tool", "h1"), [assistant_message("ok")]])
+    Runner.run_sync(Agent(name="a", instructions="x", tools=[code], model=model), "go")
+    lines = tool_outputs(model)["h1"].splitlines()
+    assert "status: error" in lines
+    assert any(line.startswith("error: ImportError: cannot import name 'no_such_tool'") for line in lines)
+    assert any(line.startswith("hint: toolcell_tools has no `no_such_tool`") for line in lines)
     code.close()

@@ -476,10 +476,78 @@ def test_a_kernel_evicted_between_steps_gets_the_agents_variables_again() -> Non
 
         agent = make_agent(small, [], [
             code("x = base + 1\nprint(x)"),
-            evict_then(code("final_answer((base, 'x' in globals()))")),
+            evict_then(code("print(base, 'x' in globals())")),
+            code("final_answer((base, 'x' in globals()))"),
         ])
         try:
             assert agent.run("Go.", additional_args={"base": 5}) == (5, False)
-            assert "this step runs in a new kernel" in agent.memory.steps[-1].observations
+            # the step that ran in the new kernel said so (without asking the server before each step)
+            seen = text_of(agent.model.requests[2])
+            assert "this step ran in a new kernel" in seen and "defined again" in seen
         finally:
             agent.cleanup()
+
+
+# ---- lifecycle and cost per step
+
+
+def test_a_step_asks_the_server_nothing_but_its_cell(tc: Toolcell, orders: Dict[str, Any],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: List[str] = []
+    real = tc.sessions
+    monkeypatch.setattr(tc, "sessions", lambda: asked.append("sessions") or real())
+    agent = make_agent(tc, [orders["tool"]], [
+        code("a = get_order('A-1')['total']"),
+        code("b = get_order('A-2')['total']"),
+        code("final_answer(a + b)"),
+    ])
+    try:
+        assert agent.run("Sum A-1 and A-2.") == 155.5
+    finally:
+        agent.cleanup()
+    assert asked == []  # whether the kernel is the prepared one comes from the last cell's result
+
+
+def test_a_dropped_executor_ends_the_server_it_started_or_its_session() -> None:
+    import gc
+
+    executor = ToolcellExecutor()
+    executor.send_tools({})
+    assert executor("print(2)").logs == "2\n"
+    pid = executor.toolcell.pid
+    del executor
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            break
+        time.sleep(0.05)
+    else:
+        assert not Path(f"/proc/{pid}").exists()
+
+    with Toolcell(config={"tools": {"enabled": []}}) as shared:
+        executor = ToolcellExecutor(shared)
+        executor.send_tools({})
+        executor("x = 1")
+        session = executor.session
+        assert any(name.startswith(session + "/") for name in shared.tools)
+        del executor
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (any(name.startswith(session + "/") for name in shared.tools)
+                                               or session in live_sessions(shared)):
+            time.sleep(0.05)
+        assert not any(name.startswith(session + "/") for name in shared.tools)
+        assert session not in live_sessions(shared)
+
+
+def test_the_error_and_hint_lines_reach_the_model(tc: Toolcell) -> None:
+    agent = make_agent(tc, [], [code("from toolcell_tools import no_such_tool"), code("final_answer('done')")])
+    try:
+        assert agent.run("Go.") == "done"
+        lines = text_of(agent.model.requests[1]).splitlines()
+        assert "status: error" in lines
+        assert any(line.startswith("error: ImportError: cannot import name 'no_such_tool'") for line in lines)
+        assert any(line.startswith("hint: toolcell_tools has no `no_such_tool`") for line in lines)
+    finally:
+        agent.cleanup()

@@ -13,6 +13,8 @@ import atexit
 import collections
 import concurrent.futures
 import contextvars
+import dataclasses
+import enum
 import inspect
 import itertools
 import json
@@ -23,7 +25,7 @@ import sys
 import tempfile
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import (
     Any,
     Awaitable,
@@ -41,7 +43,7 @@ from typing import (
 from ._binary import find_toolcell_bin
 from ._errors import RPCError, ServerExited, ToolcellError, ToolError
 from ._result import ExecuteResult
-from ._schema import convert_arguments, function_schema, to_json
+from ._schema import argument_converter, function_schema, to_json
 
 log = logging.getLogger("toolcell")
 
@@ -70,6 +72,8 @@ class ToolCall:
     id: Any
     #: milliseconds left of the cell's time when the call was sent
     deadline_ms: Optional[int]
+    #: the connection the call came on (to tell a re-entrant `execute` of the same server)
+    _conn: Any = field(default=None, repr=False, compare=False)
 
 
 _current_call: "contextvars.ContextVar[Optional[ToolCall]]" = contextvars.ContextVar(
@@ -86,9 +90,29 @@ def current_tool_call() -> Optional[ToolCall]:
     return _current_call.get()
 
 
-async def _serving(call: ToolCall, coro: Awaitable[Any]) -> Any:
+async def _serving(call: Optional[ToolCall], coro: Awaitable[Any]) -> Any:
+    """Await `coro` with `call` as the current tool call (in the awaiting task's own context)."""
     _current_call.set(call)  # the task's own context: nothing leaks out
     return await coro
+
+
+def _check_not_reentrant(conn: "_Connection", session: str) -> None:
+    """Refuse a cell of `session` asked for from inside a tool call that a cell of `session` made.
+
+    The server runs a session's cells one at a time: the new cell would
+    wait for the running one, which waits for this tool call, until the
+    cell's timeout.
+    """
+    call = _current_call.get()
+    if call is not None and call._conn is conn and call.session == session:
+        raise ToolcellError(
+            f"execute: called from inside the tool call {call.name!r} of a cell of session {session!r}, "
+            "which waits for that call; a cell of the same session would wait for that cell until its "
+            "timeout. Run the nested work in another session (give a sub-agent its own session)."
+        )
+
+
+_UNSET: Any = object()
 
 
 @dataclass
@@ -102,6 +126,8 @@ class Tool:
     output_schema: Optional[Dict[str, Any]]
     session: Optional[str]
     is_async: bool
+    # how its arguments are converted (see `_schema.argument_converter`); computed on the first call
+    _convert: Any = field(default=_UNSET, init=False, repr=False, compare=False)
 
     def definition(self) -> Dict[str, Any]:
         d: Dict[str, Any] = {"name": self.name, "description": self.description, "input_schema": self.input_schema}
@@ -230,7 +256,9 @@ class _Connection:
     # ---- writing
 
     def _send(self, msg: Dict[str, Any]) -> None:
-        data = (json.dumps(msg, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        self._write((json.dumps(msg, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8"))
+
+    def _write(self, data: bytes) -> None:
         with self._write_lock:
             stdin = self.proc.stdin
             if stdin is None or stdin.closed:
@@ -423,14 +451,17 @@ class _Connection:
         if tool is None:
             self._answer(cid, error={"code": -32601, "message": f"this client has no tool named {name!r}"})
             return
+        convert = tool._convert
+        if convert is _UNSET:
+            convert = tool._convert = argument_converter(tool.fn)
         try:
-            kwargs = convert_arguments(tool.fn, arguments)
+            kwargs = convert(arguments) if convert is not None else arguments
         except Exception as e:
             self._answer(cid, error=_error_of(e))
             return
         deadline = p.get("deadline_ms")
         call = ToolCall(session=session, name=name, id=cid,
-                        deadline_ms=deadline if isinstance(deadline, int) else None)
+                        deadline_ms=deadline if isinstance(deadline, int) else None, _conn=self)
         fut: "concurrent.futures.Future[Any]"
         try:
             if tool.is_async:
@@ -464,13 +495,23 @@ class _Connection:
         if exc is not None:
             self._answer(cid, error=_error_of(exc))
             return
+        # The answer is serialized once: dataclasses, enums and sets through `default`;
+        # only a value that still is not JSON (a dict with tuple keys, say) takes `to_json` first.
+        msg = {"jsonrpc": "2.0", "id": cid, "result": fut.result()}
         try:
-            value = to_json(fut.result())
-            json.dumps(value)
-        except (TypeError, ValueError) as e:
-            self._answer(cid, error={"code": -32000, "message": f"tool {name} returned a value that is not JSON: {e}"})
-            return
-        self._answer(cid, result=value)
+            data = _encode_answer(msg)
+        except (TypeError, ValueError, RecursionError):
+            try:
+                msg["result"] = to_json(msg["result"])
+                data = _encode_answer(msg)
+            except (TypeError, ValueError, RecursionError) as e:
+                self._answer(cid, error={"code": -32000,
+                                         "message": f"tool {name} returned a value that is not JSON: {e}"})
+                return
+        try:
+            self._write((data + "\n").encode("utf-8"))
+        except ServerExited:
+            pass
 
     def _answer(self, cid: Any, result: Any = None, error: Optional[Dict[str, Any]] = None) -> None:
         msg: Dict[str, Any] = {"jsonrpc": "2.0", "id": cid}
@@ -539,6 +580,20 @@ class _Connection:
             except OSError:
                 pass
             self._temp_config = None
+
+
+def _json_default(value: Any) -> Any:
+    """What `json` lacks, as `to_json` gives it: dataclasses as dicts, enums as their values, sets as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_json(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_encode_answer = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default).encode
 
 
 def _error_of(exc: BaseException) -> Dict[str, Any]:
@@ -726,6 +781,7 @@ class Toolcell(_Base):
         request the server refuses raises `RPCError`. Ctrl-C while waiting
         cancels the cell.
         """
+        _check_not_reentrant(self._conn, session)
         p = _execute_params(code, session, timeout, stream is not None, reset, params)
         rid, fut = self._conn.request("execute", p, on_chunk=stream)
         return ExecuteResult.from_dict(self._wait(rid, fut))
@@ -919,6 +975,7 @@ class AsyncToolcell(_Base):
         **params: Any,
     ) -> ExecuteResult:
         """Run a cell (see `Toolcell.execute`); cancelling the awaiting task cancels the cell."""
+        _check_not_reentrant(self._conn, session)
         await self._flush()
         self._host_loop()
         loop = asyncio.get_running_loop()  # chunks go to the loop awaiting this cell

@@ -62,6 +62,13 @@ def _json_value(value: Any) -> Tuple[bool, Any]:
 def _type_hints(obj: Any) -> Dict[str, Any]:
     try:
         return typing.get_type_hints(obj, include_extras=True)
+    except TypeError:
+        # Python 3.8 has no include_extras (Annotated hints then lose their descriptions);
+        # also a TypeError of an unresolvable annotation, which the retry meets again
+        try:
+            return typing.get_type_hints(obj)
+        except Exception:
+            return dict(getattr(obj, "__annotations__", {}) or {})
     except Exception:  # unresolvable forward references: fall back to raw annotations
         return dict(getattr(obj, "__annotations__", {}) or {})
 
@@ -301,26 +308,47 @@ def function_schema(fn: Callable[..., Any]) -> Tuple[Dict[str, Any], Optional[Di
     return schema, output, description
 
 
-def convert_arguments(fn: Callable[..., Any], arguments: Dict[str, Any]) -> Dict[str, Any]:
-    """Arguments as the function expects them: dicts become dataclasses where hinted."""
-    hints = _type_hints(fn)
-    out = dict(arguments)
-    for name, value in arguments.items():
-        hint = hints.get(name)
-        if hint is None:
+def _converting_hints(fn: Callable[..., Any]) -> Dict[str, Any]:
+    """The parameters of `fn` whose JSON argument is converted (a dataclass or an enum hint): name -> class."""
+    out: Dict[str, Any] = {}
+    for name, hint in _type_hints(fn).items():
+        if name == "return":
             continue
-        args = get_args(hint)
         if get_origin(hint) is typing.Union or (_UnionType is not None and isinstance(hint, _UnionType)):
-            candidates = [a for a in args if a is not type(None)]
+            candidates = [a for a in get_args(hint) if a is not type(None)]
             hint = candidates[0] if len(candidates) == 1 else hint
-        if isinstance(value, dict) and dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        if isinstance(hint, type) and (dataclasses.is_dataclass(hint) or issubclass(hint, enum.Enum)):
+            out[name] = hint
+    return out
+
+
+def _convert(hints: Dict[str, Any], arguments: Dict[str, Any]) -> Dict[str, Any]:
+    out = dict(arguments)
+    for name, hint in hints.items():
+        if name not in arguments:
+            continue
+        value = arguments[name]
+        if isinstance(value, dict) and dataclasses.is_dataclass(hint):
             out[name] = hint(**value)
-        elif isinstance(hint, type) and issubclass(hint, enum.Enum) and not isinstance(value, enum.Enum):
+        elif issubclass(hint, enum.Enum) and not isinstance(value, enum.Enum):
             try:
                 out[name] = hint(value)
             except ValueError:
                 pass
     return out
+
+
+def convert_arguments(fn: Callable[..., Any], arguments: Dict[str, Any]) -> Dict[str, Any]:
+    """Arguments as the function expects them: dicts become dataclasses where hinted."""
+    return _convert(_converting_hints(fn), arguments)
+
+
+def argument_converter(fn: Callable[..., Any]) -> Optional[Callable[[Dict[str, Any]], Dict[str, Any]]]:
+    """`convert_arguments` for `fn` with its type hints read once; None when no argument needs converting."""
+    hints = _converting_hints(fn)
+    if not hints:
+        return None
+    return lambda arguments: _convert(hints, arguments)
 
 
 def to_json(value: Any) -> Any:
@@ -336,4 +364,4 @@ def to_json(value: Any) -> Any:
     return value
 
 
-__all__ = ["type_schema", "function_schema", "parse_docstring", "convert_arguments", "to_json"]
+__all__ = ["type_schema", "function_schema", "parse_docstring", "convert_arguments", "argument_converter", "to_json"]

@@ -9,6 +9,7 @@ variables survive from one call to the next::
     from langchain_core.tools import tool
     from langgraph.checkpoint.memory import MemorySaver
     from langgraph.prebuilt import create_react_agent
+    from toolcell import Toolcell
     from toolcell.integrations.langchain import ToolcellTool
 
     @tool
@@ -16,7 +17,8 @@ variables survive from one call to the next::
         \"\"\"One order, by id.\"\"\"
         return {"id": id, "total": 120.0}
 
-    code = ToolcellTool([get_order])          # starts `toolcell serve`
+    tc = Toolcell(config={"tools": {"enabled": []}})  # one `toolcell serve`, shared
+    code = ToolcellTool([get_order], tc)      # without tc: starts its own server
     agent = create_react_agent(model, [code], checkpointer=MemorySaver())
     agent.invoke({"messages": [("user", "Sum orders A-1 to A-9")]},
                  {"configurable": {"thread_id": "t-1"}})
@@ -31,7 +33,11 @@ What the adapter does with your tools
 Each tool you pass (a :class:`~langchain_core.tools.BaseTool`, a ``@tool``
 function, a :class:`~langchain_core.tools.StructuredTool`, or a plain
 function, which is wrapped with :func:`langchain_core.tools.tool` first)
-becomes a toolcell *client tool* of the same name. Its JSON Schema is the
+becomes a toolcell *client tool* of the same name, registered once on the
+client for every session (see :class:`~toolcell.integrations._common.ToolSet`:
+the number of tools the server holds does not grow with the number of
+conversations; a call goes to the run whose cell is running in the calling
+session). Its JSON Schema is the
 one LangChain gives a model for it (``convert_to_openai_tool``: the
 ``tool_call_schema``, so injected arguments are left out); the description
 is the tool's, its ``Args:`` section moved onto the parameters; a
@@ -53,7 +59,12 @@ called directly: its arguments validated by its schema, the config added,
 its function called with the config as the current one, which is what
 ``invoke`` does without handlers, minus about a millisecond of
 bookkeeping per call; any other tool, or any run with handlers, goes
-through ``invoke`` / ``ainvoke``.
+through ``invoke`` / ``ainvoke``. A tool with an ``InjectedToolCallId``
+argument gets ``<execute_code call id>-<n>`` (through ``invoke`` it is
+given a full ``ToolCall``), and a ``ToolMessage`` or ``Command`` it returns
+gives the cell the message's content; a tool whose required arguments come
+from the graph (``InjectedState``, ``InjectedStore``) is refused when the
+adapter is built, as a cell cannot provide them.
 
 The server checks the arguments against the schema before the call; a
 tool that raises makes the call raise ``ToolError("<tool>: <Type>:
@@ -74,7 +85,12 @@ unique name). LangChain has no hook for the end of a conversation: call
 :meth:`ToolcellTool.close_session` when a thread is done, and
 :meth:`ToolcellTool.close` (or leave the ``with`` block) at the end, which
 ends the sessions this tool used and, when the tool started its own server,
-the server.
+the server. A run of the code tool asked for from inside a cell of the
+same session (a tool that cell called started a sub-agent sharing the
+tool and the thread) raises ``ToolException`` at once, instead of waiting
+for the running cell until its timeout. A tool dropped without
+:meth:`ToolcellTool.close` ends the server it started (or releases its
+tools) when it is garbage collected.
 
 Asynchronous runs
 -----------------
@@ -128,7 +144,10 @@ LangGraph CodeAct
 
 import asyncio
 import concurrent.futures
+import contextlib
+import contextvars
 import inspect
+import itertools
 import json
 import logging
 import queue
@@ -143,6 +162,7 @@ from typing import (
     Dict,
     Generic,
     Iterable,
+    Iterator,
     List,
     Literal,
     Mapping,
@@ -162,9 +182,10 @@ try:
         adispatch_custom_event,
         dispatch_custom_event,
     )
+    from langchain_core.messages import ToolMessage
     from langchain_core.runnables import RunnableConfig
     from langchain_core.runnables.config import ensure_config, patch_config, var_child_runnable_config
-    from langchain_core.tools import BaseTool, StructuredTool, ToolException
+    from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, ToolException
     from langchain_core.tools import tool as _make_lc_tool
     from langchain_core.utils.function_calling import convert_to_openai_tool
     from pydantic import BaseModel, Field, PrivateAttr
@@ -173,11 +194,18 @@ except ImportError as _e:  # pragma: no cover - depends on the environment
         'toolcell.integrations.langchain needs LangChain (langchain-core): pip install "toolcell[langchain]"'
     ) from _e
 
-from .._client import Chunk, Toolcell
-from .._errors import ToolcellError
+_get_annotations: Optional[Callable[..., Dict[str, Any]]] = None
+try:  # how LangChain itself finds injected arguments (InjectedToolCallId, InjectedState, ...)
+    from langchain_core.tools.base import _is_injected_arg_type as _is_injected
+    from langchain_core.tools.base import get_all_basemodel_annotations as _get_annotations
+except ImportError:  # pragma: no cover - another langchain-core layout: no injected arguments known
+    pass
+
+from .._client import Chunk, Toolcell, _current_call, _serving
+from .._errors import RPCError, ToolcellError, ToolError
 from .._result import ExecuteResult
 from .._schema import parse_docstring, type_schema
-from ._common import DONE, jsonable, result_text
+from ._common import DONE, ToolDef, ToolSet, finalize_adapter, jsonable, reentrance_message, reentrant, result_text
 
 log = logging.getLogger("toolcell")
 
@@ -292,6 +320,27 @@ def _direct_call_ok(t: BaseTool) -> bool:
     return True
 
 
+def _injected_args(t: BaseTool) -> Tuple[Optional[str], List[str]]:
+    """The tool's ``InjectedToolCallId`` argument, and its other required injected arguments (``InjectedState``, ...)."""
+    schema = getattr(t, "args_schema", None)
+    if _get_annotations is None or not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return None, []
+    call_id: Optional[str] = None
+    others: List[str] = []
+    try:
+        annotations = _get_annotations(schema)
+    except Exception:  # an exotic schema: no injected arguments known
+        return None, []
+    for name, hint in annotations.items():
+        if _is_injected(hint, injected_type=InjectedToolCallId):
+            call_id = name
+        elif _is_injected(hint):
+            field_info = schema.model_fields.get(name)
+            if field_info is None or field_info.is_required():
+                others.append(name)
+    return call_id, others
+
+
 @dataclass
 class _ToolSpec:
     tool: BaseTool
@@ -304,9 +353,22 @@ class _ToolSpec:
     direct: bool
     config_param: Optional[str]
     aconfig_param: Optional[str]
+    # the argument validation of a direct call, read once: the args model (pydantic v2) and its fields
+    model: Optional[Type[BaseModel]] = None
+    fields: frozenset = frozenset()
+    no_args: bool = False
+    # the argument LangChain fills with the tool call's id (InjectedToolCallId)
+    call_id_arg: Optional[str] = None
 
 
-def _spec(t: BaseTool) -> _ToolSpec:
+def _spec(t: BaseTool, who: str) -> _ToolSpec:
+    call_id_arg, injected = _injected_args(t)
+    if injected:
+        raise ValueError(
+            f"{who}: tool {t.name!r} takes the injected argument(s) {', '.join(injected)} (InjectedState, "
+            "InjectedStore, ...), which LangGraph's ToolNode fills from the graph; a cell cannot provide them. "
+            "Give this tool to the agent directly, beside execute_code, or give the arguments defaults."
+        )
     fn = convert_to_openai_tool(t)["function"]
     parameters: Dict[str, Any] = dict(fn.get("parameters") or {"type": "object", "properties": {}})
     parameters.setdefault("type", "object")
@@ -318,7 +380,7 @@ def _spec(t: BaseTool) -> _ToolSpec:
             if isinstance(props.get(name), dict) and not props[name].get("description"):
                 props[name]["description"] = doc
         parameters["properties"] = props
-    return _ToolSpec(
+    spec = _ToolSpec(
         tool=t,
         name=t.name,
         description=summary or (t.description or ""),
@@ -329,14 +391,34 @@ def _spec(t: BaseTool) -> _ToolSpec:
         direct=_direct_call_ok(t),
         config_param=_config_param(getattr(t, "func", None)),
         aconfig_param=_config_param(getattr(t, "coroutine", None)),
+        call_id_arg=call_id_arg,
     )
+    schema = getattr(t, "args_schema", None)
+    if spec.direct and isinstance(schema, type) and issubclass(schema, BaseModel):
+        spec.model = schema
+        spec.fields = frozenset(schema.model_fields)
+        spec.no_args = not spec.fields
+    return spec
 
 
-def _call_direct(spec: _ToolSpec, arguments: Dict[str, Any], config: Optional[RunnableConfig]) -> Any:
+def _direct_args(spec: _ToolSpec, arguments: Dict[str, Any], call_id: Optional[str]) -> Tuple[Any, Dict[str, Any]]:
+    """What ``_to_args_and_kwargs`` gives for a dict input, with the args model read once (not per call)."""
+    model = spec.model
+    if model is None:
+        return spec.tool._to_args_and_kwargs(arguments, call_id)  # type: ignore[attr-defined]
+    if spec.no_args:
+        return (), {}
+    if spec.call_id_arg is not None:
+        arguments = {**arguments, spec.call_id_arg: call_id}
+    m = model.model_validate(arguments)
+    return (), {k: getattr(m, k) for k in arguments if k in spec.fields}
+
+
+def _call_direct(spec: _ToolSpec, arguments: Dict[str, Any], scope: "_Scope", call_id: Optional[str]) -> Any:
     """What ``StructuredTool.invoke`` does when no handler observes the run, without its bookkeeping."""
     t: Any = spec.tool
-    args, kwargs = t._to_args_and_kwargs(arguments, None)
-    cfg = ensure_config(config)
+    args, kwargs = _direct_args(spec, arguments, call_id)
+    cfg = scope.cfg
     if spec.config_param:
         kwargs[spec.config_param] = cfg
     token = var_child_runnable_config.set(cfg)  # get_config() inside the tool sees the run
@@ -346,44 +428,68 @@ def _call_direct(spec: _ToolSpec, arguments: Dict[str, Any], config: Optional[Ru
         var_child_runnable_config.reset(token)
 
 
-async def _acall_direct(spec: _ToolSpec, arguments: Dict[str, Any], config: Optional[RunnableConfig]) -> Any:
+async def _acall_direct(spec: _ToolSpec, arguments: Dict[str, Any], scope: "_Scope", call_id: Optional[str]) -> Any:
     t: Any = spec.tool
-    args, kwargs = t._to_args_and_kwargs(arguments, None)
-    cfg = ensure_config(config)
+    args, kwargs = _direct_args(spec, arguments, call_id)
+    cfg = scope.cfg
     if spec.aconfig_param:
         kwargs[spec.aconfig_param] = cfg
     var_child_runnable_config.set(cfg)  # this task's own context
     return await t.coroutine(*args, **kwargs)
 
 
+def _unwrap(out: Any) -> Any:
+    """A tool's result as the cell gets it, from a call made with a ToolCall (a ToolMessage, or a Command)."""
+    if isinstance(out, ToolMessage):
+        return out.content
+    update = getattr(out, "update", None)  # LangGraph's Command(update={"messages": [ToolMessage(...)]})
+    if isinstance(update, Mapping):
+        messages = [m for m in (update.get("messages") or []) if isinstance(m, ToolMessage)]
+        if messages:
+            return messages[-1].content
+        return {k: v for k, v in update.items() if k != "messages"}
+    return out
+
+
 # ---------------------------------------------------------------- sessions and cells
 
+# The id of the ``execute_code`` tool call being run (when it was invoked with a ToolCall).
+_outer_call_id: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("toolcell_lc_call", default=None)
 
-@dataclass
+
 class _Scope:
-    """What the tool calls of the cell now running need: the run's config and loop."""
+    """What the tool calls of the cell now running need: the run's config, loop, and the ids of nested calls."""
 
-    config: Optional[RunnableConfig] = None
-    loop: Optional[asyncio.AbstractEventLoop] = None
+    def __init__(self, config: Optional[RunnableConfig] = None, loop: Optional[asyncio.AbstractEventLoop] = None):
+        self.config = config
+        self.loop = loop
+        self.cfg = ensure_config(config)  # once per cell, not per call
+        self.direct = not _has_handlers((config or {}).get("callbacks"))
+        self.parent = _outer_call_id.get() or f"toolcell-{uuid.uuid4().hex[:8]}"
+        self.counter = itertools.count(1)
+
+    def next_call_id(self) -> str:
+        return f"{self.parent}-{next(self.counter)}"
 
 
 @dataclass
 class _Session:
     name: str
     lock: threading.Lock = field(default_factory=threading.Lock)
-    registered: bool = False
     scope: Optional[_Scope] = None
     # the CodeAct eval: JSON of the variables the kernel is known to hold, and its kernel
     known: Dict[str, str] = field(default_factory=dict)
     kernel_id: Optional[str] = None
+    # the CodeAct eval: the variables the last collect cell sent (a JSON object's text)
+    collected: Optional[str] = None
 
 
 class _Job(Generic[T]):
-    """`work(on_chunk)` with the session's lock held and its scope set; dropped if stopped before it starts."""
+    """`work(on_chunk)` in the session's cell (see `_Runtime.cell`); dropped if stopped before it starts."""
 
-    def __init__(self, st: _Session, scope: _Scope, work: Callable[[Optional[Callable[[Chunk], Any]]], T],
-                 on_chunk: Optional[Callable[[Chunk], Any]]):
-        self.st, self.scope, self.work, self.on_chunk = st, scope, work, on_chunk
+    def __init__(self, rt: "_Runtime", st: _Session, scope: _Scope,
+                 work: Callable[[Optional[Callable[[Chunk], Any]]], T], on_chunk: Optional[Callable[[Chunk], Any]]):
+        self.rt, self.st, self.scope, self.work, self.on_chunk = rt, st, scope, work, on_chunk
         self.state_lock = threading.Lock()
         self.started = False
         self.dropped = False
@@ -394,19 +500,17 @@ class _Job(Generic[T]):
                 if self.dropped:
                     raise ToolException("the run was cancelled before its cell started")
                 self.started = True
-            self.st.scope = self.scope
-            try:
+            with self.rt.cell(self.st, self.scope):
                 return self.work(self.on_chunk)
-            finally:
-                self.st.scope = None
 
 
 class _Runtime:
     """The toolcell side shared by `ToolcellTool` and `ToolcellCodeAct`.
 
-    Holds the client, the tool specs, and one `_Session` per session name;
-    registers the tools for a session on its first cell (scoped to it, so
-    that a call knows which run it belongs to), runs cells with streaming.
+    Holds the client, the tool specs (registered once on the client, for
+    every session: see :class:`~toolcell.integrations._common.ToolSet`),
+    and one `_Session` per session name; runs cells with streaming. A call
+    from a cell finds its run by the calling session.
     """
 
     def __init__(
@@ -416,18 +520,20 @@ class _Runtime:
         timeout: Optional[float],
         execute_params: Optional[Mapping[str, Any]],
         who: str,
+        extra: Sequence[ToolDef] = (),
     ):
         if client is not None and not isinstance(client, Toolcell):
             raise TypeError(
                 f"{who}: client must be a toolcell.Toolcell (it is used from threads and from any "
                 f"event loop); got {type(client).__name__}. Build one with toolcell.Toolcell(...)."
             )
-        specs = [_spec(_as_tool(t)) for t in tools]
+        specs = [_spec(_as_tool(t), who) for t in tools]
         seen: Dict[str, BaseTool] = {}
         for s in specs:
             if s.name in seen:
                 raise ValueError(f"{who}: two tools are named {s.name!r}; tool names must be unique")
             seen[s.name] = s.tool
+        self.who = who
         self.specs = specs
         self.owns_client = client is None
         self.client: Toolcell = client if client is not None else Toolcell(config=_OWN_CONFIG)
@@ -437,37 +543,38 @@ class _Runtime:
         self._lock = threading.Lock()
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._closed = False
+        defs = [ToolDef(s.name, self._tool_fn(s), s.parameters, s.description, s.output_schema) for s in specs]
+        try:
+            self.tools = ToolSet(self.client, defs + list(extra))
+        except BaseException as e:
+            if self.owns_client:
+                self.client.close()
+            if isinstance(e, RPCError):
+                raise ValueError(
+                    f"{who}: toolcell refused the tools: {e.message}. A tool's name must not be one of toolcell's "
+                    "enabled built-in tools (rename it, or leave built-ins off: the default config)"
+                ) from e
+            raise
+        # dropped without close() (the tool, and any copy of it, gone): end the server it started,
+        # or release its tools
+        self._finalizer = finalize_adapter(self, self.client, self.owns_client, self.tools)
 
     # ---- sessions
 
     def session(self, name: str) -> _Session:
-        """The session `name`, its tools registered."""
+        """The session `name` (its tools are the client's, registered once)."""
         with self._lock:
             if self._closed:
                 raise ToolcellError("this toolcell adapter is closed")
             st = self._sessions.get(name)
             if st is None:
                 st = self._sessions[name] = _Session(name)
-        if not st.registered:
-            with st.lock:
-                if not st.registered:
-                    for spec in self.specs:
-                        self.client.register_tool(
-                            spec.name,
-                            self._tool_fn(spec, st),
-                            spec.parameters,
-                            description=spec.description,
-                            output_schema=spec.output_schema,
-                            session=name,
-                        )
-                    st.registered = True
         return st
 
-    def ready(self, name: str) -> Optional[_Session]:
-        """The session `name` if its tools are registered already (no request needed), else None."""
-        with self._lock:
-            st = self._sessions.get(name)
-        return st if st is not None and st.registered and not self._closed else None
+    def check_not_reentrant(self, name: str) -> None:
+        """Refuse a cell of session `name` asked for from inside a call that a cell of `name` made."""
+        if reentrant(self.client, name):
+            raise ToolException(reentrance_message(self.who, name))
 
     def session_names(self) -> List[str]:
         with self._lock:
@@ -481,8 +588,6 @@ class _Runtime:
             return False
         try:
             self.client.shutdown_session(name)
-            if st.registered and self.specs:
-                self.client.unregister(*[s.name for s in self.specs], session=name)
         except ToolcellError as e:  # the server is gone: nothing left to end
             log.debug("toolcell: ending session %s: %s", name, e)
         return True
@@ -492,6 +597,7 @@ class _Runtime:
             if self._closed:
                 return
             names = list(self._sessions)
+        self._finalizer.detach()
         for name in names:
             self.close_session(name)
         with self._lock:
@@ -500,30 +606,53 @@ class _Runtime:
             self._pool.shutdown(wait=False)
         if self.owns_client:
             self.client.close()
+        else:
+            try:
+                self.tools.close()
+            except ToolcellError as e:
+                log.debug("toolcell: unregistering the tools of %s: %s", self.who, e)
 
     # ---- the tool calls of a cell
 
-    def _tool_fn(self, spec: _ToolSpec, st: _Session) -> Callable[..., Any]:
+    def _scope_session(self) -> _Session:
+        """The session whose cell (run by this adapter) made the call being served."""
+        call = _current_call.get()
+        st = self._sessions.get(call.session) if call is not None and call.session is not None else None
+        if st is None or st.scope is None:
+            raise ToolError(f"no run of this {self.who} is using this session now")
+        return st
+
+    def _tool_fn(self, spec: _ToolSpec) -> Callable[..., Any]:
         t = spec.tool
+        call_id_arg = spec.call_id_arg
 
         def call(**arguments: Any) -> Any:
-            scope = st.scope
-            config = scope.config if scope is not None else None
-            loop = scope.loop if scope is not None else None
+            scope: _Scope = self._scope_session().scope  # type: ignore[assignment]
+            loop = scope.loop
             if loop is not None and loop.is_closed():
                 loop = None
-            direct = spec.direct and not _has_handlers((config or {}).get("callbacks"))
+            call_id = scope.next_call_id() if call_id_arg is not None else None
+            direct = spec.direct and scope.direct
             if spec.native_async and (loop is not None or not spec.has_sync):
                 # the coroutine, on the run's loop when it was awaited, else on a loop of its own
-                coro = _acall_direct(spec, arguments, config) if direct else t.ainvoke(arguments, config=config)
-                if loop is not None:
-                    out = asyncio.run_coroutine_threadsafe(coro, loop).result()
+                if direct:
+                    coro = _acall_direct(spec, arguments, scope, call_id)
+                elif call_id is not None:
+                    coro = t.ainvoke(_tool_call(spec.name, arguments, call_id), config=scope.config)
+                else:
+                    coro = t.ainvoke(arguments, config=scope.config)
+                if loop is not None:  # the call stays the current one there (re-entrance is told)
+                    out = asyncio.run_coroutine_threadsafe(_serving(_current_call.get(), coro), loop).result()
                 else:
                     out = asyncio.run(coro)
             elif direct:
-                out = _call_direct(spec, arguments, config)
+                out = _call_direct(spec, arguments, scope, call_id)
+            elif call_id is not None:
+                out = t.invoke(_tool_call(spec.name, arguments, call_id), config=scope.config)
             else:
-                out = t.invoke(arguments, config=config)
+                out = t.invoke(arguments, config=scope.config)
+            if call_id is not None:
+                out = _unwrap(out)
             return _jsonable(out)
 
         call.__name__ = spec.name
@@ -531,9 +660,23 @@ class _Runtime:
 
     # ---- running cells
 
+    @contextlib.contextmanager
+    def cell(self, st: _Session, scope: _Scope) -> Iterator[None]:
+        """Around one cell of `st` (the caller holds `st.lock`): its scope set, its calls routed here."""
+        st.scope = scope
+        try:
+            with contextlib.ExitStack() as stack:
+                try:
+                    stack.enter_context(self.tools.running(st.name))
+                except ToolcellError as e:
+                    raise ToolException(f"toolcell could not register the tools for this cell: {e}") from e
+                yield
+        finally:
+            st.scope = None
+
     def execute(self, st: _Session, code: str, *, reset: bool = False,
                 on_chunk: Optional[Callable[[Chunk], Any]] = None) -> ExecuteResult:
-        """One cell in `st` (the caller holds `st.lock` and has set `st.scope`)."""
+        """One cell in `st` (the caller is inside `cell(st, ...)`)."""
         try:
             return self.client.execute(
                 code, session=st.name, timeout=self.timeout, stream=on_chunk, reset=reset, **self.execute_params
@@ -552,7 +695,7 @@ class _Runtime:
 
     def run(self, st: _Session, scope: _Scope, work: Callable[[Optional[Callable[[Chunk], Any]]], T],
             emit: Optional[Callable[[Chunk], None]]) -> T:
-        """`work(on_chunk)` under the session's lock; chunks go to `emit` on this thread.
+        """`work(on_chunk)` in a cell of the session; chunks go to `emit` on this thread.
 
         Without `emit` the work runs here. With it, the work runs on a
         worker thread and this thread delivers the chunks (in order, in
@@ -561,13 +704,10 @@ class _Runtime:
         """
         if emit is None:
             with st.lock:
-                st.scope = scope
-                try:
+                with self.cell(st, scope):
                     return work(None)
-                finally:
-                    st.scope = None
         chunks: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-        job = _Job(st, scope, work, chunks.put)
+        job = _Job(self, st, scope, work, chunks.put)
         fut = self._workers().submit(job)
         fut.add_done_callback(lambda _f: chunks.put(DONE))
         try:
@@ -586,7 +726,7 @@ class _Runtime:
 
     async def arun(self, st: _Session, scope: _Scope, work: Callable[[Optional[Callable[[Chunk], Any]]], T],
                    aemit: Optional[Callable[[Chunk], Awaitable[None]]]) -> T:
-        """`work(on_chunk)` on a worker thread under the session's lock; chunks go to `aemit` on this loop.
+        """`work(on_chunk)` on a worker thread in a cell of the session; chunks go to `aemit` on this loop.
 
         The loop is free meanwhile: async tools the cell calls run on it.
         Cancelling the awaiting task interrupts the cell (or, when it waits
@@ -599,7 +739,7 @@ class _Runtime:
         def on_chunk(chunk: Chunk) -> None:
             loop.call_soon_threadsafe(chunks.put_nowait, chunk)
 
-        job = _Job(st, scope, work, on_chunk if aemit is not None else None)
+        job = _Job(self, st, scope, work, on_chunk if aemit is not None else None)
         afut = asyncio.wrap_future(self._workers().submit(job))
         # chunks are queued before the result is set, and the future's callback runs after them
         afut.add_done_callback(lambda _f: chunks.put_nowait(DONE))
@@ -633,8 +773,14 @@ class _Runtime:
             pass
 
     def description(self, session: str) -> str:
-        schema = self.client.schema(format="openai", session=session)
+        """The server's execute_code description for `session` (with this adapter's own definitions)."""
+        with self.tools.running(session):
+            schema = self.client.schema(format="openai", session=session)
         return str(schema["function"]["description"])
+
+
+def _tool_call(name: str, arguments: Dict[str, Any], call_id: str) -> Dict[str, Any]:
+    return {"type": "tool_call", "id": call_id, "name": name, "args": arguments}
 
 
 def _chunk_data(chunk: Chunk) -> Dict[str, Any]:
@@ -693,6 +839,13 @@ def _aemitter(callbacks_config: Optional[RunnableConfig], writer: Optional[Calla
             await adispatch_custom_event(OUTPUT_EVENT, data, config=callbacks_config)
 
     return aemit
+
+
+def _call_id_of(input: Any) -> Optional[str]:
+    """The id of a ToolCall input (``{"type": "tool_call", "id": ..., "args": ...}``), else None."""
+    if isinstance(input, dict) and input.get("type") == "tool_call" and isinstance(input.get("id"), str):
+        return input["id"]
+    return None
 
 
 def _thread_id(config: Optional[Mapping[str, Any]]) -> Optional[str]:
@@ -764,7 +917,7 @@ class ToolcellTool(BaseTool):
         rt = _Runtime(tools, client, timeout, execute_params, "ToolcellTool")
         default_session = session or f"langchain-{uuid.uuid4().hex[:12]}"
         try:
-            rt.session(default_session)  # registers the tools, so that the description lists them
+            rt.session(default_session)
             description = kwargs.pop("description", None) or rt.description(default_session)
         except BaseException:
             rt.close()
@@ -820,6 +973,20 @@ class ToolcellTool(BaseTool):
 
     # ---- BaseTool
 
+    def invoke(self, input: Any, config: Optional[RunnableConfig] = None, **kwargs: Any) -> Any:
+        token = _outer_call_id.set(_call_id_of(input))  # nested calls' ids derive from it
+        try:
+            return super().invoke(input, config, **kwargs)
+        finally:
+            _outer_call_id.reset(token)
+
+    async def ainvoke(self, input: Any, config: Optional[RunnableConfig] = None, **kwargs: Any) -> Any:
+        token = _outer_call_id.set(_call_id_of(input))
+        try:
+            return await super().ainvoke(input, config, **kwargs)
+        finally:
+            _outer_call_id.reset(token)
+
     def _scope_and_callbacks(self, run_manager: Any, config: Optional[RunnableConfig]
                              ) -> Tuple[_Scope, Optional[RunnableConfig]]:
         child = run_manager.get_child() if run_manager is not None else None
@@ -835,7 +1002,9 @@ class ToolcellTool(BaseTool):
         *,
         config: RunnableConfig,
     ) -> Tuple[str, Dict[str, Any]]:
-        st = self._rt.session(self.session_for(config))
+        name = self.session_for(config)
+        self._rt.check_not_reentrant(name)
+        st = self._rt.session(name)
         scope, callbacks = self._scope_and_callbacks(run_manager, config)
         emit = _emitter(callbacks, _langgraph_writer() if self._stream else None)
         result = self._rt.run(st, scope, lambda on_chunk: self._rt.execute(st, code, reset=reset, on_chunk=on_chunk),
@@ -851,9 +1020,8 @@ class ToolcellTool(BaseTool):
         config: RunnableConfig,
     ) -> Tuple[str, Dict[str, Any]]:
         name = self.session_for(config)
-        st = self._rt.ready(name)
-        if st is None:  # first cell of the session: register its tools (requests) off the loop
-            st = await asyncio.get_running_loop().run_in_executor(None, self._rt.session, name)
+        self._rt.check_not_reentrant(name)
+        st = self._rt.session(name)
         scope, callbacks = self._scope_and_callbacks(run_manager, config)
         aemit = _aemitter(callbacks, _langgraph_writer() if self._stream else None)
         result = await self._rt.arun(
@@ -864,10 +1032,18 @@ class ToolcellTool(BaseTool):
 
 # ---------------------------------------------------------------- LangGraph CodeAct
 
-# Run in the kernel as ``exec(_COLLECT, {"_g": globals(), ...})``: it prints, as one JSON
-# object, the user's top-level variables that are JSON (names not starting with "_";
-# str, int, float, bool, None, list, dict), skipping one whose JSON is over `_per` chars
-# and stopping at `_budget` chars in all. Its own names stay out of the user's globals.
+# The client tool the collect cell hands the kernel's variables to: a tool call's
+# arguments reach this process whole (no output caps, folding or redaction).
+_VARS_TOOL = "_toolcell_codeact_vars"
+_VARS_SCHEMA: Dict[str, Any] = {
+    "type": "object", "properties": {"payload": {"type": "string"}}, "required": ["payload"],
+    "additionalProperties": False,
+}
+
+# Run in the kernel as ``exec(_COLLECT, {"_g": globals(), ...})``: it sends `_send`, as
+# one JSON object's text, the user's top-level variables that are JSON (names not starting
+# with "_"; str, int, float, bool, None, list, dict), skipping one whose JSON is over `_per`
+# chars and stopping at `_budget` chars in all. Its own names stay out of the user's globals.
 _COLLECT = r"""
 import json as _json
 _out, _used = [], 0
@@ -887,7 +1063,7 @@ for _k, _v in list(_g.items()):
                 _used += _n + len(_k) + 4
     except (TypeError, ValueError, RecursionError):
         pass
-print("{" + ",".join(_out) + "}")
+getattr(__import__("toolcell_tools"), _tool)(payload="{" + ",".join(_out) + "}")
 """
 
 
@@ -932,7 +1108,10 @@ class ToolcellCodeAct:
       results from it after the run, and a checkpointed thread gets them
       back in a fresh kernel. Reading them costs one more short cell per
       step (a few milliseconds); ``return_variables=False`` returns ``{}``
-      and the state lives in the kernel alone.
+      and the state lives in the kernel alone. The variables come back as
+      the argument of an internal tool call (``_toolcell_codeact_vars``),
+      whole: not through the cell's output, which toolcell caps, folds and
+      redacts.
 
     Call it from the graph's sync run (``invoke``, ``stream``, and also
     ``ainvoke``: LangGraph runs a sync node in a thread) or pass
@@ -956,7 +1135,9 @@ class ToolcellCodeAct:
         stream: bool = True,
         execute_params: Optional[Mapping[str, Any]] = None,
     ) -> None:
-        self._rt = _Runtime(tools, client, timeout, execute_params, "ToolcellCodeAct")
+        vars_tool = ToolDef(_VARS_TOOL, self._receive_variables, _VARS_SCHEMA,
+                            "Internal to toolcell's LangGraph CodeAct adapter: takes the kernel's variables.")
+        self._rt = _Runtime(tools, client, timeout, execute_params, "ToolcellCodeAct", extra=[vars_tool])
         self._tool_names = {s.name for s in self._rt.specs}
         self._session = session or f"codeact-{uuid.uuid4().hex[:12]}"
         self._session_prefix = session_prefix
@@ -1003,7 +1184,9 @@ class ToolcellCodeAct:
     def __call__(self, code: str, _locals: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
         """Run `code` in the thread's kernel; ``(output text, new or changed JSON variables)``."""
         config = var_child_runnable_config.get()
-        st = self._rt.session(self.session_for(config))
+        name = self.session_for(config)
+        self._rt.check_not_reentrant(name)
+        st = self._rt.session(name)
         callbacks = self._callbacks(config)
         emit = _emitter(callbacks, _langgraph_writer() if self._stream else None)
         return self._rt.run(st, _Scope(config=config), lambda on_chunk: self._step(st, code, _locals, on_chunk),
@@ -1022,9 +1205,8 @@ class ToolcellCodeAct:
                         "using the session %s for every thread (pass the evaluator itself, not .acall)",
                         self._session)
         name = self.session_for(config)
-        st = self._rt.ready(name)
-        if st is None:  # first cell of the session: register its tools (requests) off the loop
-            st = await asyncio.get_running_loop().run_in_executor(None, self._rt.session, name)
+        self._rt.check_not_reentrant(name)
+        st = self._rt.session(name)
         callbacks = self._callbacks(config)
         aemit = _aemitter(callbacks, _langgraph_writer() if self._stream else None)
         return await self._rt.arun(st, _Scope(config=config),
@@ -1095,18 +1277,27 @@ class ToolcellCodeAct:
             return text, {}
         return text, self._collect(st)
 
+    def _receive_variables(self, payload: str) -> None:
+        """The collect cell's tool call: keep the variables' JSON for `_collect`."""
+        st = self._rt._scope_session()
+        st.collected = payload
+
     def _collect(self, st: _Session) -> Dict[str, Any]:
+        st.collected = None
         r = self._rt.execute(
-            st, f"exec({_COLLECT!r}, {{'_g': globals(), '_per': {int(self._max_variable_chars)}, '_budget': 40000}})"
+            st,
+            f"exec({_COLLECT!r}, {{'_g': globals(), '_per': {int(self._max_variable_chars)}, '_budget': 40000, "
+            f"'_tool': {_VARS_TOOL!r}}})",
         )
         self._note_kernel(st, r)
-        if not r.ok:
+        payload, st.collected = st.collected, None
+        if not r.ok or payload is None:
             log.warning("toolcell: reading the kernel's variables failed: %s", r.error or r.status)
             return {}
         try:
-            values = json.loads(r.output)
-        except ValueError:
-            log.warning("toolcell: the kernel's variables did not come back as JSON (output cut?)")
+            values = json.loads(payload)
+        except ValueError:  # not expected: the payload is the tool call's argument, whole
+            log.warning("toolcell: the kernel's variables did not come back as JSON")
             return {}
         changed: Dict[str, Any] = {}
         for k, v in values.items():

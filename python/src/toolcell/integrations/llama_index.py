@@ -10,6 +10,7 @@ functions that run here, in the agent's process::
     from llama_index.core.agent.workflow import CodeActAgent
     from llama_index.core.tools import FunctionTool
     from llama_index.core.workflow import Context
+    from toolcell import Toolcell
     from toolcell.integrations.llama_index import ToolcellCodeExecutor
 
     def get_order(id: str) -> dict:
@@ -17,7 +18,8 @@ functions that run here, in the agent's process::
         return {"id": id, "total": 120.0}
 
     tools = [FunctionTool.from_defaults(get_order)]
-    executor = ToolcellCodeExecutor(tools)           # starts `toolcell serve`
+    tc = Toolcell(config={"tools": {"enabled": []}})  # one `toolcell serve`, shared
+    executor = ToolcellCodeExecutor(tools, tc)       # one per conversation
     agent = CodeActAgent(code_execute_fn=executor.execute, tools=list(tools), llm=llm)
     ctx = Context(agent)                              # the conversation's memory
     print(await agent.run("Sum orders A-1 to A-9", ctx=ctx))
@@ -68,7 +70,13 @@ exited) raises, and the agent reports it as the tool's error.
 Sessions
 --------
 One executor is one toolcell session, so one kernel: use one executor per
-conversation (as you use one ``Context`` per conversation). The session is
+conversation (as you use one ``Context`` per conversation), all on one
+shared client: an executor given no client starts a server of its own.
+The tools are registered once on the client, for every session, however
+many executors use them (a call finds its executor by the calling
+session). An executor dropped without :meth:`ToolcellCodeExecutor.close`
+ends the server it started (or releases its tools) when it is garbage
+collected. The session is
 ``session=``, else a new unique name. LlamaIndex has no hook for the end of
 a conversation: :meth:`ToolcellCodeExecutor.close` / :meth:`aclose` (or the
 ``with`` / ``async with`` block) ends the kernel and, when the executor
@@ -89,7 +97,10 @@ synchronous :class:`toolcell.Toolcell`, each cell run on a worker thread
 from sync code, before or after the loop that runs the workflow, and each
 cell's async tools run on the loop awaiting that cell, whichever it is (an
 :class:`toolcell.AsyncToolcell` runs them on its own loop). Cancelling
-``execute`` interrupts the cell.
+``execute`` interrupts its cell; one cancelled while it waits behind
+another's cell is dropped (none of its code runs). An ``execute`` asked for
+from inside a cell of the executor (a tool that started a sub-agent
+sharing it) raises at once instead of waiting for that cell.
 """
 
 import asyncio
@@ -111,11 +122,11 @@ except ImportError as _e:  # pragma: no cover - depends on the environment
         'toolcell.integrations.llama_index needs LlamaIndex (llama-index-core): pip install "toolcell[llama-index]"'
     ) from _e
 
-from .._client import Chunk, Toolcell
-from .._errors import ToolcellError
+from .._client import Chunk, Toolcell, _current_call, _serving
+from .._errors import RPCError, ToolcellError
 from .._result import ExecuteResult
 from .._schema import parse_docstring, type_schema
-from ._common import DONE, jsonable, result_text
+from ._common import DONE, ToolDef, ToolSet, finalize_adapter, jsonable, reentrance_message, reentrant, result_text
 
 log = logging.getLogger("toolcell")
 
@@ -231,6 +242,16 @@ def _spec(t: BaseTool) -> _ToolSpec:
     return _ToolSpec(t, name, summary or description, parameters, output, is_async, ctx_param, _direct_call_ok(t))
 
 
+class _Job:
+    """One ``execute``: dropped if its caller stops waiting before the cell starts."""
+
+    def __init__(self) -> None:
+        self.state_lock = threading.Lock()
+        self.started = False
+        self.finished = False
+        self.dropped = False
+
+
 def _as_tool(t: ToolLike) -> BaseTool:
     if isinstance(t, BaseTool):
         return t
@@ -293,15 +314,22 @@ class ToolcellCodeExecutor:
         self._closed = False
         #: the result of the last cell run
         self.last_result: Optional[ExecuteResult] = None
-        try:
-            for spec in specs:
-                self._client.register_tool(
-                    spec.name, self._tool_fn(spec), spec.parameters, description=spec.description,
-                    output_schema=spec.output_schema, session=self._session,
-                )
-        except BaseException:
+        self._registered: Optional[ToolSet] = None
+        try:  # once for every session of the client (all or none); a call finds its executor by session
+            self._registered = ToolSet(self._client, [
+                ToolDef(spec.name, self._tool_fn(spec), spec.parameters, spec.description, spec.output_schema)
+                for spec in specs
+            ])
+        except BaseException as e:
             self.close()
+            if isinstance(e, RPCError):
+                raise ValueError(
+                    f"ToolcellCodeExecutor: toolcell refused the tools: {e.message}. A tool's name must not be one "
+                    "of toolcell's enabled built-in tools (rename it, or leave built-ins off: the default config)"
+                ) from e
             raise
+        # dropped without close(): end the server it started, or release its tools
+        self._finalizer = finalize_adapter(self, self._client, self._owns_client, self._registered)
 
     # ---- what users call
 
@@ -330,7 +358,10 @@ class ToolcellCodeExecutor:
         CodeActAgent writes its own prompt; pass this as ``system_prompt=``
         to tell the model about toolcell's limits and helpers too.
         """
-        return str(self._client.schema(format="openai", session=self._session)["function"]["description"])
+        assert self._registered is not None
+        with self._registered.running(self._session):
+            schema = self._client.schema(format="openai", session=self._session)
+        return str(schema["function"]["description"])
 
     async def execute(self, code: str, ctx: Context = None) -> CellOutput:  # type: ignore[assignment]
         """Run `code` in the kernel; the text the model reads (its ``result`` the structured result).
@@ -350,10 +381,13 @@ class ToolcellCodeExecutor:
         if self._closed:
             return
         self._closed = True
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer.detach()
         try:
             self._client.shutdown_session(self._session)
-            if self._specs:
-                self._client.unregister(*[s.name for s in self._specs], session=self._session)
+            if self._registered is not None and not self._owns_client:
+                self._registered.close()
         except ToolcellError as e:  # the server is gone: nothing left to end
             log.debug("toolcell: ending session %s: %s", self._session, e)
         self._pool.shutdown(wait=False)
@@ -392,8 +426,8 @@ class ToolcellCodeExecutor:
                 arguments = {**ft._field_defaults, **ft.partial_params, **arguments}
             if spec.is_async:
                 coro = ft.async_fn(**arguments) if spec.direct else ft.acall(**arguments)
-                if loop is not None and not loop.is_closed():
-                    out = asyncio.run_coroutine_threadsafe(coro, loop).result()
+                if loop is not None and not loop.is_closed():  # the call stays the current one there
+                    out = asyncio.run_coroutine_threadsafe(_serving(_current_call.get(), coro), loop).result()
                 else:
                     out = asyncio.run(coro)
             elif spec.direct:
@@ -409,19 +443,37 @@ class ToolcellCodeExecutor:
 
     # ---- running a cell
 
-    def _run_cell(self, code: str, reset: bool, on_chunk: Optional[Callable[[Chunk], Any]],
+    def _run_cell(self, job: _Job, code: str, reset: bool, on_chunk: Optional[Callable[[Chunk], Any]],
                   loop: asyncio.AbstractEventLoop, ctx: Optional[Context]) -> ExecuteResult:
-        with self._lock:
+        assert self._registered is not None
+        with self._lock:  # one cell at a time: the tool calls of the cell find its loop and context here
+            with job.state_lock:
+                if job.dropped:  # its caller stopped waiting while it queued: none of its code runs
+                    raise concurrent.futures.CancelledError()
+                job.started = True
             self._loop, self._ctx = loop, ctx
             try:
-                return self._client.execute(code, session=self._session, timeout=self._timeout, stream=on_chunk,
-                                            reset=reset, **self._params)
+                with self._registered.running(self._session):
+                    return self._client.execute(code, session=self._session, timeout=self._timeout,
+                                                stream=on_chunk, reset=reset, **self._params)
             finally:
                 self._loop, self._ctx = None, None
+                with job.state_lock:  # after a pending interrupt of this cell went out (see _stop)
+                    job.finished = True
+
+    def _stop(self, job: _Job) -> None:
+        """The caller stopped waiting: drop the job if it has not started, else interrupt its own cell."""
+        with job.state_lock:
+            job.dropped = True
+            if job.started and not job.finished:
+                # held while interrupting: this cell cannot end, and the next start, before the interrupt is sent
+                self._interrupt()
 
     async def _execute(self, code: str, ctx: Optional[Context], reset: bool) -> CellOutput:
         if self._closed:
             raise ToolcellError("this ToolcellCodeExecutor is closed; build a new one for a new conversation")
+        if reentrant(self._client, self._session):
+            raise ToolcellError(reentrance_message("ToolcellCodeExecutor.execute", self._session))
         loop = asyncio.get_running_loop()
         stream_to = ctx if (self._stream and ctx is not None) else None
         chunks: "asyncio.Queue[Any]" = asyncio.Queue()
@@ -429,8 +481,9 @@ class ToolcellCodeExecutor:
         def on_chunk(chunk: Chunk) -> None:
             loop.call_soon_threadsafe(chunks.put_nowait, chunk)
 
+        job = _Job()
         fut = asyncio.wrap_future(
-            self._pool.submit(self._run_cell, code, reset, on_chunk if stream_to is not None else None, loop, ctx)
+            self._pool.submit(self._run_cell, job, code, reset, on_chunk if stream_to is not None else None, loop, ctx)
         )
         # chunks are queued before the result is set, and the future's callback runs after them
         fut.add_done_callback(lambda _f: chunks.put_nowait(DONE))
@@ -447,7 +500,7 @@ class ToolcellCodeExecutor:
                         log.exception("toolcell: writing a cell's output to the event stream failed")
             result = await fut
         except asyncio.CancelledError:
-            self._pool.submit(self._interrupt)
+            threading.Thread(target=self._stop, args=(job,), name="toolcell-stop", daemon=True).start()
             raise
         except ToolcellError as e:
             raise ToolcellError(

@@ -7,6 +7,7 @@ Python functions (in loops, with ``if``, summing, filtering) inside a
 persistent kernel whose variables survive from one call to the next::
 
     from agents import Agent, Runner, function_tool
+    from toolcell import Toolcell
     from toolcell.integrations.openai_agents import execute_code_tool
 
     @function_tool
@@ -14,7 +15,8 @@ persistent kernel whose variables survive from one call to the next::
         \"\"\"One order, by id.\"\"\"
         return {"id": id, "total": 120.0}
 
-    code = execute_code_tool([get_order])        # starts `toolcell serve`
+    tc = Toolcell(config={"tools": {"enabled": []}})   # one `toolcell serve`, shared
+    code = execute_code_tool([get_order], toolcell=tc)  # without toolcell=: starts its own
     agent = Agent(name="shop", instructions="Use execute_code.", tools=[code])
     result = await Runner.run(agent, "Sum the totals of orders A-1 to A-9.")
     code.close()                                 # or `with` / `async with`
@@ -22,8 +24,10 @@ persistent kernel whose variables survive from one call to the next::
 What the adapter does with your tools
 -------------------------------------
 Each :class:`~agents.FunctionTool` you pass (a plain function is wrapped
-with :func:`agents.function_tool` first) becomes a toolcell *client tool*
-of the same name, with its ``params_json_schema`` as the schema (arguments
+with :func:`agents.function_tool` first; a tool whose ``allowed_callers``
+leaves out ``"programmatic"`` is skipped) becomes a toolcell *client tool*
+of the same name, registered once on the client for every session (a call
+finds its cell by the calling session), with its ``params_json_schema`` as the schema (arguments
 a strict schema marks required only because strict mode demands it, those
 with a default or that accept null, may be left out in the cell). When a
 cell calls it, the call runs here, in the agent's process: on the event
@@ -41,7 +45,8 @@ SDK does around a direct call is done here too: ``is_enabled`` (a disabled
 tool raises ``ToolError`` in the cell), a ``needs_approval`` policy (a cell
 cannot wait for a human: a tool with ``needs_approval=True`` is refused when
 you build the tool, a callable policy that asks for approval makes the call
-raise ``ToolError``), ``timeout_seconds``, tool input and output guardrails
+raise ``ToolError``), ``timeout_seconds`` (``timeout_behavior="raise_exception"``
+stops the cell and fails the run with ``ToolTimeoutError``), tool input and output guardrails
 (``reject_content`` raises ``ToolError`` with the guardrail's message; a
 tripwire stops further calls, interrupts the cell, and
 ``ToolInputGuardrailTripwireTriggered`` / ``ToolOutputGuardrailTripwireTriggered``
@@ -49,7 +54,9 @@ is raised from ``execute_code`` so the run fails as it would have), and a
 tracing ``function_span`` per nested call under the ``execute_code`` span.
 Nested calls are not SDK tool calls: they produce no ``ToolCallItem``, and
 ``RunHooks`` / ``AgentHooks`` ``on_tool_start`` / ``on_tool_end`` fire for
-``execute_code`` only.
+``execute_code`` only. A run of ``execute_code`` asked for from inside a
+cell of the same session (a nested tool that runs a sub-agent sharing it)
+returns an error at once instead of waiting for that cell.
 
 Errors
 ------
@@ -130,6 +137,7 @@ import itertools
 import json
 import logging
 import threading
+import types
 import uuid
 import weakref
 from typing import (
@@ -183,8 +191,25 @@ except ImportError:  # pragma: no cover - older SDK
 
 _function_span: Optional[Callable[..., Any]] = None
 _SpanError: Optional[Callable[..., Any]] = None
+_NoOpSpan: Any = ()
 try:
     from agents.tracing import SpanError as _SpanError, function_span as _function_span
+    from agents.tracing.spans import NoOpSpan as _NoOpSpan
+except ImportError:  # pragma: no cover - older SDK
+    pass
+
+_sdk_function_schema: Optional[Callable[..., Any]] = None
+_ModelBehaviorError: Any = None
+try:  # what function_tool validates a call's arguments with
+    from agents.exceptions import ModelBehaviorError as _ModelBehaviorError
+    from agents.function_schema import function_schema as _sdk_function_schema
+    from pydantic import ValidationError as _ValidationError
+except ImportError:  # pragma: no cover - another SDK layout: every call goes through the SDK's invoker
+    pass
+
+_ToolTimeoutError: Any = None
+try:
+    from agents.exceptions import ToolTimeoutError as _ToolTimeoutError
 except ImportError:  # pragma: no cover - older SDK
     pass
 
@@ -198,10 +223,10 @@ try:
 except ImportError:  # pragma: no cover - older SDK
     pass
 
-from .._client import Chunk, Config, PathLike, Toolcell
-from .._errors import ToolError
+from .._client import Chunk, Config, PathLike, Toolcell, _current_call
+from .._errors import ToolcellError, ToolError
 from .._result import ExecuteResult
-from ._common import result_text
+from ._common import ToolDef, ToolSet, _plain, finalize_adapter, reentrance_message, reentrant, result_text
 
 log = logging.getLogger("toolcell")
 
@@ -239,6 +264,8 @@ async def _maybe_await(value: Any) -> Any:
 def _to_cell_value(value: Any) -> Any:
     """A tool's return value as JSON the cell receives (never fails: a last resort is ``str``)."""
     if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if type(value) in (dict, list) and _plain(value, [64]):  # plain JSON already: the client serializes it
         return value
     if isinstance(value, ToolOutputText):
         return value.text
@@ -356,6 +383,84 @@ def _inline_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
+@types.coroutine
+def _go_on(coro: Any, waiting: Any) -> Any:
+    """The rest of `coro`, which suspended on `waiting`, as an awaitable (``yield from`` by hand)."""
+    while True:
+        try:
+            sent = yield waiting
+        except BaseException as e:  # thrown in by the task (cancellation)
+            try:
+                waiting = coro.throw(e)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                waiting = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
+
+
+async def _finish(coro: Any, waiting: Any) -> Any:
+    return await _go_on(coro, waiting)
+
+
+def _drive(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
+    """Run `coro` to its end on this thread's inline `loop`: by hand while it does not suspend.
+
+    The SDK's invoker of a sync function tool never suspends here (its
+    ``to_thread`` is done at once): no task, no loop iteration, no
+    selector call. A coroutine that does suspend goes on as a task on the
+    loop, which runs until it ends.
+    """
+    asyncio.events._set_running_loop(loop)
+    try:
+        try:
+            waiting = coro.send(None)
+        except StopIteration as stop:
+            return stop.value
+    finally:
+        asyncio.events._set_running_loop(None)
+    return loop.run_until_complete(_finish(coro, waiting))
+
+
+def _tracing_on() -> bool:
+    """Whether a function span made now (in the run's context) would be recorded."""
+    if _function_span is None:
+        return False
+    try:
+        return not isinstance(_function_span("toolcell"), _NoOpSpan)  # made, never started: not exported
+    except Exception:
+        return True
+
+
+def _plain_function(tool: FunctionTool) -> Optional[Tuple[Callable[..., Any], Any]]:
+    """The function and SDK schema of a plain ``function_tool`` over a sync function, else None.
+
+    Such a tool's invoker validates the JSON arguments with the function's
+    argument model and calls the function; a call from a cell (its
+    arguments already a dict, checked by the server against the schema)
+    does that directly, without the invoker's coroutine, the JSON round
+    trip and, unless the function takes it, the ToolContext. Tools with
+    guardrails, approval, a timeout, an ``is_enabled`` function or a typed
+    output validation go through the SDK's invoker.
+    """
+    if _sdk_function_schema is None or not _runs_inline(tool):
+        return None
+    if getattr(tool, "_output_type_adapter", None) is not None:
+        return None
+    try:
+        fn = tool.__wrapped__  # SDK 0.24+: the function given to function_tool
+    except AttributeError:
+        fn = tool.__dict__.get("_toolcell_function")  # a plain function this adapter wrapped
+    if not inspect.isfunction(fn) or inspect.iscoroutinefunction(fn):
+        return None
+    try:
+        return fn, _sdk_function_schema(fn, strict_json_schema=False)
+    except Exception:  # a signature the SDK reads otherwise: leave it to the invoker
+        return None
+
+
 def _runs_inline(tool: FunctionTool) -> bool:
     """A ``function_tool`` over a plain (sync) function, with no callback that could need the run's loop.
 
@@ -364,7 +469,8 @@ def _runs_inline(tool: FunctionTool) -> bool:
     the SDK's invoker there, on a private :class:`_InlineLoop` whose
     ``to_thread`` runs the function at once (in the run's context variables),
     instead of taking three more thread hops through the run's event loop
-    and its executor.
+    and its executor. (A plain one, see `_plain_function`, is called without
+    the invoker at all.)
     """
     return (
         bool(getattr(tool.on_invoke_tool, "__agents_sync_function_tool__", False))
@@ -384,6 +490,7 @@ class _Wrapped:
         self.name = tool.name
         self.invoke = _raising_invoker(tool)
         self.inline = _runs_inline(tool)
+        self.plain = _plain_function(tool)
         self.input_schema = _cell_schema(tool)
         out = getattr(tool, "output_json_schema", None)
         self.output_schema: Optional[Dict[str, Any]] = dict(out) if isinstance(out, Mapping) else None
@@ -402,13 +509,16 @@ class _Cell:
         self.fatal: Optional[BaseException] = None
         self.started = False
         self.abandoned = False  # the execute_code call was cancelled before its cell started
+        self.traced = self.pycontext.run(_tracing_on)  # nested calls get spans only when recorded
 
 
 def _as_function_tool(t: Any) -> FunctionTool:
     if isinstance(t, FunctionTool):
         return t
     if callable(t) and not isinstance(t, type):
-        return function_tool(t)
+        ft = function_tool(t)
+        ft.__dict__["_toolcell_function"] = t  # older SDKs do not tell the function back
+        return ft
     raise TypeError(
         f"execute_code_tool: {t!r} is not a function tool. Pass FunctionTools (from @function_tool) or "
         "plain functions; keep hosted tools (WebSearchTool, FileSearchTool, ...), handoffs and MCP servers "
@@ -450,6 +560,11 @@ class _Runner:
             if ft.is_enabled is False:
                 log.info("execute_code_tool: tool %r is disabled (is_enabled=False); cells cannot call it", ft.name)
                 continue
+            callers = getattr(ft, "allowed_callers", None)
+            if callers is not None and "programmatic" not in callers:
+                log.info("execute_code_tool: tool %r does not allow programmatic callers (allowed_callers=%r); "
+                         "cells cannot call it", ft.name, callers)
+                continue
             wrapped[ft.name] = _Wrapped(ft)
         if on_stream is not None and not callable(on_stream):
             raise TypeError("execute_code_tool: on_stream must be a function taking an ExecuteCodeStreamEvent")
@@ -481,7 +596,6 @@ class _Runner:
 
         self.lock = threading.Lock()
         self.session_locks: Dict[str, threading.Lock] = {}
-        self.registered: Set[str] = set()  # sessions whose tools are registered
         self.used: Set[str] = set()  # sessions that ran a cell
         self.cells: Dict[str, _Cell] = {}
         # id(ToolContext) -> (a weak reference to it, session, result), for custom_data (ToolContext may be unhashable)
@@ -490,12 +604,16 @@ class _Runner:
             max_workers=_MAX_CELL_THREADS, thread_name_prefix="toolcell-openai-agents"
         )
         self.closed = False
+        self.tools_registered: Optional[ToolSet] = None
         try:
-            self._register(None)
-            schema = self.tc.schema(format="openai")
+            self.tools_registered = self._register()
+            with self.tools_registered.running(self.default_session):
+                schema = self.tc.schema(format="openai", session=self.default_session)
         except BaseException:
             self.close()
             raise
+        # dropped without close(): end the server it started, or release its tools
+        self._finalizer = finalize_adapter(self, self.tc, self.owns_client, self.tools_registered)
         fn = schema.get("function", schema)
         self.description: str = fn.get("description", "")
         props = (fn.get("parameters") or {}).get("properties") or {}
@@ -503,28 +621,22 @@ class _Runner:
 
     # ---- registration
 
-    def _register(self, session: Optional[str]) -> None:
-        """Register every wrapped tool, for `session` (None: every session, as a fallback and for the description)."""
-        for w in self.tools.values():
-            try:
-                self.tc.register_tool(
-                    w.name,
-                    self._cell_function(session, w),
-                    w.input_schema,
-                    description=w.tool.description or "",
-                    output_schema=w.output_schema,
-                    session=session,
-                )
-            except Exception as e:
-                raise ValueError(
-                    f"execute_code_tool: toolcell refused the tool {w.name!r}: {e}. A name must be a Python "
-                    "identifier and must not be one of toolcell's enabled built-in tools (rename it with "
-                    "function_tool(name_override=...), or leave built-ins off: the default config)"
-                ) from e
+    def _register(self) -> ToolSet:
+        """Register the wrapped tools once for every session of the client (all or none); calls find their cell."""
+        defs = [ToolDef(w.name, self._cell_function(w), w.input_schema, w.tool.description or "", w.output_schema)
+                for w in self.tools.values()]
+        try:
+            return ToolSet(self.tc, defs)
+        except ToolcellError as e:
+            raise ValueError(
+                f"execute_code_tool: toolcell refused the tools: {e}. A name must not be one of toolcell's "
+                "enabled built-in tools (rename it with function_tool(name_override=...), or leave built-ins "
+                "off: the default config)"
+            ) from e
 
-    def _cell_function(self, session: Optional[str], w: _Wrapped) -> Callable[..., Any]:
+    def _cell_function(self, w: _Wrapped) -> Callable[..., Any]:
         def call(**arguments: Any) -> Any:
-            return self._call_from_cell(session, w, arguments)
+            return self._call_from_cell(w, arguments)
 
         call.__name__ = w.name
         return call
@@ -565,6 +677,8 @@ class _Runner:
         if self.closed:
             raise RuntimeError(f"{self.name}: this tool was closed; create a new one with execute_code_tool(...)")
         session = await self.session_for(ctx)
+        if reentrant(self.tc, session):  # a sub-agent of a running cell, in its session: it would wait forever
+            return "error: " + reentrance_message(self.name, session)
         loop = asyncio.get_running_loop()
         cell = _Cell(ctx, loop, session)
 
@@ -617,13 +731,8 @@ class _Runner:
 
     def _run_cell(self, cell: _Cell, code: str, reset: bool, on_chunk: Optional[Callable[[Chunk], None]]) -> ExecuteResult:
         s = cell.session
+        assert self.tools_registered is not None
         with self.session_lock(s):
-            with self.lock:
-                need_register = s not in self.registered
-            if need_register:
-                self._register(s)
-                with self.lock:
-                    self.registered.add(s)
             with self.lock:
                 self.used.add(s)
             if cell.abandoned:
@@ -631,7 +740,8 @@ class _Runner:
             self.cells[s] = cell
             cell.started = True
             try:
-                return self.tc.execute(code, session=s, timeout=self.timeout, stream=on_chunk, reset=reset)
+                with self.tools_registered.running(s):
+                    return self.tc.execute(code, session=s, timeout=self.timeout, stream=on_chunk, reset=reset)
             finally:
                 self.cells.pop(s, None)
 
@@ -663,8 +773,10 @@ class _Runner:
 
     # ---- a nested call, from a cell
 
-    def _call_from_cell(self, session: Optional[str], w: _Wrapped, arguments: Dict[str, Any]) -> Any:
-        """Runs on a toolcell pool thread: hand the call to the run's event loop and wait."""
+    def _call_from_cell(self, w: _Wrapped, arguments: Dict[str, Any]) -> Any:
+        """Runs on a toolcell pool thread: run the call here (a plain sync tool), or on the run's loop, and wait."""
+        call = _current_call.get()
+        session = call.session if call is not None else None
         cell = self.cells.get(session) if session is not None else None
         if cell is None:
             raise ToolError(
@@ -672,9 +784,15 @@ class _Runner:
                 f"cell that the {self.name} tool runs"
             )
         if cell.fatal is not None:
-            raise ToolError("a tool guardrail stopped this run; no more tool calls are made")
+            raise ToolError("a tool guardrail or timeout stopped this run; no more tool calls are made")
+        # the run's context variables, with this call as the current one (a nested run of the same
+        # session is told, not deadlocked)
+        pycontext = cell.pycontext.copy()
+        pycontext.run(_current_call.set, call)
+        if w.plain is not None and not cell.traced:
+            return pycontext.run(self._call_plain, cell, w, arguments)
         if w.inline:
-            return cell.pycontext.copy().run(_inline_loop().run_until_complete, self._nested(cell, w, arguments))
+            return pycontext.run(_drive, _inline_loop(), self._nested(cell, w, arguments))
         done: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
 
         def start() -> None:  # on the loop, in the run's context
@@ -695,18 +813,57 @@ class _Runner:
             task.add_done_callback(finished)
 
         try:
-            cell.loop.call_soon_threadsafe(start, context=cell.pycontext.copy())
+            cell.loop.call_soon_threadsafe(start, context=pycontext)
         except RuntimeError as e:  # the run's loop has closed
             raise ToolError(f"the agent run that started this cell has ended ({e})") from None
         return done.result()
 
+    def _tool_context(self, cell: _Cell, w: _Wrapped, arguments: Dict[str, Any], call_id: str
+                      ) -> Tuple[ToolContext, str]:
+        """The nested call's ToolContext (made from the execute_code call's) and its JSON arguments."""
+        args_json = json.dumps(arguments, ensure_ascii=False)
+        tool_call = ResponseFunctionToolCall(type="function_call", call_id=call_id, name=w.name, arguments=args_json)
+        return ToolContext.from_agent_context(cell.ctx, call_id, tool_call=tool_call), args_json
+
+    @staticmethod
+    def _call_id(cell: _Cell) -> str:
+        return f"{getattr(cell.ctx, 'tool_call_id', None) or 'toolcell'}-{next(cell.counter)}"
+
+    def _call_plain(self, cell: _Cell, w: _Wrapped, arguments: Dict[str, Any]) -> Any:
+        """A plain sync function tool (see `_plain_function`), called here as its SDK invoker would."""
+        assert w.plain is not None
+        fn, schema = w.plain
+        call_id = self._call_id(cell)
+        ctx: Optional[ToolContext] = None
+        try:
+            try:
+                parsed = schema.params_pydantic_model(**arguments) if arguments else schema.params_pydantic_model()
+            except _ValidationError as e:
+                raise _ModelBehaviorError(f"Invalid JSON input for tool {w.name}: {e}") from e
+            args, kwargs = schema.to_call_args(parsed)
+            if schema.takes_context:
+                ctx, _ = self._tool_context(cell, w, arguments, call_id)
+                output = fn(ctx, *args, **kwargs)
+            else:
+                output = fn(*args, **kwargs)
+        except ToolError:
+            raise
+        except Exception as e:
+            if ctx is None:
+                ctx, _ = self._tool_context(cell, w, arguments, call_id)
+            try:  # the failure policy and the run's formatter, on the run's loop (they may be async)
+                text = asyncio.run_coroutine_threadsafe(self._error_text(w, ctx, e), cell.loop).result()
+            except Exception:
+                log.exception("toolcell: wording the error of %s failed", w.name)
+                text = f"{type(e).__name__}: {e}"
+            raise ToolError(text) from None
+        return _to_cell_value(output)
+
     async def _nested(self, cell: _Cell, w: _Wrapped, arguments: Dict[str, Any]) -> Any:
         tool = w.tool
         outer = cell.ctx
-        args_json = json.dumps(arguments, ensure_ascii=False)
-        call_id = f"{getattr(outer, 'tool_call_id', None) or 'toolcell'}-{next(cell.counter)}"
-        tool_call = ResponseFunctionToolCall(type="function_call", call_id=call_id, name=tool.name, arguments=args_json)
-        ctx = ToolContext.from_agent_context(outer, call_id, tool_call=tool_call)
+        call_id = self._call_id(cell)
+        ctx, args_json = self._tool_context(cell, w, arguments, call_id)
         agent: Any = getattr(ctx, "agent", None) or getattr(outer, "agent", None)
 
         enabled = tool.is_enabled
@@ -722,12 +879,13 @@ class _Runner:
         await self._input_guardrails(cell, tool, ctx, agent)
 
         sensitive = getattr(getattr(outer, "run_config", None), "trace_include_sensitive_data", True)
-        span: Any = _function_span(tool.name, input=args_json if sensitive else None) if _function_span else None
-        if span is not None:
+        span: Any = None
+        if cell.traced and _function_span is not None:
+            span = _function_span(tool.name, input=args_json if sensitive else None)
             span.start(mark_as_current=True)
         try:
             try:
-                output = await self._invoke_with_timeout(w, ctx, args_json)
+                output = await self._invoke_with_timeout(cell, w, ctx, args_json)
             except ToolError:
                 raise
             except Exception as e:
@@ -751,7 +909,7 @@ class _Runner:
         output = await self._output_guardrails(cell, tool, ctx, agent, output)
         return _to_cell_value(output)
 
-    async def _invoke_with_timeout(self, w: _Wrapped, ctx: ToolContext, args_json: str) -> Any:
+    async def _invoke_with_timeout(self, cell: _Cell, w: _Wrapped, ctx: ToolContext, args_json: str) -> Any:
         limit = getattr(w.tool, "timeout_seconds", None)
         if not limit:
             return await w.invoke(ctx, args_json)
@@ -761,6 +919,10 @@ class _Runner:
             return task.result()
         task.cancel()
         text = f"Tool '{w.name}' timed out after {limit:g} seconds."
+        if getattr(w.tool, "timeout_behavior", "error_as_result") == "raise_exception" and _ToolTimeoutError is not None:
+            # as on a direct call, the run fails (once the cell, stopped now, has ended)
+            self._trip(cell, _ToolTimeoutError(tool_name=w.name, timeout_seconds=limit))
+            raise ToolError(text)
         formatter = getattr(w.tool, "timeout_error_function", None)
         if formatter is not None:
             try:
@@ -830,17 +992,16 @@ class _Runner:
     def end_session(self, session: str) -> None:
         with self.session_lock(session):
             with self.lock:
-                registered = session in self.registered
-                self.registered.discard(session)
                 self.used.discard(session)
-            if registered and self.tools:
-                self.tc.unregister(*self.tools, session=session)
             self.tc.shutdown_session(session)
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer.detach()
         try:
             if self.owns_client:
                 self.tc.close()
@@ -851,8 +1012,8 @@ class _Runner:
                     except Exception as e:
                         log.warning("toolcell: ending session %r failed: %s", s, e)
                 try:
-                    if self.tools:
-                        self.tc.unregister(*self.tools)
+                    if self.tools_registered is not None:
+                        self.tools_registered.close()
                 except Exception as e:
                     log.warning("toolcell: unregistering the tools of %s failed: %s", self.name, e)
         finally:

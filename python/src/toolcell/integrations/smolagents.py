@@ -50,16 +50,21 @@ and the run goes on.
 State: one toolcell session (one kernel) per executor. Variables survive
 from step to step and across ``agent.run(..., reset=False)`` (and
 ``reset=True``: like the local executor, a new run only resets the agent's
-memory). ``cleanup()`` (called by ``agent.cleanup()`` and at the end of
-``with CodeAgent(...)``) ends the session, and the server if the executor
-started it.
+memory). A kernel replaced between steps (killed, evicted, reaped) is
+noticed by the step that runs in the new one (the executor asks the server
+nothing between steps), which tells the model and defines ``final_answer``
+and the agent's variables again. ``cleanup()`` (called by ``agent.cleanup()``
+and at the end of ``with CodeAgent(...)``) ends the session, and the server
+if the executor started it; an executor dropped without it does the same
+when garbage collected.
 """
 
 import json
 import logging
 import re
 import uuid
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+import weakref
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 try:
     from smolagents.agent_types import AgentType
@@ -78,9 +83,9 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from .._client import Chunk, Config, PathLike, Toolcell
-from .._errors import RPCError, ToolcellError
+from .._errors import RPCError, ToolcellError, ToolError
 from .._result import ExecuteResult
-from ._common import result_text
+from ._common import _in_background, result_text
 
 __all__ = ["ToolcellExecutor"]
 
@@ -463,6 +468,19 @@ class ToolcellExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents ship
         self._rebound = False  # a cell rebound final_answer in that kernel
         self._final: Optional[Tuple[Any]] = None
         self._closed = False
+        # the names registered for the session, shared with the finalizer (which must not hold the executor)
+        self._names: Set[str] = set()
+        # dropped without cleanup(): end the server it started, else its session's tools and kernel
+        tc, session, names = self.toolcell, self.session, self._names
+
+        def release() -> None:
+            if names:
+                tc.unregister(*sorted(names), session=session)
+            tc.shutdown_session(session)
+
+        self._finalizer = weakref.finalize(
+            self, _in_background(tc.close if self._owns_toolcell else release, "ending a dropped executor"))
+        self._finalizer.atexit = False
 
     # ---- the PythonExecutor interface
 
@@ -486,6 +504,7 @@ class ToolcellExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents ship
             self.toolcell.unregister(*stale, session=self.session)
             for name in stale:
                 del self._registered[name]
+                self._names.discard(name)
         for name, tool in wanted.items():
             if self._registered.get(name) is not tool:
                 self._register(name, tool)
@@ -511,13 +530,18 @@ class ToolcellExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents ship
                     f"cannot send the agent variable {name!r} ({type(value).__name__}) to the toolcell kernel: "
                     f"it is neither JSON nor picklable ({type(e).__name__}: {e}); pass a plain value instead"
                 ) from e
-        notice = self._ensure_ready()
-        if notice:
-            log.warning("toolcell: %s", notice.strip())
+        self._ensure_ready()
+        prepared = self._kernel_id
         result = self._run_internal(_VARIABLES_TEMPLATE % {"codec": _CODEC_SOURCE, "payloads": payloads})
         if not result.ok:
             raise ValueError(f"sending the agent's variables to the toolcell kernel failed:\n{result_text(result)}")
         self._variables.update(payloads)
+        if prepared is not None and result.kernel.id and result.kernel.id != prepared:
+            # the kernel was replaced since the last step: prepare the new one (all the variables, final_answer)
+            log.warning("toolcell: the kernel of %s was replaced since the last step%s; its variables are gone",
+                        self.session, f" ({result.warning})" if result.warning else "")
+            self._kernel_id = None
+            self._ensure_ready()
 
     def __call__(self, code_action: str) -> CodeOutput:
         """Run one code action as a cell; how smolagents' ``CodeAgent`` runs each step.
@@ -533,6 +557,7 @@ class ToolcellExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents ship
         if not code_action.strip():
             return CodeOutput(output=None, logs="", is_final_answer=False)
         notice = self._ensure_ready()
+        prepared = self._kernel_id
         self._final = None
         try:
             result = self.toolcell.execute(code_action, session=self.session, timeout=self.timeout,
@@ -546,6 +571,10 @@ class ToolcellExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents ship
             if result.warning:
                 logs += f"warning: {result.warning}\n"
             return CodeOutput(output=final[0], logs=notice + logs, is_final_answer=True)
+        if prepared is not None and result.kernel.id and result.kernel.id != prepared and not result.kernel.ended:
+            # The kernel was replaced between steps (killed, evicted, reaped): this step ran in
+            # a new one. Prepare it now, for the next step, and tell the model.
+            notice += self._prepare_replaced(result)
         text = result_text(result)
         if not result.ok:
             raise InterpreterError(notice + text)
@@ -561,6 +590,7 @@ class ToolcellExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents ship
         if self._closed:
             return
         self._closed = True
+        self._finalizer.detach()
         try:
             names = list(self._registered) + (["final_answer", _CHANNEL] if self._channel_registered else [])
             if names:
@@ -610,6 +640,7 @@ class ToolcellExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents ship
                 "clashes with a built-in toolcell tool, start toolcell with config={'tools': {'enabled': []}}"
             ) from e
         self._registered[name] = tool
+        self._names.add(name)
 
     def _register_plain_final_answer(self) -> None:
         """``final_answer`` as a plain client tool too, for a kernel that lacks the setup.
@@ -620,15 +651,20 @@ class ToolcellExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents ship
         rest of that cell runs.
         """
         tool = self._final_tool
+        me = weakref.ref(self)  # the client holds its tools: they must not keep the executor alive
 
         def plain_final_answer(**arguments: Any) -> None:
-            self._final = (tool(**arguments),)
+            executor = me()
+            if executor is None:
+                raise ToolError("this smolagents executor is gone")
+            executor._final = (tool(**arguments),)
 
         self.toolcell.register_tool(
             "final_answer", plain_final_answer,
             _tool_input_schema("final_answer", getattr(tool, "inputs", None) or {"answer": {"type": "any"}}),
             description=str(getattr(tool, "description", "") or ""), session=self.session,
         )
+        self._names.add("final_answer")
 
     def _final_answer_channel(self, data: Optional[str] = None, text: Optional[str] = None) -> None:
         """The kernel's ``final_answer`` calls this with the encoded arguments."""
@@ -652,26 +688,36 @@ class ToolcellExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents ship
     def _ensure_ready(self) -> str:
         """Make sure the session's kernel has ``final_answer`` and the agent's variables.
 
-        Runs the setup cell on the first use and again when the kernel was
-        replaced (it died, was evicted or reaped between steps). Returns a
-        note for the model when earlier state was lost, else ``""``.
+        Runs the setup cell on the first use, after a cell whose kernel
+        ended or was replaced, and after a cell rebound ``final_answer``.
+        It asks the server nothing: whether the kernel is the prepared one
+        comes from the last cell's result (a kernel lost between steps is
+        noticed by the step that runs in its replacement, see
+        :meth:`_prepare_replaced`). Returns a note for the model, or ``""``.
         """
         if not self._channel_registered:
             # Before the setup cell defines the kernel's own `final_answer`:
             # registering the plain tool after it would replace it.
             self._register_plain_final_answer()
+            me = weakref.ref(self)
+
+            def channel(data: Optional[str] = None, text: Optional[str] = None) -> None:
+                executor = me()
+                if executor is None:
+                    raise ToolError("this smolagents executor is gone")
+                executor._final_answer_channel(data, text)
+
             self.toolcell.register_tool(
-                _CHANNEL, self._final_answer_channel,
+                _CHANNEL, channel,
                 {"type": "object", "properties": {"data": {"type": ["string", "null"]},
                                                   "text": {"type": ["string", "null"]}},
                  "required": [], "additionalProperties": False},
                 description="Internal: hands the final answer of a smolagents step to the agent.",
                 session=self.session,
             )
+            self._names.add(_CHANNEL)
             self._channel_registered = True
-        had_kernel = self._kernel_id is not None
-        kept = had_kernel and any(s.get("session") == self.session and s.get("kernel_id") == self._kernel_id
-                                  for s in self.toolcell.sessions())
+        kept = self._kernel_id is not None
         if kept and not self._rebound:
             return ""
         code = _SETUP_TEMPLATE % {"channel": _CHANNEL, "codec": _CODEC_SOURCE, "allow_pickle": self.allow_pickle}
@@ -682,11 +728,18 @@ class ToolcellExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents ship
             raise RuntimeError(f"preparing the toolcell kernel for smolagents failed:\n{result_text(result)}")
         self._kernel_id = result.kernel.id or None
         self._rebound = False
-        if kept or not had_kernel:
-            return ""
+        return ""
+
+    def _prepare_replaced(self, result: ExecuteResult) -> str:
+        """The step's cell ran in a new kernel: prepare that one now; the note for the model."""
+        self._kernel_id = None
+        try:
+            self._ensure_ready()
+        except RuntimeError as e:
+            log.warning("toolcell: %s", e)
         why = f" ({result.warning})" if result.warning else ""
-        return (f"[toolcell: this step runs in a new kernel{why}; variables defined by earlier steps are gone; "
-                "the tools and the agent's own variables are defined again]\n")
+        return (f"[toolcell: this step ran in a new kernel{why}; variables defined by earlier steps are gone; "
+                "final_answer and the agent's own variables are defined again for the next step]\n")
 
     def _run_internal(self, code: str) -> ExecuteResult:
         return self.toolcell.execute(code, session=self.session, timeout=self.timeout)
