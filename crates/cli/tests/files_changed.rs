@@ -322,10 +322,22 @@ fn a_stopped_scan_reports_the_files_of_a_new_directory() {
     );
     assert_eq!(bytes_of(&r["files"], "created", "results/csv/r1.csv"), 4);
     assert_eq!(r["files"]["scan_stopped"], true, "{r:#}");
+    // A virtualenv the cell makes is not reported; a directory removed and
+    // made again is walked like a new one.
+    let r = run(
+        4,
+        "import os, shutil\nos.makedirs('venv2/lib')\n\
+         open('venv2/pyvenv.cfg', 'w').write('home = /usr\\n')\n\
+         open('venv2/lib/site.py', 'w').write('x')\n\
+         shutil.rmtree('d0')\nos.makedirs('d0')\nopen('d0/fresh.txt', 'w').write('new')",
+    );
+    let created = paths(&r["files"], "created");
+    assert!(created.iter().all(|p| !p.starts_with("venv2")), "{r:#}");
+    assert!(created.contains(&"d0/fresh.txt".to_string()), "{r:#}");
     // A new directory with more than the scan's bound: the report is cut
     // and says so.
     let r = run(
-        3,
+        5,
         "import os\nos.makedirs('many')\n\
          for i in range(300):\n    open(f'many/f{i:03}.txt', 'w').write('x')",
     );

@@ -103,8 +103,26 @@ fn allocations(dir: &Path) -> Vec<(String, String)> {
     out
 }
 
+/// Where this machine's host records are: one directory per machine.
+fn records_dir(env: &Env) -> PathBuf {
+    let key: String = machine_id()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    env.path()
+        .join(".local/state/toolcell/remote-hosts")
+        .join(key)
+}
+
 fn records(env: &Env) -> Vec<String> {
-    let dir = env.path().join(".local/state/toolcell/remote-hosts");
+    let dir = records_dir(env);
     match std::fs::read_dir(dir) {
         Ok(d) => d
             .flatten()
@@ -532,9 +550,11 @@ fn an_evicted_kernel_and_a_sigterm_stop_their_allocations() {
 fn a_forged_record_runs_nothing() {
     let (env, alloc) = env_with("", "");
     let pwned = env.path().join("PWNED");
-    let dir = env.path().join(".local/state/toolcell/remote-hosts");
+    let dir = records_dir(&env);
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    for d in [dir.parent().unwrap(), dir.as_path()] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    }
     std::fs::create_dir(alloc.join("a12345678")).unwrap();
     let record = json!({
         "host": format!("x ] || touch {}; [ x", pwned.display()),
@@ -641,9 +661,11 @@ fn only_records_of_this_machine_and_this_remote_are_swept() {
     use std::os::unix::fs::MetadataExt;
     let (env, alloc) = env_with("", "");
     let [_, _, stop, list] = fake_words(&alloc);
-    let dir = env.path().join(".local/state/toolcell/remote-hosts");
+    let dir = records_dir(&env);
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    for d in [dir.parent().unwrap(), dir.as_path()] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    }
     let pidns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -61,6 +61,10 @@ const MAX_LISTED: usize = 10_000;
 /// longer configured (nothing could sweep them).
 const RECORD_MAX_AGE: Duration = Duration::from_secs(30 * 86_400);
 
+/// Records nobody on this machine can use (another project's remote,
+/// another pid namespace) are removed when older than this.
+const FOREIGN_RECORD_MAX_AGE: Duration = Duration::from_secs(365 * 86_400);
+
 /// Most records looked at per sweep.
 const MAX_RECORDS: usize = 1024;
 
@@ -662,6 +666,22 @@ fn machine_id() -> String {
         .unwrap_or_default()
 }
 
+/// A machine id as a directory name: `[A-Za-z0-9_-]`, at most 64
+/// characters (empty when there is none).
+fn machine_key(machine: &str) -> String {
+    machine
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect()
+}
+
 /// The inode of this process's pid namespace (0 when unknown).
 fn pid_namespace() -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -735,6 +755,20 @@ impl Lifecycle {
     /// No randomness for the host id.
     pub fn new(records: Option<PathBuf>) -> Result<Arc<Self>, crate::ids::RandomError> {
         let host = format!("tc{}", toolcell_protocol::random_hex(5)?);
+        // One directory per machine: a home directory shared between
+        // machines holds every machine's records, and a host only ever
+        // reads its own machine's (so another machine's can neither be
+        // taken for dead nor crowd this one's out of a sweep).
+        let records = records.and_then(|dir| {
+            let key = machine_key(&machine_id());
+            if key.is_empty() {
+                tracing::warn!(
+                    "this machine has no machine id or host name: remote allocations of a host that dies are not swept by the next one"
+                );
+                return None;
+            }
+            Some(dir.join(key))
+        });
         Ok(Arc::new(Self {
             host,
             records,
@@ -972,8 +1006,20 @@ impl Lifecycle {
             return;
         }
         let lc = Arc::clone(self);
-        let (name, remote) = (name.to_string(), remote.clone());
-        self.in_background(move || lc.clean_up(&name, &remote));
+        let (owned, remote) = (name.to_string(), remote.clone());
+        let mut pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        pending.retain(|h| !h.is_finished());
+        match spawn_named(move || lc.clean_up(&owned, &remote)) {
+            Some(h) => pending.push(h),
+            // No thread: the next failed start tries again.
+            None => {
+                drop(pending);
+                self.lock_starting().dirty.remove(name);
+            }
+        }
     }
 
     /// The clean-up itself: waits for a moment without starts (and holds
@@ -1006,6 +1052,15 @@ impl Lifecycle {
             g.cleaning = true;
             g.dirty.remove(name);
         }
+        // Starts wait while `cleaning`: it is cleared however this ends.
+        struct Cleaning<'a>(&'a Lifecycle);
+        impl Drop for Cleaning<'_> {
+            fn drop(&mut self) {
+                self.0.lock_starting().cleaning = false;
+                self.0.start_cv.notify_all();
+            }
+        }
+        let _cleaning = Cleaning(self);
         // Every allocation a kernel of this host holds, on any remote: two
         // remotes may list the same engine's allocations by `{host}`.
         let held: BTreeSet<String> = self
@@ -1025,17 +1080,15 @@ impl Lifecycle {
                     remote: Some(name),
                 };
                 let what = format!("remote \"{name}\" allocation {id}, left by a failed start");
-                if stop_one(
-                    &fill(&remote.stop, &vars),
-                    remaining(deadline, remote),
-                    &what,
-                ) {
+                let timeout = remaining(deadline, remote);
+                if timeout.is_zero() {
+                    break; // the rest is for the host's exit
+                }
+                if stop_one(&fill(&remote.stop, &vars), timeout, &what) {
                     tracing::info!("stopped {what}");
                 }
             }
         }
-        self.lock_starting().cleaning = false;
-        self.start_cv.notify_all();
     }
 
     /// Stops what dead hosts left on `remotes` (see the module docs), on a
@@ -1224,8 +1277,10 @@ fn remove_record(dir: &Path, name: &str) {
 /// remote ([`sweep_host`]) and remove the record when all of that worked.
 /// Records nobody can act on (unreadable, not shaped as this code writes
 /// them) are removed; so are picked records older than [`RECORD_MAX_AGE`]
-/// (their host is long gone and whatever kept their sweep from working
-/// will not change), and records of no machine at all that old.
+/// whose sweep keeps failing with the remote they were written for (their
+/// host is long gone and whatever keeps the sweep from working will not
+/// change), and any record older than [`FOREIGN_RECORD_MAX_AGE`] (another
+/// project's remote, another pid namespace: nobody here can use it).
 fn sweep_records(
     dir: &Path,
     remotes: &BTreeMap<String, Remote>,
@@ -1240,11 +1295,13 @@ fn sweep_records(
             remove_record(dir, &name);
             continue;
         };
-        let too_old = now_secs().saturating_sub(rec.created) > RECORD_MAX_AGE.as_secs();
+        let age = now_secs().saturating_sub(rec.created);
+        if age > FOREIGN_RECORD_MAX_AGE.as_secs() {
+            remove_record(dir, &name);
+            continue;
+        }
+        let too_old = age > RECORD_MAX_AGE.as_secs();
         if !which(&rec) {
-            if too_old && rec.machine.is_empty() {
-                remove_record(dir, &name);
-            }
             continue;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -1252,11 +1309,10 @@ fn sweep_records(
         }
         // Only a remote configured as it was when the record was written
         // (another project may name another engine the same).
-        let swept = match remotes.get(&rec.remote).filter(|r| rec.matches(r)) {
-            Some(remote) => sweep_host(&rec.remote, remote, &rec, deadline),
-            None => false,
+        let Some(remote) = remotes.get(&rec.remote).filter(|r| rec.matches(r)) else {
+            continue; // another project's, or a remote since changed
         };
-        if swept {
+        if sweep_host(&rec.remote, remote, &rec, deadline) {
             remove_record(dir, &name);
         } else if too_old {
             tracing::warn!(

@@ -383,14 +383,23 @@ fn add_touched(
         }
         let now = std::fs::symlink_metadata(path).ok();
         let is_dir = now.as_ref().is_some_and(std::fs::Metadata::is_dir);
+        // Made by the cell: unknown before and first seen created, or a
+        // directory with another inode than before's (removed and made
+        // again), or where a file was.
+        let made = now
+            .as_ref()
+            .is_some_and(|md| match before.entries.get(rel) {
+                None => !touch.existed_before,
+                Some(m) => m.kind != Kind::Dir || m.ino != md.ino(),
+            });
         if is_dir
-            && !touch.existed_before
-            && !before.entries.contains_key(rel)
-            && !after.listed(rel)
+            && made
             && !ignores.ignored(root, rel)
+            && !settings.skip.iter().any(|s| s == path)
+            && std::fs::symlink_metadata(path.join("pyvenv.cfg")).is_err()
         {
-            // A new directory the scan after the cell did not finish: all
-            // in it is new. (One it finished, `diff` judged.)
+            // A new directory: all in it is new (what `diff` already
+            // reported of it is not listed twice).
             let mut sub = settings.clone();
             sub.max_entries = budget;
             let inner = scan(path, &sub, |_| {});

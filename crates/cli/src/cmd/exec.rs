@@ -226,21 +226,26 @@ pub fn report(result: &ExecuteResult, json: bool, streamed: bool) -> anyhow::Res
         // Streamed, everything was printed: the cut is only in the result
         // an agent gets. Stdout's is on the status line; stderr's here.
         Some(w) if streamed => {
-            // Stdout's part is on the status line; every other notice (a
-            // kernel that ended between cells, a cut traceback, the files
-            // report) is news to a terminal too.
-            let w = without_stdout_part(w);
-            let cut_at = w.find("stderr was truncated").unwrap_or(w.len());
+            // Notices before the truncation ones (a kernel that ended
+            // between cells, a session name with another kernel) are news
+            // to a terminal; from the first truncation sentence on, the
+            // warning speaks of the result an agent gets (the terminal got
+            // the streams whole): all of it is shown, as that.
+            let cut_at = ["stdout was truncated", "stderr was truncated"]
+                .iter()
+                .filter_map(|m| w.find(m))
+                .min()
+                .unwrap_or(w.len());
             let before = w[..cut_at].trim();
             if !before.is_empty() {
                 writeln!(err, "warning: {before}")?;
             }
-            if let Some(i) = w.find("stderr was truncated") {
+            let rest = w[cut_at..].trim();
+            if !rest.is_empty() {
                 writeln!(
                     err,
-                    "note: printed in full above; in the result an agent receives (--json, \
-                     serve, mcp) {}",
-                    &w[i..]
+                    "note: the output was printed in full above; the result an agent receives \
+                     (--json, serve, mcp) says: {rest}"
                 )?;
             }
         }
@@ -287,39 +292,13 @@ pub fn report(result: &ExecuteResult, json: bool, streamed: bool) -> anyhow::Res
     Ok(ExitCode::from(result.cli_exit_code()))
 }
 
-/// `warning` without the sentences about stdout's truncation: from
-/// "stdout was truncated" to where the next notice starts (the end of its
-/// spill sentence, or another notice's first words).
-fn without_stdout_part(w: &str) -> String {
-    let Some(start) = w.find("stdout was truncated") else {
-        return w.to_string();
-    };
-    let rest = &w[start..];
-    let ends = ["instead of re-running the cell.", "(no spill directory)."];
-    let nexts = [
-        "stderr was truncated",
-        "The traceback was truncated",
-        "The working directory has more",
-        "The files report may be incomplete",
-    ];
-    let end = ends
-        .iter()
-        .filter_map(|e| rest.find(e).map(|i| i + e.len()))
-        .chain(nexts.iter().filter_map(|n| rest.find(n)))
-        .min()
-        .unwrap_or(rest.len());
-    format!("{}{}", &w[..start], &rest[end..])
-        .trim()
-        .to_string()
-}
-
 /// What a truncation means when the whole output was streamed: the
 /// terminal got all of it, an agent's result (--json, serve, mcp) keeps the
 /// head and tail, and where the full text is.
 fn streamed_truncation_note(result: &ExecuteResult) -> String {
     let mut note = format!(
         "stdout printed in full above, but the result an agent receives (--json, serve, mcp) \
-         omits {} of its {} bytes (`--json` shows the warning that says how)",
+         omits {} of its {} bytes (see the note above for how)",
         result.stdout_bytes_omitted, result.stdout_bytes_total
     );
     match &result.stdout_spill_path {
