@@ -128,38 +128,96 @@ export function resultText(result: ExecuteResult): string {
   return parts.join("").replace(/\n+$/, "");
 }
 
-// The outer `execute_code` calls whose cells a session has queued, oldest
-// (the running one) first: a nested tool call belongs to the head. Cells of
-// one session run one at a time in the order they were sent, so this holds
-// even when a step has several `execute_code` calls, or two adapters share a
-// session.
+// A tool call names its session, not its cell: the cells the adapters run in one
+// session (on one client) take turns, first come first served, so the cell the server
+// runs in a session is always the one whose outer call is active there. (The server runs
+// a session's cells one at a time anyway: taking turns costs no parallelism.) This holds
+// when a step has several `execute_code` calls, and when two adapters share a session.
 interface OuterCall {
   options: ToolExecutionOptions<ToolcellToolContext>;
   nested: number;
   /** The app tools of the adapter that started this cell. */
   impls: Map<string, Impl>;
 }
-const queues = new WeakMap<Toolcell, Map<string, OuterCall[]>>();
 
-function queueOf(tc: Toolcell, session: string): OuterCall[] {
-  let bySession = queues.get(tc);
-  if (!bySession) queues.set(tc, (bySession = new Map()));
-  let q = bySession.get(session);
-  if (!q) bySession.set(session, (q = []));
-  return q;
+interface Turns {
+  /** Settles when the last one to ask has had its turn. */
+  tail: Promise<void>;
+  /** Those holding or waiting for a turn: the entry is dropped at 0. */
+  users: number;
+}
+const turns = new WeakMap<Toolcell, Map<string, Turns>>();
+/** session -> the outer call whose cell runs there now (it holds the session's turn). */
+const actives = new WeakMap<Toolcell, Map<string, OuterCall>>();
+
+function abortError(signal: AbortSignal): Error {
+  const reason = signal.reason;
+  if (reason instanceof Error) return reason;
+  const e = new Error("the generation was aborted before this cell started; none of its code ran");
+  e.name = "AbortError";
+  return e;
 }
 
-function headOf(tc: Toolcell, session: string): OuterCall | undefined {
-  return queues.get(tc)?.get(session)?.[0];
+/**
+ * Waits for `session`'s turn; resolves to the function that ends it. Aborting `signal` while
+ * waiting rejects (the turn is given up: nothing of the cell ran).
+ */
+async function takeTurn(tc: Toolcell, session: string, signal?: AbortSignal): Promise<() => void> {
+  let bySession = turns.get(tc);
+  if (!bySession) turns.set(tc, (bySession = new Map()));
+  let t = bySession.get(session);
+  if (!t) bySession.set(session, (t = { tail: Promise.resolve(), users: 0 }));
+  const entry = t;
+  const map = bySession;
+  entry.users++;
+  let done!: () => void;
+  const mine = new Promise<void>((r) => (done = r));
+  const before = entry.tail;
+  entry.tail = before.then(() => mine); // the next one waits for this one and for those before it
+  let ended = false;
+  const end = () => {
+    if (ended) return;
+    ended = true;
+    done();
+    if (--entry.users === 0 && map.get(session) === entry) map.delete(session);
+  };
+  if (signal) {
+    if (signal.aborted) {
+      end();
+      throw abortError(signal);
+    }
+    let onAbort: (() => void) | undefined;
+    const aborted = new Promise<"aborted">((r) => {
+      onAbort = () => r("aborted");
+      signal.addEventListener("abort", onAbort, { once: true });
+    });
+    try {
+      if ((await Promise.race([before.then(() => "turn" as const), aborted])) === "aborted") {
+        end();
+        throw abortError(signal);
+      }
+    } finally {
+      signal.removeEventListener("abort", onAbort!);
+    }
+  } else {
+    await before;
+  }
+  return end;
 }
 
-function dequeue(tc: Toolcell, session: string, call: OuterCall): void {
-  const bySession = queues.get(tc);
-  const q = bySession?.get(session);
-  if (!q) return;
-  const i = q.indexOf(call);
-  if (i >= 0) q.splice(i, 1);
-  if (!q.length) bySession!.delete(session);
+function activeOf(tc: Toolcell, session: string): OuterCall | undefined {
+  return actives.get(tc)?.get(session);
+}
+
+function setActive(tc: Toolcell, session: string, call: OuterCall): void {
+  let bySession = actives.get(tc);
+  if (!bySession) actives.set(tc, (bySession = new Map()));
+  bySession.set(session, call);
+}
+
+function clearActive(tc: Toolcell, session: string, call: OuterCall): void {
+  const bySession = actives.get(tc);
+  if (bySession?.get(session) === call) bySession.delete(session);
 }
 
 /** An app tool as a cell calls it: with the outer call whose cell made the call. */
@@ -176,19 +234,22 @@ interface AppTool {
 // The adapters' tools on one client: each name registered once, for every
 // session, whatever the number of conversations (the server holds at most
 // 1024 client tools per connection). A call goes to the adapter whose cell
-// runs in the calling session (the head of the session's queue). A name
+// runs in the calling session (the active outer call, see `takeTurn`). A name
 // another adapter (or the app) holds with a different definition is
-// registered for the session only while the cell runs.
+// registered for the session only while the cell runs, unless the app has a
+// tool of that name for that very session (never replaced).
 interface Router {
   names: Map<string, { key: string; owners: number }>;
   /** Registrations and releases, one at a time. */
   busy: Promise<unknown>;
+  /** `session\0name` registered for a session by an adapter (a shadow), until its cell ends. */
+  shadows: Set<string>;
 }
 const routers = new WeakMap<Toolcell, Router>();
 
 function routerOf(tc: Toolcell): Router {
   let r = routers.get(tc);
-  if (!r) routers.set(tc, (r = { names: new Map(), busy: Promise.resolve() }));
+  if (!r) routers.set(tc, (r = { names: new Map(), busy: Promise.resolve(), shadows: new Set() }));
   return r;
 }
 
@@ -200,7 +261,7 @@ function serialized<T>(r: Router, work: () => Promise<T>): Promise<T> {
 
 function dispatcher(tc: Toolcell, name: string): ToolFunction {
   return (args, ctx) => {
-    const outer = headOf(tc, ctx.session);
+    const outer = activeOf(tc, ctx.session);
     if (!outer) {
       throw new ToolError(
         `${name}: no generation is using toolcell session ${JSON.stringify(ctx.session)} now; the app's tools can be called only from a cell that its execute_code tool runs`,
@@ -437,7 +498,9 @@ export async function toolcellTool(options: ToolcellToolOptions = {}): Promise<T
     for (const [name, t] of Object.entries(options.tools ?? {})) tools.push(await appTool(name, t as Tool));
     for (const t of tools) impls.set(t.name, t.impl);
     ({ owned, shadowed } = await acquire(tc, tools));
-    const schema = await withShadowed(session, () => tc.schema("openai", session));
+    // with names registered for the session only while a cell runs, in the session's turn (for those names)
+    const askSchema = () => tc.schema("openai", session);
+    const schema = shadowed.length ? await inTurn(undefined, askSchema) : await askSchema();
     parameters = schema.function.parameters;
     description = options.description ?? schema.function.description;
   } catch (e) {
@@ -446,18 +509,50 @@ export async function toolcellTool(options: ToolcellToolOptions = {}): Promise<T
     throw e;
   }
 
-  // The app tools another adapter holds under the same name with another definition: for this session, while a cell runs.
-  async function withShadowed<T>(s: string, work: () => Promise<T>): Promise<T> {
-    if (!shadowed.length) return work();
-    await tc.registerTools(
-      shadowed.map((t) => ({ name: t.name, schema: t.definition, fn: (args: unknown, ctx: ToolCallContext) => t.impl(args, ctx, headOf(tc, s)) })),
-      { session: s },
-    );
+  // `work` in the session's turn (its outer `call` active there meanwhile), with the app tools another
+  // adapter holds under the same name with another definition registered for this session.
+  async function inTurn<T>(call: OuterCall | undefined, work: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    const end = await takeTurn(tc, session, signal);
     try {
-      return await work();
+      if (signal?.aborted) throw abortError(signal); // aborted as its turn came: none of its code runs
+      if (call) setActive(tc, session, call);
+      try {
+        const mine = await shadow();
+        try {
+          return await work();
+        } finally {
+          if (mine.length) {
+            await tc.unregister(mine, { session }).catch(() => undefined);
+            for (const n of mine) routerOf(tc).shadows.delete(`${session}\u0000${n}`);
+          }
+        }
+      } finally {
+        if (call) clearActive(tc, session, call);
+      }
     } finally {
-      await tc.unregister(shadowed.map((t) => t.name), { session: s }).catch(() => undefined);
+      end();
     }
+  }
+
+  // Registers the shadowed tools for the session (its turn is this adapter's); the names registered.
+  async function shadow(): Promise<string[]> {
+    if (!shadowed.length) return [];
+    const r = routerOf(tc);
+    const todo = shadowed.filter((t) => {
+      const key = `${session}\u0000${t.name}`;
+      if (tc.hasTool(t.name, { session }) && !r.shadows.has(key)) {
+        // the app's own tool for this session: never replaced (a cell's calls of the name go to it)
+        return false;
+      }
+      return true;
+    });
+    if (!todo.length) return [];
+    await tc.registerTools(
+      todo.map((t) => ({ name: t.name, schema: t.definition, fn: (args: unknown, ctx: ToolCallContext) => t.impl(args, ctx, activeOf(tc, session)) })),
+      { session },
+    );
+    for (const t of todo) r.shadows.add(`${session}\u0000${t.name}`);
+    return todo.map((t) => t.name);
   }
 
   const start = (input: ToolcellToolInput, opts: ToolExecutionOptions<ToolcellToolContext>, onChunk?: (c: Chunk) => void) => {
@@ -465,18 +560,18 @@ export async function toolcellTool(options: ToolcellToolOptions = {}): Promise<T
       throw new ToolError("execute_code needs `code`: the Python source to run");
     }
     const call: OuterCall = { options: opts, nested: 0, impls };
-    const q = queueOf(tc, session);
-    q.push(call);
-    const cell = withShadowed(session, () =>
-      tc.execute(input.code, {
-        session,
-        timeout: options.timeout,
-        reset: input.reset === true,
-        stream: onChunk,
-        signal: opts.abortSignal,
-      }),
+    return inTurn(
+      call,
+      () =>
+        tc.execute(input.code, {
+          session,
+          timeout: options.timeout,
+          reset: input.reset === true,
+          stream: onChunk,
+          signal: opts.abortSignal,
+        }),
+      opts.abortSignal,
     );
-    return cell.finally(() => dequeue(tc, session, call));
   };
   const final = (result: ExecuteResult): ToolcellToolOutput => ({ status: result.status, text: resultText(result), result });
 

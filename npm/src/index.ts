@@ -148,6 +148,20 @@ export class ServerExited extends Error {
   }
 }
 
+// JSON.stringify writes a lone surrogate as an escape (`\udXXX`; a pair it writes as is): an
+// escape preceded by an even number of backslashes is one.
+const LONE_SURROGATE_ESCAPE = /(?:^|[^\\])(?:\\\\)*\\ud[89a-f][0-9a-f]{2}/;
+
+/** Whether JSON text made by JSON.stringify holds a lone surrogate (which serve cannot parse). */
+function hasLoneSurrogate(json: string): boolean {
+  return json.includes("\\ud") && LONE_SURROGATE_ESCAPE.test(json);
+}
+
+/** `s` with each lone surrogate replaced by U+FFFD. */
+function wellFormed(s: string): string {
+  return s.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, "\ufffd");
+}
+
 /** The `toolcell` binary to run: `$TOOLCELL`, else the one in this package, else PATH. */
 export function findToolcellBin(): string {
   if (process.env.TOOLCELL) return process.env.TOOLCELL;
@@ -321,6 +335,10 @@ export class Toolcell {
   }
 
   private send(msg: unknown): void {
+    this.sendLine(JSON.stringify(msg));
+  }
+
+  private sendLine(line: string): void {
     if (this.exitCode !== undefined && !this.closing) {
       const tail = this.stderrTail.slice(-5).map((l) => "\n  " + l).join("");
       throw new ServerExited(`toolcell serve exited (status ${this.exitCode})${tail}`);
@@ -328,7 +346,7 @@ export class Toolcell {
     if (this.closing || this.exitCode !== undefined || !this.child.stdin || this.child.stdin.destroyed) {
       throw new ServerExited("toolcell serve is closed");
     }
-    this.child.stdin.write(JSON.stringify(msg) + "\n");
+    this.child.stdin.write(line + "\n");
   }
 
   private request(method: string, params: Record<string, unknown>, onChunk?: (c: Chunk) => void, signal?: AbortSignal): Promise<any> {
@@ -434,18 +452,26 @@ export class Toolcell {
     const session: string = params.session ?? "default";
     const tool = this.tools.get(`${session}\u0000${name}`) ?? this.tools.get(`\u0000${name}`);
     if (!tool) {
-      this.answer(id, undefined, { code: -32601, message: `this client has no tool named ${JSON.stringify(name)}` });
+      this.answerError(id, { code: -32601, message: `this client has no tool named ${JSON.stringify(name)}` });
       return;
     }
     const controller = new AbortController();
     this.calls.set(id, controller);
     if (this.calls.size === 1) this.setRef(true);
-    let result: unknown;
+    let text: string | undefined;
     let error: { code: number; message: string } | undefined;
     try {
-      result = await tool.fn(params.arguments ?? {}, { session, deadlineMs: params.deadline_ms, signal: controller.signal });
-      if (result === undefined) result = null;
-      JSON.stringify(result);
+      const result = await tool.fn(params.arguments ?? {}, { session, deadlineMs: params.deadline_ms, signal: controller.signal });
+      // Serialized once, here. A line the server cannot parse would never answer the call (the cell
+      // would wait until its timeout): a string with a lone surrogate, which JSON.stringify writes as
+      // an escape no UTF-8 text can hold, is answered with an error the cell sees at once.
+      text = JSON.stringify(result === undefined ? null : result) ?? "null";
+      if (hasLoneSurrogate(text)) {
+        error = {
+          code: -32000,
+          message: `the tool returned text that is not valid Unicode: a lone surrogate, which UTF-8 cannot encode (use String.prototype.toWellFormed, or drop it)`,
+        };
+      }
     } catch (e: any) {
       if (e instanceof ToolError) error = { code: e.code, message: e.message };
       else if (e instanceof Error) error = { code: -32000, message: `${e.name}: ${e.message}` };
@@ -455,12 +481,20 @@ export class Toolcell {
     this.calls.delete(id);
     if (this.calls.size === 0 && this.pending.size === 0) this.setRef(false);
     if (!mine) return; // cancelled by the server: the answer is dropped
-    this.answer(id, result, error);
+    if (error) {
+      this.answerError(id, error);
+      return;
+    }
+    try {
+      this.sendLine(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":${text}}`);
+    } catch {
+      /* closed */
+    }
   }
 
-  private answer(id: string, result: unknown, error?: { code: number; message: string }): void {
+  private answerError(id: string, error: { code: number; message: string }): void {
     try {
-      this.send(error ? { jsonrpc: "2.0", id, error } : { jsonrpc: "2.0", id, result });
+      this.send({ jsonrpc: "2.0", id, error: { code: error.code, message: wellFormed(String(error.message)) } });
     } catch {
       /* closed */
     }

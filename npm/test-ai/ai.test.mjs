@@ -389,6 +389,73 @@ test("adapters sharing a client: a name with two definitions stays each adapter'
   assert.ok(!tc.hasTool("lookup"));
 });
 
+test("adapters sharing a session take turns: each cell reaches its own tools, with its own call's options", async () => {
+  const client = new Toolcell({ config: { tools: { enabled: [] } } });
+  try {
+    // the app's own lookup, for every session: adapter A's is registered for its cells only (it awaits that)
+    client.tool("lookup", { type: "object", properties: { q: { type: "string" } }, required: ["q"] }, async ({ q }) => `APP lookup(${q})`);
+    const lookup = tool({ description: "The adapter's lookup.", inputSchema: z.object({ q: z.string() }), execute: async ({ q }) => `ADAPTER lookup(${q})` });
+    const whoami = (who) => tool({ description: "Who.", inputSchema: z.object({}), execute: async (_i, o) => `${who}:${o.toolCallId}` });
+    const A = await toolcellTool({ toolcell: client, session: "turns", stream: false, tools: { lookup, whoami: whoami("A") } });
+    const B = await toolcellTool({
+      toolcell: client,
+      session: "turns",
+      stream: false,
+      tools: { whoami: whoami("B"), b_only: tool({ description: "B's.", inputSchema: z.object({}), execute: async () => "b" }) },
+    });
+    const [a, b] = await Promise.all([
+      A.execute({ code: "import time; time.sleep(0.3); print(whoami(), lookup(q='a'))" }, { toolCallId: "A-call", messages: [] }),
+      B.execute({ code: "print(whoami(), b_only())" }, { toolCallId: "B-call", messages: [] }),
+    ]);
+    assert.equal(a.text, "A:A-call.whoami.1 ADAPTER lookup(a)");
+    assert.equal(b.text, "B:B-call.whoami.1 b");
+    // two cells of one adapter at once (one step's parallel calls): each keeps the adapter's lookup
+    const [c1, c2] = await Promise.all([
+      A.execute({ code: "print(lookup(q='first'))" }, { toolCallId: "c1", messages: [] }),
+      A.execute({ code: "import time; time.sleep(0.3); print(lookup(q='second'))" }, { toolCallId: "c2", messages: [] }),
+    ]);
+    assert.equal(c1.text, "ADAPTER lookup(first)");
+    assert.equal(c2.text, "ADAPTER lookup(second)");
+    assert.equal((await client.execute("print(lookup(q='app'))", { session: "turns" })).output, "APP lookup(app)\n");
+  } finally {
+    await client.close();
+  }
+});
+
+test("a tool the app registered for one session is never replaced by an adapter's", async () => {
+  const client = new Toolcell({ config: { tools: { enabled: [] } } });
+  try {
+    client.tool("f", { type: "object", properties: { x: { type: "number" } }, required: ["x"] }, async ({ x }) => -x);
+    client.tool("f", { type: "object", properties: { x: { type: "number" } }, required: ["x"] }, async ({ x }) => x * 1000, { session: "mine" });
+    const f = tool({ description: "Adds one.", inputSchema: z.object({ x: z.number() }), execute: async ({ x }) => x + 1 });
+    const mine = await toolcellTool({ toolcell: client, session: "mine", stream: false, tools: { f } });
+    const other = await toolcellTool({ toolcell: client, session: "other", stream: false, tools: { f } });
+    const opts = { toolCallId: "f", messages: [] };
+    assert.equal((await other.execute({ code: "print(f(x=2))" }, opts)).text, "3");
+    assert.equal((await mine.execute({ code: "print(f(x=2))" }, opts)).text, "2000");
+    assert.ok(client.hasTool("f", { session: "mine" }));
+    assert.equal((await client.execute("print(f(x=2))", { session: "mine" })).output, "2000\n");
+  } finally {
+    await client.close();
+  }
+});
+
+test("a call aborted while it waits for another cell of its session runs nothing and stops nothing", async () => {
+  const a = await toolcellTool({ toolcell: tc, session: "abort-turns", stream: false });
+  const b = await toolcellTool({ toolcell: tc, session: "abort-turns", stream: false });
+  const opts = { toolCallId: "t", messages: [] };
+  await a.execute({ code: "ran = []" }, opts);
+  const slow = a.execute({ code: "import time; time.sleep(1.0); print('a done')" }, opts);
+  await new Promise((r) => setTimeout(r, 300));
+  const ac = new AbortController();
+  const waiting = b.execute({ code: "ran.append('b')" }, { ...opts, abortSignal: ac.signal });
+  await new Promise((r) => setTimeout(r, 100));
+  ac.abort();
+  await assert.rejects(waiting, (e) => e.name === "AbortError");
+  assert.equal((await slow).text, "a done");
+  assert.equal((await a.execute({ code: "print(ran)" }, opts)).text, "[]");
+});
+
 test("a chatty cell's preliminary results carry only the newest output", async () => {
   const execute_code = await toolcellTool({ toolcell: tc, session: "chatty", streamTail: 1000 });
   const code = "import sys, time\nfor i in range(40):\n    print(str(i % 10) * 999, flush=True)\n    time.sleep(0.01)";

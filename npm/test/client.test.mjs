@@ -96,6 +96,31 @@ for f in (lambda: explode(why="x"), refuse):
     assert.match(schema.description, /One order's total\./);
   }));
 
+test("a result with a lone surrogate is answered at once with an error, not left unanswered", () =>
+  withClient(async (tc) => {
+    tc.tool("lone", { type: "object" }, () => "abc\ud800");
+    tc.tool("lone_key", { type: "object" }, () => ({ ["k\udfff"]: 1 }));
+    tc.tool("pair", { type: "object" }, () => "ok \ud83d\ude00 \\ud800"); // a pair, and a backslash before "ud800"
+    tc.tool("bad_error", { type: "object" }, () => { throw new Error("bad \ud800 text"); });
+    tc.tool("nan", { type: "object" }, () => [NaN, Infinity]); // JSON.stringify writes null
+    const code = `
+for f in (lone, lone_key, pair, bad_error, nan):
+    try:
+        print(f())
+    except ToolError as e:
+        print(e)
+`;
+    const start = Date.now();
+    const r = await tc.execute(code, { timeout: 20 });
+    assert.ok(Date.now() - start < 8000, r.output);
+    const lines = r.output.split("\n");
+    assert.match(lines[0], /^lone: the tool returned text that is not valid Unicode: a lone surrogate/);
+    assert.match(lines[1], /^lone_key: the tool returned text that is not valid Unicode/);
+    assert.equal(lines[2], "ok \ud83d\ude00 \\ud800");
+    assert.equal(lines[3], "bad_error: Error: bad \ufffd text");
+    assert.equal(lines[4], "[None, None]");
+  }));
+
 test("calls from threads are served concurrently", () =>
   withClient(async (tc) => {
     tc.tool("slow_square", { type: "object", properties: { x: { type: "integer" } }, required: ["x"] },

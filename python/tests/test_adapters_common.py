@@ -1,6 +1,8 @@
 """What the framework adapters share (toolcell.integrations._common), with the plain client: no framework needed."""
 
+import concurrent.futures
 import gc
+import threading
 import time
 
 import pytest
@@ -10,6 +12,7 @@ from toolcell.integrations import result_text
 from toolcell.integrations._common import ToolDef, ToolSet, finalize_adapter, jsonable, reentrant
 
 SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+NO_ARGS = {"type": "object", "properties": {}}
 
 
 def result(**fields):
@@ -153,3 +156,91 @@ def test_a_tool_error_from_a_tool_set_function_reaches_the_cell(tc):
         r = tc.execute("try:\n    boom(3)\nexcept ToolError as e:\n    print(e)", session="s")
     assert r.output == "boom: no 3\n"
     ts.close()
+
+
+def test_tool_sets_sharing_a_session_take_turns_so_each_cell_reaches_its_own_tools(tc):
+    """A tool call names its session, not its cell: two adapters' cells in one session take turns,
+    so a call goes to the tool set whose cell the server runs, never to one that merely entered first."""
+    a = ToolSet(tc, [ToolDef("who", lambda: "A", NO_ARGS, "Who."), ToolDef("a_only", lambda: "a", NO_ARGS)])
+    b = ToolSet(tc, [ToolDef("who", lambda: "B", NO_ARGS, "Who.")])  # the same definition: one shared name
+    out = {}
+    entered = threading.Event()
+
+    def run_a():
+        with a.running("s"):
+            entered.set()
+            time.sleep(0.3)  # A has the session, but its request goes out late (thread scheduling)
+            out["A"] = tc.execute("print(who())", session="s").output
+
+    t = threading.Thread(target=run_a)
+    t.start()
+    assert entered.wait(10)
+    with b.running("s"):  # waits for A's cell
+        out["B"] = tc.execute("print(who())\ntry:\n    a_only()\nexcept ToolError as e:\n    print(e)",
+                              session="s").output
+    t.join()
+    assert out["A"] == "A\n"
+    assert out["B"].splitlines() == ["B", "a_only: a_only is not one of the tools of the agent running session 's'"]
+    a.close()
+    b.close()
+    assert tc.tools == {}
+
+
+def test_a_tool_the_app_registered_for_a_session_is_never_replaced(tc):
+    @tc.tool
+    def f(x: int) -> int:  # the app's own, for every session: the adapter's f is registered per cell
+        return -x
+
+    @tc.tool(name="f", session="mine")
+    def f_mine(x: int) -> int:  # the app's own, for one session
+        return x * 1000
+
+    ts = ToolSet(tc, [ToolDef("f", adder(1), SCHEMA, "Adds one.")])
+    assert [t.name for t in ts.shadowed] == ["f"]
+    with ts.running("other"):
+        assert tc.execute("print(f(2))", session="other").output == "3\n"
+    with ts.running("mine"):
+        assert tc.execute("print(f(2))", session="mine").output == "2000\n"
+    assert "mine/f" in tc.tools
+    assert tc.execute("print(f(2))", session="mine").output == "2000\n"
+    assert tc.execute("print(f(2))", session="other").output == "-2\n"
+    ts.close()
+
+
+def test_a_job_stopped_before_its_turn_runs_nothing_and_a_late_stop_interrupts_no_other_cell(tc):
+    from toolcell.integrations._common import CellJob
+
+    ts = ToolSet(tc, [])
+    out = {}
+
+    def run(key, job, code):
+        try:
+            with ts.running("s", job):
+                out[key] = tc.execute(code, session="s", timeout=30)
+        except concurrent.futures.CancelledError:
+            out[key] = "dropped"
+
+    first = CellJob()
+    t1 = threading.Thread(target=run, args=("first", first, "import time; time.sleep(1.0); print('first done')"))
+    t1.start()
+    deadline = time.monotonic() + 10
+    while not first.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    waiting = CellJob()
+    t2 = threading.Thread(target=run, args=("waiting", waiting, "print('ran')"))
+    t2.start()
+    time.sleep(0.2)
+    waiting.stop(lambda: tc.interrupt("s"))  # its caller gave up while it waited for its turn
+    t1.join()
+    t2.join()
+    assert out["waiting"] == "dropped"
+    assert out["first"].ok and out["first"].output == "first done\n"
+
+    second = CellJob()
+    t3 = threading.Thread(target=run, args=("second", second, "import time; time.sleep(1.0); print('second done')"))
+    t3.start()
+    while not second.started and time.monotonic() < deadline + 10:
+        time.sleep(0.01)
+    first.stop(lambda: tc.interrupt("s"))  # late: the first cell ended, the session runs another one
+    t3.join()
+    assert out["second"].ok and out["second"].output == "second done\n", out["second"].output

@@ -339,3 +339,46 @@ def test_a_nested_execute_of_the_same_session_is_refused_at_once(tc):
     assert time.monotonic() - start < 10
     assert "execute: called from inside the tool call 'again' of a cell of session 'default'" in r.output
     assert r.output.endswith("inner\n\n")
+
+
+def test_a_result_json_cannot_carry_is_answered_at_once_with_an_error(tc):
+    """NaN/Infinity or a lone surrogate would make an answer line serve cannot parse: the cell
+    would wait until its timeout. The cell gets a ToolError naming the problem, at once."""
+
+    @tc.tool
+    def nan() -> float:
+        return float("nan")
+
+    @tc.tool
+    def infinite() -> dict:
+        return {"x": [float("inf")]}
+
+    @tc.tool
+    def lone() -> str:
+        return "abc\ud800"
+
+    @tc.tool
+    def key() -> dict:
+        return {"k\udfff": 1}
+
+    @tc.tool
+    def fails() -> None:
+        raise ValueError("bad \ud800 text")  # the error message itself: answered all the same
+
+    code = (
+        "for f in (nan, infinite, lone, key, fails):\n"
+        "    try:\n"
+        "        print(f())\n"
+        "    except ToolError as e:\n"
+        "        print(e)\n"
+    )
+    start = time.monotonic()
+    r = tc.execute(code, timeout=20)
+    assert time.monotonic() - start < 8, r.output
+    lines = r.output.splitlines()
+    assert len(lines) == 5, r.output
+    assert lines[0].startswith("nan: the tool returned a value that is not JSON: it holds NaN or Infinity")
+    assert lines[1].startswith("infinite: the tool returned a value that is not JSON: it holds NaN or Infinity")
+    assert lines[2].startswith("lone: the tool returned text that is not valid Unicode: a lone surrogate ('\\ud800')")
+    assert lines[3].startswith("key: the tool returned text that is not valid Unicode")
+    assert lines[4] == "fails: ValueError: bad ? text"

@@ -662,3 +662,102 @@ def test_result_text_and_the_error_and_hint_lines_reach_the_model(tc: Toolcell) 
     assert "status: error" in lines
     assert any(line.startswith("error: ImportError: cannot import name 'no_such_tool'") for line in lines)
     assert any(line.startswith("hint: toolcell_tools has no `no_such_tool`") for line in lines)
+
+
+def test_a_structured_tool_subclass_is_called_through_its_own_invoke(tc: Toolcell) -> None:
+    """A StructuredTool subclass may check permissions in `_run` or audit in `invoke`: a call from a
+    cell goes through them (the direct shortcut is for StructuredTool itself only)."""
+    audit: List[Any] = []
+
+    class GuardedTool(StructuredTool):
+        def _run(self, *args: Any, config: RunnableConfig, run_manager: Any = None, **kwargs: Any) -> Any:
+            if not (config.get("configurable") or {}).get("admin"):
+                raise PermissionError("admin only")
+            return super()._run(*args, config=config, run_manager=run_manager, **kwargs)
+
+        def invoke(self, input: Any, config: Optional[RunnableConfig] = None, **kw: Any) -> Any:
+            audit.append(input)
+            return super().invoke(input, config, **kw)
+
+    def delete_all(table: str) -> str:
+        """Delete every row of a table."""
+        return f"deleted all rows of {table}"
+
+    guarded = GuardedTool.from_function(delete_all)
+    code = "try:\n    print(delete_all(table='users'))\nexcept ToolError as e:\n    print(e)"
+    with ToolcellTool([guarded], tc) as code_tool:
+        assert code_tool.invoke({"code": code}) == "delete_all: PermissionError: admin only"
+        assert code_tool.invoke({"code": code}, {"configurable": {"admin": True}}) == "deleted all rows of users"
+    assert audit == [{"table": "users"}, {"table": "users"}]
+
+
+def test_a_cancelled_run_waiting_behind_another_adapters_cell_runs_nothing_and_stops_nothing(tc: Toolcell) -> None:
+    """Two code tools on one client and one thread: a run cancelled while it waits for the other's
+    cell is dropped (none of its code runs) and does not interrupt that cell."""
+
+    async def main() -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        cfg: RunnableConfig = {"configurable": {"thread_id": "turns"}}
+        with ToolcellTool([], tc) as a, ToolcellTool([], tc) as b:
+            await a.ainvoke({"code": "ran = []"}, cfg)
+            slow = asyncio.ensure_future(
+                a.ainvoke({"code": "import time\ntime.sleep(1.5)\nprint('a done')"}, cfg))
+            await asyncio.sleep(0.3)  # a's cell runs
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(b.ainvoke({"code": "ran.append('b')"}, cfg), 0.3)
+            out["a"] = await slow
+            out["ran"] = await a.ainvoke({"code": "print(ran)"}, cfg)
+        return out
+
+    out = asyncio.run(main())
+    assert out == {"a": "a done", "ran": "[]"}
+
+
+def test_a_late_stop_never_interrupts_the_sessions_next_cell(tc: Toolcell) -> None:
+    """The caller of a cell that has ended stops waiting (its stop ran late, on a busy host): the
+    session's next cell, running by then, is not interrupted."""
+    from toolcell.integrations.langchain import _Job, _Scope
+
+    with ToolcellTool([], tc) as code_tool:
+        rt = code_tool._rt
+        st = rt.session("late-stop")
+        job = _Job(rt, st, _Scope(), lambda on_chunk: rt.execute(st, "x = 1"), None)
+        assert job().ok  # its cell ran and ended
+        out: Dict[str, str] = {}
+        t = threading.Thread(target=lambda: out.setdefault("next", rt.run(
+            st, _Scope(), lambda on_chunk: rt.execute(st, "import time\ntime.sleep(1.0)\nprint('next done')"),
+            None).output))
+        t.start()
+        time.sleep(0.4)
+        rt._stop(job)
+        t.join()
+    assert out["next"] == "next done\n"
+
+
+def test_codeact_checks_the_variables_the_kernel_hands_back(tc: Toolcell) -> None:
+    """The hidden variables tool takes one checked payload per collect cell: code that replaced it, or
+    calls it itself, cannot put private names, oversized or malformed values into the state, nor
+    make the eval fail."""
+    evaluator = make_eval_fn([], tc, session="codeact-checks")
+    try:
+        assert evaluator("x = 1", {}) == ("(no output)", {"x": 1})
+        # a user cell calling the internal tool itself is refused
+        text, _ = evaluator(
+            "import toolcell_tools\n"
+            "try:\n"
+            "    toolcell_tools._toolcell_codeact_vars(payload='{\"y\": 1}', nonce='guess')\n"
+            "except toolcell_tools.ToolError as e:\n"
+            "    print(e)", {})
+        assert "takes the variables from toolcell's own collect cell only" in text
+        patch = (
+            "import toolcell_tools\n"
+            "_orig = getattr(toolcell_tools, '_toolcell_orig', None) or toolcell_tools._toolcell_codeact_vars\n"
+            "toolcell_tools._toolcell_orig = _orig\n"
+            "toolcell_tools._toolcell_codeact_vars = lambda payload, nonce: _orig(payload=PAYLOAD, nonce=nonce)\n"
+        )
+        injected = '{"_secret": 1, "ok": 2, "big": "' + "A" * 30000 + '", "deep": ' + "[" * 150 + "]" * 150 + "}"
+        assert evaluator(patch.replace("PAYLOAD", repr(injected)), {})[1] == {"ok": 2}
+        for payload in ("[1, 2]", "not json", "[" * 100000 + "]" * 100000, '{"k": ' + "[" * 5000 + "]" * 5000 + "}"):
+            assert evaluator(patch.replace("PAYLOAD", repr(payload)), {}) == ("(no output)", {}), payload
+    finally:
+        evaluator.close()

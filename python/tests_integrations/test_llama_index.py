@@ -409,3 +409,21 @@ def test_the_error_and_hint_lines_reach_the_model(tc: Toolcell) -> None:
     assert "status: error" in lines
     assert any(line.startswith("error: ImportError: cannot import name 'no_such_tool'") for line in lines)
     assert any(line.startswith("hint: toolcell_tools has no `no_such_tool`") for line in lines)
+
+
+def test_a_cancelled_execute_behind_another_executors_cell_on_the_session_runs_nothing(tc: Toolcell) -> None:
+    """Two executors on one client and one session: an execute cancelled while it waits for the
+    other's cell is dropped (none of its code runs) and does not interrupt that cell."""
+
+    async def main() -> None:
+        with ToolcellCodeExecutor([], tc, session="shared-turns") as a, \
+                ToolcellCodeExecutor([], tc, session="shared-turns") as b:
+            await a.execute("ran = []")
+            slow = asyncio.ensure_future(a.execute("import time\ntime.sleep(1.5)\nprint('a done')"))
+            await asyncio.sleep(0.3)  # a's cell runs
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(b.execute("ran.append('b')"), 0.3)
+            assert await slow == "a done"
+            assert await a.execute("print(ran)") == "[]"
+
+    asyncio.run(main())

@@ -750,3 +750,36 @@ def test_the_error_and_hint_lines_reach_the_model(tc: Toolcell) -> None:
     assert any(line.startswith("error: ImportError: cannot import name 'no_such_tool'") for line in lines)
     assert any(line.startswith("hint: toolcell_tools has no `no_such_tool`") for line in lines)
     code.close()
+
+
+def test_a_cancelled_call_waiting_behind_another_tools_cell_runs_nothing_and_stops_nothing(tc: Toolcell) -> None:
+    """Two code tools on one client and one session: a call cancelled while it waits for the other's
+    cell is dropped (none of its code runs) and does not interrupt that cell; no lock is kept per
+    session once its cells are done."""
+    from agents.tool_context import ToolContext
+    from openai.types.responses import ResponseFunctionToolCall
+
+    a = execute_code_tool([], toolcell=tc, session="turns")
+    b = execute_code_tool([], toolcell=tc, session="turns")
+
+    async def call(code_tool: ExecuteCodeTool, source: str, call_id: str) -> str:
+        args = json.dumps({"code": source, "reset": False})
+        tool_call = ResponseFunctionToolCall(type="function_call", call_id=call_id, name="execute_code",
+                                             arguments=args)
+        ctx = ToolContext.from_agent_context(RunContextWrapper(context=None), call_id, tool_call=tool_call)
+        return str(await code_tool.on_invoke_tool(ctx, args))
+
+    async def main() -> Any:
+        await call(a, "ran = []", "t0")
+        slow = asyncio.ensure_future(call(a, "import time\ntime.sleep(1.5)\nprint('a done')", "t1"))
+        await asyncio.sleep(0.3)  # a's cell runs
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(call(b, "ran.append('b')", "t2"), 0.3)
+        return await slow, await call(a, "print(ran)", "t3")
+
+    try:
+        assert asyncio.run(main()) == ("a done", "[]")
+        assert a._toolcell_runner.session_locks == {} and b._toolcell_runner.session_locks == {}
+    finally:
+        a.close()
+        b.close()

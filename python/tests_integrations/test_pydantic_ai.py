@@ -612,6 +612,52 @@ def test_concurrent_runs_get_their_own_sessions_and_their_own_deps() -> None:
     assert last_return(alice.all_messages()).metadata["session"] != last_return(bob.all_messages()).metadata["session"]
 
 
+def test_toolsets_sharing_a_client_and_a_session_each_reach_their_own_tools() -> None:
+    """Two agents (a router and a specialist, say) on one AsyncToolcell with one session name: they
+    share the session's lock and its registrations, so a cell is always served by its own run's tool
+    with its own deps, in turn or at once."""
+
+    def make_account(who: str) -> Callable[..., str]:
+        def account(ctx: RunContext[str]) -> str:
+            """The caller's account."""
+            return f"{who}'s tool, deps={ctx.deps}"
+
+        return account
+
+    def agent(who: str, tc: AsyncToolcell, *codes: str) -> Agent:
+        steps: List[Step] = []
+        for code in codes:  # one run per code
+            steps += [Code(code), answer_with_last_return]
+        return Agent(Script(*steps).model, deps_type=str, tools=[make_account(who)],
+                     capabilities=[ToolcellCodeMode(toolcell=tc, session="conv-1")])
+
+    async def main() -> Dict[str, str]:
+        tc = AsyncToolcell(config={"tools": {"enabled": []}})
+        out: Dict[str, str] = {}
+        try:
+            a = agent("A", tc, *["print(account())"] * 3)
+            b = agent("B", tc, "print(account())", "import time; time.sleep(1.0); print(account())")
+            out["A"] = (await a.run("go", deps="alice")).output
+            out["B"] = (await b.run("go", deps="bob")).output
+            out["A again"] = (await a.run("go", deps="alice")).output
+            slow_b = asyncio.ensure_future(b.run("go", deps="bob"))
+            await asyncio.sleep(0.4)  # B's cell runs
+            out["A meanwhile"] = (await a.run("go", deps="alice")).output
+            out["B slow"] = (await slow_b).output
+        finally:
+            await tc.aclose()
+        return out
+
+    out = run(main())
+    assert out == {
+        "A": "answer: A's tool, deps=alice",
+        "B": "answer: B's tool, deps=bob",
+        "A again": "answer: A's tool, deps=alice",
+        "A meanwhile": "answer: A's tool, deps=alice",
+        "B slow": "answer: B's tool, deps=bob",
+    }
+
+
 def test_run_sync_twice_with_a_given_client_and_session() -> None:
     async def make() -> AsyncToolcell:
         return AsyncToolcell(config={"tools": {"enabled": []}})
@@ -1148,7 +1194,7 @@ def test_streamed_output_keeps_only_the_pending_emits() -> None:
     seen: List[int] = []
 
     async def on_output(chunk: Any) -> None:
-        active = cap._shared.sessions["chatty"].active
+        active = cap._shared.session("chatty").active
         if active is not None:
             seen.append(len(active.emits))
 

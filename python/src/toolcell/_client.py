@@ -256,7 +256,9 @@ class _Connection:
     # ---- writing
 
     def _send(self, msg: Dict[str, Any]) -> None:
-        self._write((json.dumps(msg, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8"))
+        # Strict JSON: NaN/Infinity or a lone surrogate would make a line the server cannot parse
+        # (it drops it, and whoever waits for that message waits for good): ValueError instead.
+        self._write(_encode_line(msg))
 
     def _write(self, data: bytes) -> None:
         with self._write_lock:
@@ -289,6 +291,9 @@ class _Connection:
                 self._streams[session].append(rid)
         try:
             self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        except ValueError as e:  # not strict JSON (NaN, a lone surrogate): never sent
+            self._settle(rid)
+            raise ValueError(f"{method}: the request's parameters are not valid JSON ({e})") from None
         except ServerExited:
             self._settle(rid)
             if self._closed or threading.current_thread() is self._reader:
@@ -497,19 +502,26 @@ class _Connection:
             return
         # The answer is serialized once: dataclasses, enums and sets through `default`;
         # only a value that still is not JSON (a dict with tuple keys, say) takes `to_json` first.
+        # Strictly: a line the server cannot parse (NaN, a lone surrogate) would never answer the
+        # call, and the cell would wait until its timeout; the cell gets a ToolError at once instead.
         msg = {"jsonrpc": "2.0", "id": cid, "result": fut.result()}
         try:
-            data = _encode_answer(msg)
+            data = _encode_line(msg, _encode_answer)
+        except UnicodeEncodeError as e:
+            self._answer(cid, error={"code": -32000, "message": _unicode_problem(e)})
+            return
         except (TypeError, ValueError, RecursionError):
             try:
                 msg["result"] = to_json(msg["result"])
-                data = _encode_answer(msg)
+                data = _encode_line(msg, _encode_answer)
+            except UnicodeEncodeError as e:
+                self._answer(cid, error={"code": -32000, "message": _unicode_problem(e)})
+                return
             except (TypeError, ValueError, RecursionError) as e:
-                self._answer(cid, error={"code": -32000,
-                                         "message": f"tool {name} returned a value that is not JSON: {e}"})
+                self._answer(cid, error={"code": -32000, "message": _json_problem(e)})
                 return
         try:
-            self._write((data + "\n").encode("utf-8"))
+            self._write(data)
         except ServerExited:
             pass
 
@@ -520,7 +532,10 @@ class _Connection:
         else:
             msg["result"] = result
         try:
-            self._send(msg)
+            try:
+                self._send(msg)
+            except ValueError:  # an error message with a lone surrogate (say): answered all the same
+                self._write(_encode_line(msg, _encode_lenient, errors="replace"))
         except ServerExited:
             pass
 
@@ -593,7 +608,31 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-_encode_answer = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default).encode
+_encode_answer = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default,
+                                  allow_nan=False).encode
+_encode_strict = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_encode_lenient = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+
+def _encode_line(msg: Any, encode: Callable[[Any], str] = _encode_strict, errors: str = "strict") -> bytes:
+    """`msg` as one line of strict JSON, UTF-8 (ValueError for NaN/Infinity, UnicodeEncodeError for a lone
+    surrogate: ``serve`` cannot parse either; ``errors="replace"`` turns a lone surrogate into ``?``)."""
+    return (encode(msg) + "\n").encode("utf-8", errors)
+
+
+def _json_problem(e: BaseException) -> str:
+    # (the cell's ToolError starts with the tool's name already)
+    text = str(e)
+    if "Out of range float" in text:
+        return ("the tool returned a value that is not JSON: it holds NaN or Infinity, which JSON has no "
+                "numbers for (return None, or the value as a string)")
+    return f"the tool returned a value that is not JSON: {text}"
+
+
+def _unicode_problem(e: UnicodeEncodeError) -> str:
+    return (f"the tool returned text that is not valid Unicode: a lone surrogate "
+            f"({e.object[e.start:e.end]!a}), which UTF-8 cannot encode (decode bytes with "
+            "errors='replace', or drop it)")
 
 
 def _error_of(exc: BaseException) -> Dict[str, Any]:

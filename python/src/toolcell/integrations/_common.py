@@ -4,12 +4,14 @@ a cell's output from a worker thread, the tools of an adapter registered
 once per client (:class:`ToolSet`), and the checks and clean-ups around
 them."""
 
+import collections
+import concurrent.futures
 import contextlib
 import json
 import logging
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .._client import Toolcell, _current_call, current_tool_call
 from .._errors import ToolError
@@ -132,20 +134,40 @@ class _Name:
         self.owners = 0
 
 
+class _Gate:
+    """One session's turn: held by one tool set's cell at a time, handed over in order."""
+
+    __slots__ = ("held", "waiters", "users")
+
+    def __init__(self) -> None:
+        self.held = False
+        self.waiters: Deque[threading.Event] = collections.deque()
+        self.users = 0  # the holder and the waiters: the gate is dropped at 0
+
+
 class _Router:
     """The adapters' tools on one client: each name registered once, for every session.
 
     A call is routed by its session (``current_tool_call().session``) to the
     :class:`ToolSet` whose cell runs there now, so the number of tools the
-    server holds does not grow with the number of conversations.
+    server holds does not grow with the number of conversations. A tool
+    call names its session, not its cell, so the adapters' cells of one
+    session take turns here (:meth:`acquire`: one at a time, first come
+    first served): the cell the server runs in a session is always the one
+    whose tool set is active there. The server runs a session's cells one
+    at a time anyway, so taking turns costs no parallelism.
     """
 
     def __init__(self, client: Toolcell):
         self._client = weakref.ref(client)
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the names (held during a registration request)
         self.names: Dict[str, _Name] = {}
-        # session -> the tool sets with a cell there, oldest (the one running) first; replaced, never mutated
-        self.active: Dict[str, Tuple["ToolSet", ...]] = {}
+        self.gate_lock = threading.Lock()  # the gates, the active tool sets, the shadows (never held for a request)
+        self.gates: Dict[str, _Gate] = {}
+        # session -> the tool set whose cell runs there now (it holds the session's gate)
+        self.active: Dict[str, "ToolSet"] = {}
+        # (session, name) registered for a session by a tool set of this router (a shadow), until its cell ends
+        self.shadows: Set[Tuple[str, str]] = set()
 
     def client(self) -> Toolcell:
         c = self._client()
@@ -159,13 +181,13 @@ class _Router:
         def dispatch(**arguments: Any) -> Any:
             call = _current_call.get()
             session = call.session if call is not None else None
-            sets = active.get(session) if session is not None else None
-            if not sets:
+            ts = active.get(session) if session is not None else None
+            if ts is None:
                 raise ToolError(
                     f"{name}: no agent run is using toolcell session {session!r} now; the agent's tools can be "
                     "called only from a cell that its code tool runs"
                 )
-            fn = sets[0].fns.get(name)
+            fn = ts.fns.get(name)
             if fn is None:
                 raise ToolError(f"{name} is not one of the tools of the agent running session {session!r}")
             return fn(**arguments)
@@ -218,19 +240,55 @@ class _Router:
             if drop and client is not None:
                 client.unregister(*drop)
 
+    # ---- a session's turn
+
+    def acquire(self, session: str) -> _Gate:
+        """Wait for `session`'s turn (first come, first served); the gate to :meth:`release`."""
+        with self.gate_lock:
+            gate = self.gates.get(session)
+            if gate is None:
+                gate = self.gates[session] = _Gate()
+            gate.users += 1
+            if not gate.held:
+                gate.held = True
+                return gate
+            turn = threading.Event()
+            gate.waiters.append(turn)
+        try:
+            turn.wait()
+        except BaseException:  # Ctrl-C while waiting: leave the queue, or pass on a turn handed over meanwhile
+            with self.gate_lock:
+                try:
+                    gate.waiters.remove(turn)
+                except ValueError:
+                    pass
+                else:
+                    gate.users -= 1
+                    if gate.users == 0:
+                        self.gates.pop(session, None)
+                    raise
+            self.release(session, gate)
+            raise
+        return gate  # handed over: still held
+
+    def release(self, session: str, gate: _Gate) -> None:
+        with self.gate_lock:
+            gate.users -= 1
+            if gate.waiters:
+                gate.waiters.popleft().set()  # the next one's turn
+            else:
+                gate.held = False
+            if gate.users == 0 and self.gates.get(session) is gate:
+                del self.gates[session]
+
     def enter(self, session: str, ts: "ToolSet") -> None:
-        with self.lock:
-            self.active[session] = self.active.get(session, ()) + (ts,)
+        with self.gate_lock:
+            self.active[session] = ts
 
     def leave(self, session: str, ts: "ToolSet") -> None:
-        with self.lock:
-            sets = list(self.active.get(session, ()))
-            if ts in sets:
-                sets.remove(ts)
-            if sets:
-                self.active[session] = tuple(sets)
-            else:
-                self.active.pop(session, None)
+        with self.gate_lock:
+            if self.active.get(session) is ts:
+                del self.active[session]
 
 
 _routers: "weakref.WeakKeyDictionary[Toolcell, _Router]" = weakref.WeakKeyDictionary()
@@ -245,16 +303,59 @@ def _router_of(client: Toolcell) -> _Router:
         return r
 
 
+class CellJob:
+    """One cell an adapter was asked to run: dropped (none of its code runs) when its caller stops waiting
+    before the cell starts, else its own cell, and only it, is interrupted.
+
+    :meth:`ToolSet.running` calls :meth:`start` once the session's turn is this cell's, and
+    :meth:`finish` before handing the turn on; :meth:`stop` (from the caller that stopped
+    waiting) interrupts while holding the job's lock, so the cell cannot end, and the session's
+    next cell cannot start, before the interrupt has gone out.
+    """
+
+    def __init__(self) -> None:
+        self.state_lock = threading.Lock()
+        self.started = False
+        self.finished = False
+        self.dropped = False
+
+    def start(self) -> None:
+        with self.state_lock:
+            if self.dropped:  # its caller stopped waiting while it queued: none of its code runs
+                raise concurrent.futures.CancelledError()
+            self.started = True
+
+    def finish(self) -> None:
+        with self.state_lock:
+            self.finished = True
+
+    def stop(self, interrupt: Callable[[], Any]) -> None:
+        """The caller stopped waiting: drop the job if it has not started, else interrupt its cell."""
+        with self.state_lock:
+            self.dropped = True
+            if self.started and not self.finished:
+                interrupt()
+
+    def interrupt(self, interrupt: Callable[[], Any]) -> None:
+        """Call `interrupt` if the job's cell is running (never once it has ended: the next may be running)."""
+        with self.state_lock:
+            if self.started and not self.finished:
+                interrupt()
+
+
 class ToolSet:
     """An adapter's tools on a client, registered once whatever the number of sessions.
 
     Each name is registered for every session of the client (one request,
     all or none), and shared with other adapters on the same client that
     have the same definition; a call goes to the tool set whose cell runs
-    in the calling session (:meth:`running`). A name that another adapter
-    (or the app itself) holds with a different definition is registered for
-    the session only while this tool set's cell runs there. :meth:`close`
-    releases the names (a name no adapter holds any more is unregistered).
+    in the calling session (:meth:`running`: the adapters' cells of one
+    session take turns). A name that another adapter (or the app itself)
+    holds with a different definition is registered for the session only
+    while this tool set's cell runs there, unless the app registered a tool
+    of that name for that very session (that one is never replaced).
+    :meth:`close` releases the names (a name no adapter holds any more is
+    unregistered).
 
     Raises what ``register_tools`` raises (``RPCError`` when the server
     refuses a tool); adapters turn it into their framework's error.
@@ -267,30 +368,91 @@ class ToolSet:
         self.shadowed: List[ToolDef] = []
         self._router = _router_of(client)
         self._router.add(self, tools)
+        self._close_lock = threading.Lock()
         self._closed = False
+        self._warned: Set[Tuple[str, str]] = set()
 
     @contextlib.contextmanager
-    def running(self, session: str) -> Iterator[None]:
-        """While a cell of this tool set runs in `session`: its calls come here."""
+    def running(self, session: str, job: Optional[CellJob] = None) -> Iterator[None]:
+        """While a cell of this tool set runs in `session`: its calls come here.
+
+        Waits for the session's turn: another adapter's cell there (on this
+        client) runs first. `job` is started once the turn is this one's
+        (a dropped job raises ``CancelledError`` and runs nothing) and
+        finished before the turn passes on.
+        """
         router = self._router
-        router.enter(session, self)
+        gate = router.acquire(session)
         try:
-            if self.shadowed:
-                self.client.register_tools([
-                    {"name": t.name, "fn": t.fn, "input_schema": t.input_schema, "description": t.description,
-                     "output_schema": t.output_schema} for t in self.shadowed
-                ], session=session)
+            if job is not None:
+                job.start()
+            try:
+                router.enter(session, self)
                 try:
-                    yield
-                finally:
+                    mine = self._shadow(session)
                     try:
-                        self.client.unregister(*[t.name for t in self.shadowed], session=session)
-                    except Exception as e:  # the server is gone: nothing is left registered
-                        log.debug("toolcell: unregistering %s's tools failed: %s", session, e)
-            else:
-                yield
+                        yield
+                    finally:
+                        self._unshadow(session, mine)
+                finally:
+                    router.leave(session, self)
+            finally:
+                if job is not None:
+                    job.finish()
         finally:
-            router.leave(session, self)
+            router.release(session, gate)
+
+    def schema(self, session: str, format: str = "openai") -> Dict[str, Any]:
+        """The server's ``execute_code`` definition for `session`, with this tool set's definitions.
+
+        With names registered for the session only while a cell runs (:attr:`shadowed`), this
+        waits for the session's turn; else it asks the server at once.
+        """
+        if not self.shadowed or reentrant(self.client, session):  # (inside that session's cell, which holds its turn)
+            return self.client.schema(format=format, session=session)
+        with self.running(session):
+            return self.client.schema(format=format, session=session)
+
+    def _shadow(self, session: str) -> List[str]:
+        """Register the shadowed names for `session` (the session's turn is this set's); those registered."""
+        if not self.shadowed:
+            return []
+        router = self._router
+        conn = self.client._conn
+        todo: List[ToolDef] = []
+        with router.gate_lock:
+            with conn._lock:
+                taken = {n for (s, n) in conn._tools if s == session}
+            for t in self.shadowed:
+                if t.name in taken and (session, t.name) not in router.shadows:
+                    # the app's own tool for this session: never replaced (its calls go to it)
+                    if (session, t.name) not in self._warned:
+                        self._warned.add((session, t.name))
+                        log.warning("toolcell: session %r has its own tool %r; this adapter's %r is not offered "
+                                    "there, and the cells' calls of it reach the session's own", session,
+                                    t.name, t.name)
+                    continue
+                todo.append(t)
+        if not todo:
+            return []
+        self.client.register_tools([
+            {"name": t.name, "fn": t.fn, "input_schema": t.input_schema, "description": t.description,
+             "output_schema": t.output_schema} for t in todo
+        ], session=session)
+        names = [t.name for t in todo]
+        with router.gate_lock:
+            router.shadows.update((session, n) for n in names)
+        return names
+
+    def _unshadow(self, session: str, names: List[str]) -> None:
+        if not names:
+            return
+        try:
+            self.client.unregister(*names, session=session)
+        except Exception as e:  # the server is gone: nothing is left registered
+            log.debug("toolcell: unregistering %s's tools failed: %s", session, e)
+        with self._router.gate_lock:
+            self._router.shadows.difference_update((session, n) for n in names)
 
     def release(self) -> Callable[[], None]:
         """A function that releases this set's names, holding no reference to the set (for finalizers)."""
@@ -298,10 +460,11 @@ class ToolSet:
         return lambda: router.remove(owned)
 
     def close(self) -> None:
-        """Release the names (unregistering those no other adapter holds). Safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
+        """Release the names (unregistering those no other adapter holds). Safe to call twice, or at once."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
         self._router.remove(self.owned)
 
 

@@ -54,8 +54,8 @@ coroutine-only tool called from a synchronous run gets a loop of its own.
 The cell gets the tool's return value (a pydantic model as its JSON,
 anything else that is not JSON as its ``str()``, as LangChain would show it
 to a model). When no callback handler observes the run, a plain
-``StructuredTool`` (no ``handle_tool_error``, no callbacks of its own) is
-called directly: its arguments validated by its schema, the config added,
+``StructuredTool`` (that class itself, not a subclass; no
+``handle_tool_error``, no callbacks of its own) is called directly: its arguments validated by its schema, the config added,
 its function called with the config as the current one, which is what
 ``invoke`` does without handlers, minus about a millisecond of
 bookkeeping per call; any other tool, or any run with handlers, goes
@@ -103,7 +103,9 @@ tools on one loop at a time (its own); the synchronous client serves both,
 and the adapter runs each cell's async tools on the loop awaiting that very
 cell. The worker thread keeps that loop free: async tools called by the
 cell run on it (see above), and the cell's output is streamed from it.
-Cancelling the task that awaits ``ainvoke`` interrupts the cell.
+Cancelling the task that awaits ``ainvoke`` interrupts the cell; a run
+cancelled while it waits behind another cell of the session is dropped
+(none of its code runs).
 
 Streaming
 ---------
@@ -205,7 +207,17 @@ from .._client import Chunk, Toolcell, _current_call, _serving
 from .._errors import RPCError, ToolcellError, ToolError
 from .._result import ExecuteResult
 from .._schema import parse_docstring, type_schema
-from ._common import DONE, ToolDef, ToolSet, finalize_adapter, jsonable, reentrance_message, reentrant, result_text
+from ._common import (
+    DONE,
+    CellJob,
+    ToolDef,
+    ToolSet,
+    finalize_adapter,
+    jsonable,
+    reentrance_message,
+    reentrant,
+    result_text,
+)
 
 log = logging.getLogger("toolcell")
 
@@ -293,13 +305,16 @@ def _config_param(fn: Optional[Callable[..., Any]]) -> Optional[str]:
 def _direct_call_ok(t: BaseTool) -> bool:
     """Whether a call may skip ``invoke``'s callback machinery when no callback handler observes the run.
 
-    True for a plain ``StructuredTool``: no error handlers, no callbacks or
-    verbosity of its own, content responses, and a function that does not
-    take ``callbacks``. Its call is then what ``invoke`` would do without
-    handlers: validate, add the config, call (``tool.invoke`` costs about a
-    millisecond per call in callback and signature bookkeeping).
+    True for a plain ``StructuredTool`` (that very class: a subclass may
+    override ``_run``, ``invoke`` or the argument parsing, with a permission
+    check say, so its calls go through ``invoke``): no error handlers, no
+    callbacks or verbosity of its own, content responses, and a function
+    that does not take ``callbacks``. Its call is then what ``invoke`` would
+    do without handlers: validate, add the config, call (``tool.invoke``
+    costs about a millisecond per call in callback and signature
+    bookkeeping).
     """
-    if not isinstance(t, StructuredTool):
+    if type(t) is not StructuredTool:
         return False
     try:  # the validation step `run` uses; its signature varies across langchain-core versions
         if list(inspect.signature(t._to_args_and_kwargs).parameters) != ["tool_input", "tool_call_id"]:
@@ -480,27 +495,23 @@ class _Session:
     # the CodeAct eval: JSON of the variables the kernel is known to hold, and its kernel
     known: Dict[str, str] = field(default_factory=dict)
     kernel_id: Optional[str] = None
-    # the CodeAct eval: the variables the last collect cell sent (a JSON object's text)
-    collected: Optional[str] = None
+    # the CodeAct eval: the nonce the running collect cell sends, and the variables it sent (checked)
+    collect_nonce: Optional[str] = None
+    collected: Optional[Dict[str, Any]] = None
 
 
-class _Job(Generic[T]):
-    """`work(on_chunk)` in the session's cell (see `_Runtime.cell`); dropped if stopped before it starts."""
+class _Job(CellJob, Generic[T]):
+    """`work(on_chunk)` in the session's cell (see `_Runtime.cell`): dropped if stopped before it starts,
+    else only its own cell is interrupted (see :class:`~toolcell.integrations._common.CellJob`)."""
 
     def __init__(self, rt: "_Runtime", st: _Session, scope: _Scope,
                  work: Callable[[Optional[Callable[[Chunk], Any]]], T], on_chunk: Optional[Callable[[Chunk], Any]]):
+        super().__init__()
         self.rt, self.st, self.scope, self.work, self.on_chunk = rt, st, scope, work, on_chunk
-        self.state_lock = threading.Lock()
-        self.started = False
-        self.dropped = False
 
     def __call__(self) -> T:
         with self.st.lock:
-            with self.state_lock:
-                if self.dropped:
-                    raise ToolException("the run was cancelled before its cell started")
-                self.started = True
-            with self.rt.cell(self.st, self.scope):
+            with self.rt.cell(self.st, self.scope, self):
                 return self.work(self.on_chunk)
 
 
@@ -642,7 +653,7 @@ class _Runtime:
                 else:
                     coro = t.ainvoke(arguments, config=scope.config)
                 if loop is not None:  # the call stays the current one there (re-entrance is told)
-                    out = asyncio.run_coroutine_threadsafe(_serving(_current_call.get(), coro), loop).result()
+                    out = _on_loop(coro, loop)
                 else:
                     out = asyncio.run(coro)
             elif direct:
@@ -661,18 +672,19 @@ class _Runtime:
     # ---- running cells
 
     @contextlib.contextmanager
-    def cell(self, st: _Session, scope: _Scope) -> Iterator[None]:
-        """Around one cell of `st` (the caller holds `st.lock`): its scope set, its calls routed here."""
-        st.scope = scope
-        try:
-            with contextlib.ExitStack() as stack:
-                try:
-                    stack.enter_context(self.tools.running(st.name))
-                except ToolcellError as e:
-                    raise ToolException(f"toolcell could not register the tools for this cell: {e}") from e
+    def cell(self, st: _Session, scope: _Scope, job: Optional[CellJob] = None) -> Iterator[None]:
+        """Around one cell of `st` (the caller holds `st.lock`): once the session's turn is this cell's
+        (`job` started then), its scope set and its calls routed here."""
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(self.tools.running(st.name, job))
+            except ToolcellError as e:
+                raise ToolException(f"toolcell could not register the tools for this cell: {e}") from e
+            st.scope = scope
+            try:
                 yield
-        finally:
-            st.scope = None
+            finally:
+                st.scope = None
 
     def execute(self, st: _Session, code: str, *, reset: bool = False,
                 on_chunk: Optional[Callable[[Chunk], Any]] = None) -> ExecuteResult:
@@ -755,16 +767,14 @@ class _Runtime:
                         log.exception("toolcell: forwarding a cell's output failed")
             return await afut
         except asyncio.CancelledError:
-            self._workers().submit(self._stop, job)
+            # on a thread of its own: the workers may all be busy with cells
+            threading.Thread(target=self._stop, args=(job,), name="toolcell-stop", daemon=True).start()
             raise
 
     def _stop(self, job: "_Job[Any]") -> None:
-        """The caller stopped waiting: drop the job if it has not started, else interrupt its cell."""
-        with job.state_lock:
-            job.dropped = True
-            started = job.started
-        if started:
-            self._interrupt(job.st.name)
+        """The caller stopped waiting: drop the job if it has not started, else interrupt its own cell
+        (never the session's next one: see :class:`~toolcell.integrations._common.CellJob`)."""
+        job.stop(lambda: self._interrupt(job.st.name))
 
     def _interrupt(self, session: str) -> None:
         try:
@@ -774,9 +784,21 @@ class _Runtime:
 
     def description(self, session: str) -> str:
         """The server's execute_code description for `session` (with this adapter's own definitions)."""
-        with self.tools.running(session):
-            schema = self.client.schema(format="openai", session=session)
+        schema = self.tools.schema(session)
         return str(schema["function"]["description"])
+
+
+def _on_loop(coro: Any, loop: asyncio.AbstractEventLoop) -> Any:
+    """Run `coro` on the run's `loop`, the tool call served staying the current one there, and wait for
+    it here for as long as the cell waits for the call (a loop that stopped must not pin this thread)."""
+    call = _current_call.get()
+    fut = asyncio.run_coroutine_threadsafe(_serving(call, coro), loop)
+    deadline = call.deadline_ms if call is not None else None
+    try:
+        return fut.result(timeout=None if deadline is None else deadline / 1000 + 1)
+    except concurrent.futures.TimeoutError:
+        fut.cancel()
+        raise ToolError("the call ran past the time the cell had left, and was cancelled") from None
 
 
 def _tool_call(name: str, arguments: Dict[str, Any], call_id: str) -> Dict[str, Any]:
@@ -1036,9 +1058,13 @@ class ToolcellTool(BaseTool):
 # arguments reach this process whole (no output caps, folding or redaction).
 _VARS_TOOL = "_toolcell_codeact_vars"
 _VARS_SCHEMA: Dict[str, Any] = {
-    "type": "object", "properties": {"payload": {"type": "string"}}, "required": ["payload"],
-    "additionalProperties": False,
+    "type": "object", "properties": {"payload": {"type": "string"}, "nonce": {"type": "string"}},
+    "required": ["payload", "nonce"], "additionalProperties": False,
 }
+# All the variables a collect cell may hand over, in characters of JSON (the per-variable cap is the
+# evaluator's `max_variable_chars`), and how deeply a value may nest.
+_VARS_BUDGET = 40_000
+_VARS_DEPTH = 100
 
 # Run in the kernel as ``exec(_COLLECT, {"_g": globals(), ...})``: it sends `_send`, as
 # one JSON object's text, the user's top-level variables that are JSON (names not starting
@@ -1063,12 +1089,61 @@ for _k, _v in list(_g.items()):
                 _used += _n + len(_k) + 4
     except (TypeError, ValueError, RecursionError):
         pass
-getattr(__import__("toolcell_tools"), _tool)(payload="{" + ",".join(_out) + "}")
+getattr(__import__("toolcell_tools"), _tool)(payload="{" + ",".join(_out) + "}", nonce=_nonce)
 """
 
 
 def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _nests_within(value: Any, limit: int) -> bool:
+    """Whether `value` (decoded JSON) nests at most `limit` lists/dicts deep (looked at without recursion)."""
+    todo = [(value, 1)]
+    while todo:
+        v, depth = todo.pop()
+        if isinstance(v, dict):
+            items: Iterable[Any] = v.values()
+        elif isinstance(v, list):
+            items = v
+        else:
+            continue
+        if depth > limit:
+            return False
+        todo.extend((x, depth + 1) for x in items)
+    return True
+
+
+def _checked_variables(payload: Any, per: int, budget: int) -> Dict[str, Any]:
+    """The collect cell's payload, checked here (the kernel runs the model's code, which may have replaced
+    the collect snippet's call): a JSON object of variables, names not starting with ``_``, each at most
+    `per` characters of JSON and `budget` in all, nesting at most ``_VARS_DEPTH`` deep. A payload that is
+    not such an object raises ``ToolError``; a variable over a limit is left out."""
+    if not isinstance(payload, str):
+        raise ToolError("the variables must come as the text of a JSON object")
+    if len(payload) > 2 * budget + 1024:
+        raise ToolError(f"the variables' JSON is {len(payload)} characters, over the limit")
+    try:
+        values = json.loads(payload)
+    except (ValueError, RecursionError) as e:
+        raise ToolError(f"the variables are not JSON ({type(e).__name__})") from None
+    if not isinstance(values, dict):
+        raise ToolError(f"the variables must be a JSON object of names, not {type(values).__name__}")
+    out: Dict[str, Any] = {}
+    used = 0
+    for k, v in values.items():
+        if not isinstance(k, str) or not k or k.startswith("_"):
+            continue
+        if not _nests_within(v, _VARS_DEPTH):
+            log.debug("toolcell: variable %s nests too deeply to return", k)
+            continue
+        n = len(_canon(v))
+        if n > per or used + n + len(k) > budget:
+            log.debug("toolcell: variable %s is over the size limit to return", k)
+            continue
+        used += n + len(k)
+        out[k] = v
+    return out
 
 
 class ToolcellCodeAct:
@@ -1143,6 +1218,7 @@ class ToolcellCodeAct:
         self._session_prefix = session_prefix
         self._return_variables = return_variables
         self._max_variable_chars = max_variable_chars
+        self._collect_lock = threading.Lock()
         self._stream = stream
         #: the result of the last user cell run (any session)
         self.last_result: Optional[ExecuteResult] = None
@@ -1277,27 +1353,47 @@ class ToolcellCodeAct:
             return text, {}
         return text, self._collect(st)
 
-    def _receive_variables(self, payload: str) -> None:
-        """The collect cell's tool call: keep the variables' JSON for `_collect`."""
+    def _receive_variables(self, payload: str, nonce: str) -> None:
+        """The collect cell's tool call: check the variables and keep them for `_collect`.
+
+        Taken once per collect cell, from a call that carries that cell's nonce: a call from a
+        user cell, or a second one, is refused with a ``ToolError`` in the kernel.
+        """
         st = self._rt._scope_session()
-        st.collected = payload
+        with self._collect_lock:
+            expected = st.collect_nonce
+            if expected is None or nonce != expected:
+                raise ToolError("this internal tool takes the variables from toolcell's own collect cell only")
+            st.collect_nonce = None  # once
+        st.collected = _checked_variables(payload, int(self._max_variable_chars), _VARS_BUDGET)
 
     def _collect(self, st: _Session) -> Dict[str, Any]:
-        st.collected = None
-        r = self._rt.execute(
-            st,
-            f"exec({_COLLECT!r}, {{'_g': globals(), '_per': {int(self._max_variable_chars)}, '_budget': 40000, "
-            f"'_tool': {_VARS_TOOL!r}}})",
-        )
-        self._note_kernel(st, r)
-        payload, st.collected = st.collected, None
-        if not r.ok or payload is None:
-            log.warning("toolcell: reading the kernel's variables failed: %s", r.error or r.status)
-            return {}
+        """The kernel's new or changed JSON variables (never raises: ``{}`` when they cannot be read)."""
         try:
-            values = json.loads(payload)
-        except ValueError:  # not expected: the payload is the tool call's argument, whole
-            log.warning("toolcell: the kernel's variables did not come back as JSON")
+            return self._collect_changed(st)
+        except Exception as e:
+            if isinstance(e, ToolException):  # toolcell itself failed: as for the user's cell
+                raise
+            log.warning("toolcell: reading the kernel's variables failed: %s: %s", type(e).__name__, e)
+            return {}
+
+    def _collect_changed(self, st: _Session) -> Dict[str, Any]:
+        nonce = uuid.uuid4().hex
+        st.collected = None
+        st.collect_nonce = nonce
+        try:
+            r = self._rt.execute(
+                st,
+                f"exec({_COLLECT!r}, {{'_g': globals(), '_per': {int(self._max_variable_chars)}, "
+                f"'_budget': {_VARS_BUDGET}, '_tool': {_VARS_TOOL!r}, '_nonce': {nonce!r}}})",
+            )
+        finally:
+            with self._collect_lock:
+                st.collect_nonce = None
+        self._note_kernel(st, r)
+        values, st.collected = st.collected, None
+        if not r.ok or values is None:
+            log.warning("toolcell: reading the kernel's variables failed: %s", r.error or r.status)
             return {}
         changed: Dict[str, Any] = {}
         for k, v in values.items():

@@ -123,10 +123,20 @@ except ImportError as _e:  # pragma: no cover - depends on the environment
     ) from _e
 
 from .._client import Chunk, Toolcell, _current_call, _serving
-from .._errors import RPCError, ToolcellError
+from .._errors import RPCError, ToolcellError, ToolError
 from .._result import ExecuteResult
 from .._schema import parse_docstring, type_schema
-from ._common import DONE, ToolDef, ToolSet, finalize_adapter, jsonable, reentrance_message, reentrant, result_text
+from ._common import (
+    DONE,
+    CellJob,
+    ToolDef,
+    ToolSet,
+    finalize_adapter,
+    jsonable,
+    reentrance_message,
+    reentrant,
+    result_text,
+)
 
 log = logging.getLogger("toolcell")
 
@@ -242,14 +252,7 @@ def _spec(t: BaseTool) -> _ToolSpec:
     return _ToolSpec(t, name, summary or description, parameters, output, is_async, ctx_param, _direct_call_ok(t))
 
 
-class _Job:
-    """One ``execute``: dropped if its caller stops waiting before the cell starts."""
-
-    def __init__(self) -> None:
-        self.state_lock = threading.Lock()
-        self.started = False
-        self.finished = False
-        self.dropped = False
+_Job = CellJob  # one ``execute``: dropped if its caller stops waiting before the cell starts
 
 
 def _as_tool(t: ToolLike) -> BaseTool:
@@ -359,8 +362,7 @@ class ToolcellCodeExecutor:
         to tell the model about toolcell's limits and helpers too.
         """
         assert self._registered is not None
-        with self._registered.running(self._session):
-            schema = self._client.schema(format="openai", session=self._session)
+        schema = self._registered.schema(self._session)
         return str(schema["function"]["description"])
 
     async def execute(self, code: str, ctx: Context = None) -> CellOutput:  # type: ignore[assignment]
@@ -427,7 +429,14 @@ class ToolcellCodeExecutor:
             if spec.is_async:
                 coro = ft.async_fn(**arguments) if spec.direct else ft.acall(**arguments)
                 if loop is not None and not loop.is_closed():  # the call stays the current one there
-                    out = asyncio.run_coroutine_threadsafe(_serving(_current_call.get(), coro), loop).result()
+                    call_ = _current_call.get()
+                    fut = asyncio.run_coroutine_threadsafe(_serving(call_, coro), loop)
+                    deadline = call_.deadline_ms if call_ is not None else None
+                    try:  # no longer than the cell waits for it: a loop that stopped must not pin this thread
+                        out = fut.result(timeout=None if deadline is None else deadline / 1000 + 1)
+                    except concurrent.futures.TimeoutError:
+                        fut.cancel()
+                        raise ToolError("the call ran past the time the cell had left, and was cancelled") from None
                 else:
                     out = asyncio.run(coro)
             elif spec.direct:
@@ -447,27 +456,19 @@ class ToolcellCodeExecutor:
                   loop: asyncio.AbstractEventLoop, ctx: Optional[Context]) -> ExecuteResult:
         assert self._registered is not None
         with self._lock:  # one cell at a time: the tool calls of the cell find its loop and context here
-            with job.state_lock:
-                if job.dropped:  # its caller stopped waiting while it queued: none of its code runs
-                    raise concurrent.futures.CancelledError()
-                job.started = True
-            self._loop, self._ctx = loop, ctx
-            try:
-                with self._registered.running(self._session):
+            # the job starts once the session's turn is its own (another executor on the session may
+            # run first), and is finished (after a pending interrupt went out) before the turn passes on
+            with self._registered.running(self._session, job):
+                self._loop, self._ctx = loop, ctx
+                try:
                     return self._client.execute(code, session=self._session, timeout=self._timeout,
                                                 stream=on_chunk, reset=reset, **self._params)
-            finally:
-                self._loop, self._ctx = None, None
-                with job.state_lock:  # after a pending interrupt of this cell went out (see _stop)
-                    job.finished = True
+                finally:
+                    self._loop, self._ctx = None, None
 
     def _stop(self, job: _Job) -> None:
         """The caller stopped waiting: drop the job if it has not started, else interrupt its own cell."""
-        with job.state_lock:
-            job.dropped = True
-            if job.started and not job.finished:
-                # held while interrupting: this cell cannot end, and the next start, before the interrupt is sent
-                self._interrupt()
+        job.stop(self._interrupt)
 
     async def _execute(self, code: str, ctx: Optional[Context], reset: bool) -> CellOutput:
         if self._closed:

@@ -128,6 +128,7 @@ adapter, so the tool works from any event loop (``Runner.run``,
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import copy
 import dataclasses
@@ -146,6 +147,8 @@ from typing import (
     Callable,
     Dict,
     Iterable,
+    Iterator,
+    List,
     Mapping,
     Optional,
     Set,
@@ -226,7 +229,7 @@ except ImportError:  # pragma: no cover - older SDK
 from .._client import Chunk, Config, PathLike, Toolcell, _current_call
 from .._errors import ToolcellError, ToolError
 from .._result import ExecuteResult
-from ._common import ToolDef, ToolSet, _plain, finalize_adapter, reentrance_message, reentrant, result_text
+from ._common import CellJob, ToolDef, ToolSet, _plain, finalize_adapter, reentrance_message, reentrant, result_text
 
 log = logging.getLogger("toolcell")
 
@@ -507,8 +510,9 @@ class _Cell:
         self.counter = itertools.count(1)
         self.tasks: Set["asyncio.Task[Any]"] = set()
         self.fatal: Optional[BaseException] = None
-        self.started = False
-        self.abandoned = False  # the execute_code call was cancelled before its cell started
+        # started once the session's turn is this cell's; dropped (none of its code runs) when the
+        # execute_code call is cancelled before that, else only this cell is interrupted
+        self.job = CellJob()
         self.traced = self.pycontext.run(_tracing_on)  # nested calls get spans only when recorded
 
 
@@ -595,7 +599,8 @@ class _Runner:
             self.owns_client = True
 
         self.lock = threading.Lock()
-        self.session_locks: Dict[str, threading.Lock] = {}
+        # session -> [its lock, the users holding or waiting for it]: dropped when nobody does
+        self.session_locks: Dict[str, List[Any]] = {}
         self.used: Set[str] = set()  # sessions that ran a cell
         self.cells: Dict[str, _Cell] = {}
         # id(ToolContext) -> (a weak reference to it, session, result), for custom_data (ToolContext may be unhashable)
@@ -607,8 +612,7 @@ class _Runner:
         self.tools_registered: Optional[ToolSet] = None
         try:
             self.tools_registered = self._register()
-            with self.tools_registered.running(self.default_session):
-                schema = self.tc.schema(format="openai", session=self.default_session)
+            schema = self.tools_registered.schema(self.default_session)
         except BaseException:
             self.close()
             raise
@@ -655,12 +659,22 @@ class _Runner:
         value = await _maybe_await(spec(ctx))
         return _session_name(value, spec)
 
-    def session_lock(self, session: str) -> threading.Lock:
+    @contextlib.contextmanager
+    def session_lock(self, session: str) -> Iterator[None]:
+        """Holds the session's lock (one cell of this tool per session); the lock is forgotten when unused."""
         with self.lock:
-            lk = self.session_locks.get(session)
-            if lk is None:
-                lk = self.session_locks[session] = threading.Lock()
-            return lk
+            entry = self.session_locks.get(session)
+            if entry is None:
+                entry = self.session_locks[session] = [threading.Lock(), 0]
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self.lock:
+                entry[1] -= 1
+                if entry[1] == 0 and self.session_locks.get(session) is entry:
+                    del self.session_locks[session]
 
     # ---- running a cell
 
@@ -703,9 +717,9 @@ class _Runner:
         try:
             result = await asyncio.wrap_future(fut)
         except asyncio.CancelledError:
-            cell.abandoned = True
-            if not fut.cancel() and cell.started and not fut.done():
-                threading.Thread(target=self._interrupt, args=(session,), daemon=True).start()
+            if not fut.cancel():  # on its way: drop it before its cell starts, else interrupt that cell only
+                threading.Thread(target=cell.job.stop, args=(lambda: self._interrupt(session),),
+                                 name="toolcell-stop", daemon=True).start()
             raise
         finally:
             for task in list(cell.tasks):  # nested calls the cell no longer waits for
@@ -735,15 +749,14 @@ class _Runner:
         with self.session_lock(s):
             with self.lock:
                 self.used.add(s)
-            if cell.abandoned:
-                raise concurrent.futures.CancelledError()
-            self.cells[s] = cell
-            cell.started = True
-            try:
-                with self.tools_registered.running(s):
+            # the job starts once the session's turn is this cell's (another adapter's cell there runs
+            # first), and is finished before the turn passes on: a cancel never interrupts the next cell
+            with self.tools_registered.running(s, cell.job):
+                self.cells[s] = cell
+                try:
                     return self.tc.execute(code, session=s, timeout=self.timeout, stream=on_chunk, reset=reset)
-            finally:
-                self.cells.pop(s, None)
+                finally:
+                    self.cells.pop(s, None)
 
     def _interrupt(self, session: str) -> None:
         try:
@@ -985,7 +998,8 @@ class _Runner:
         """A tripwire: no more calls from this cell, stop it, and fail the run when it ends."""
         if cell.fatal is None:
             cell.fatal = error
-            threading.Thread(target=self._interrupt, args=(cell.session,), daemon=True).start()
+            threading.Thread(target=cell.job.interrupt, args=(lambda: self._interrupt(cell.session),),
+                             daemon=True).start()
 
     # ---- the end
 

@@ -65,6 +65,7 @@ import json
 import logging
 import threading
 import uuid
+import weakref
 from typing import (
     Any,
     Awaitable,
@@ -903,16 +904,66 @@ async def _settle(awaitable: Any) -> Any:
     return await awaitable
 
 
+_Wanted = Dict[str, Tuple[str, ToolDefinition, Optional[Dict[str, Any]]]]
+
+
 class _Session:
-    """A toolcell session as this adapter keeps it: its tools, its description, its running call."""
+    """A toolcell session as this adapter keeps it: its tools, its description, its running call.
+
+    One per (client, session name), whatever the number of toolsets using it (see `_session_of`):
+    they share the lock, so one cell of the session runs at a time and `active` is always the call
+    whose cell the server runs, and the registrations, which each ``run_code`` call brings to its
+    own toolset's tools (under the lock) before its cell.
+    """
 
     def __init__(self, name: str):
         self.name = name
         self.registered: Dict[str, str] = {}  # tool name -> fingerprint of its definition
-        self.description: Optional[str] = None
+        self.description: Optional[Tuple[Any, str]] = None  # (the registrations it was made for, the text)
         self.active: Optional[_Call] = None
-        self.lock = _SessionLock()  # one cell at a time, whichever thread or loop runs it
-        self.sync_lock = _SessionLock()  # one registration of tools at a time
+        self.lock = _SessionLock()  # one cell (and one registration) at a time, whichever thread or loop asks
+
+
+# client -> session name -> _Session: shared by every toolset (and capability) on that client
+_SESSIONS: "weakref.WeakKeyDictionary[AsyncToolcell, Dict[str, _Session]]" = weakref.WeakKeyDictionary()
+_SESSIONS_LOCK = threading.Lock()
+
+
+def _session_of(client: AsyncToolcell, name: str) -> _Session:
+    with _SESSIONS_LOCK:
+        by_name = _SESSIONS.get(client)
+        if by_name is None:
+            by_name = _SESSIONS[client] = {}
+        s = by_name.get(name)
+        if s is None:
+            s = by_name[name] = _Session(name)
+        return s
+
+
+def _forget_session(client: AsyncToolcell, name: str) -> Optional[_Session]:
+    with _SESSIONS_LOCK:
+        return (_SESSIONS.get(client) or {}).pop(name, None)
+
+
+def _forget_client(client: AsyncToolcell) -> None:
+    with _SESSIONS_LOCK:
+        _SESSIONS.pop(client, None)
+
+
+def _registrations_key(wanted: _Wanted) -> Tuple[Tuple[str, str], ...]:
+    return tuple(sorted((n, fp) for n, (fp, _, _) in wanted.items()))
+
+
+def _wanted(tools: Mapping[str, ToolsetTool[Any]]) -> _Wanted:
+    """The definitions to register for `tools`: name -> (fingerprint, tool definition, output schema)."""
+    wanted: _Wanted = {}
+    for name, tool in tools.items():
+        td = tool.tool_def
+        output_schema = _output_schema(tool)
+        fp = json.dumps([td.description or "", td.parameters_json_schema, output_schema],
+                        sort_keys=True, default=str)
+        wanted[name] = (fp, td, output_schema)
+    return wanted
 
 
 class _Shared:
@@ -944,8 +995,7 @@ class _Shared:
         }
         self.config = _deep_merge(base, config or {})
         self.owned: Optional[AsyncToolcell] = None
-        self.sessions: Dict[str, _Session] = {}
-        self._lock = threading.Lock()  # guards `owned` and `sessions` (runs in several threads)
+        self._lock = threading.Lock()  # guards `owned` (runs in several threads)
 
     def client(self) -> AsyncToolcell:
         """The client: the one given, else the one this toolset started on first use."""
@@ -963,63 +1013,68 @@ class _Shared:
         """Forget the server this toolset started (it exited): the next call starts a new one."""
         with self._lock:
             old, self.owned = self.owned, None
-            self.sessions.clear()
         if old is not None:
+            _forget_client(old)
             try:
                 old.close(timeout=5)
             except Exception:  # pragma: no cover - best effort
                 log.debug("toolcell: closing the old server failed", exc_info=True)
 
     def session(self, name: str) -> _Session:
-        """The session's bookkeeping."""
-        self.client()
-        with self._lock:
-            s = self.sessions.get(name)
-            if s is None:
-                s = self.sessions[name] = _Session(name)
-        return s
+        """The session's bookkeeping, shared with every toolset on the same client."""
+        return _session_of(self.client(), name)
 
-    async def sync_tools(self, session: _Session, tools: Mapping[str, ToolsetTool[Any]]) -> None:
-        """Register the tools of this step with the session (only those new or changed), drop the rest."""
+    async def prepare(self, session: _Session, tools: Mapping[str, ToolsetTool[Any]]) -> str:
+        """Register the tools of this step with the session (those new or changed), drop the rest; the
+        description of ``run_code`` for them."""
+        wanted = _wanted(tools)
+        key = _registrations_key(wanted)
+        described = session.description
+        if described is not None and described[0] == key and self._registered_key(session) == key:
+            return described[1]  # nothing changed (every step of a run, mostly)
+        if (id(self.client()), session.name) in _IN_CELL.get():
+            # asked from inside a cell of this session (a nested agent sharing it), which holds the
+            # session's lock: leave the registrations of the running cell alone
+            if described is not None:
+                return described[1]
+            return _description_for_run_code(await self.client().schema(format="openai", session=session.name))
+        async with session.lock:
+            await self.sync_tools(session, wanted)
+            return await self.description(session)
+
+    @staticmethod
+    def _registered_key(session: _Session) -> Tuple[Tuple[str, str], ...]:
+        return tuple(sorted(session.registered.items()))
+
+    async def sync_tools(self, session: _Session, wanted: _Wanted) -> None:
+        """Bring the session's registrations to `wanted` (the caller holds the session's lock)."""
+        if self._registered_key(session) == _registrations_key(wanted):
+            return
         tc = self.client()
-        wanted: Dict[str, Tuple[str, ToolDefinition, Optional[Dict[str, Any]]]] = {}
-        for name, tool in tools.items():
-            td = tool.tool_def
-            output_schema = _output_schema(tool)
-            fp = json.dumps([td.description or "", td.parameters_json_schema, output_schema],
-                            sort_keys=True, default=str)
-            wanted[name] = (fp, td, output_schema)
-        if all(session.registered.get(n) == fp for n, (fp, _, _) in wanted.items()) and len(wanted) == len(
-            session.registered
-        ):
-            return  # nothing changed (every step of a run, mostly)
-        async with session.sync_lock:
-            gone = [n for n in session.registered if n not in wanted]
-            if gone:
-                await tc.unregister(*gone, session=session.name)
-                for n in gone:
-                    session.registered.pop(n, None)
-                session.description = None
-            for name, (fp, td, output_schema) in wanted.items():
-                if session.registered.get(name) == fp:
-                    continue
-                try:
-                    await tc.register_tool(
-                        name,
-                        self._dispatcher(session, name),
-                        td.parameters_json_schema or {"type": "object", "properties": {}},
-                        description=td.description or "",
-                        output_schema=output_schema,
-                        session=session.name,
-                    )
-                except RPCError as e:
-                    raise UserError(
-                        f"ToolcellCodeMode could not offer the tool {name!r} to code: {e.message}. "
-                        "Rename it (toolset.renamed({...}) or .prefixed('x')), or keep it out of run_code "
-                        "with the tool selector."
-                    ) from e
-                session.registered[name] = fp
-                session.description = None
+        gone = [n for n in session.registered if n not in wanted]
+        if gone:
+            await tc.unregister(*gone, session=session.name)
+            for n in gone:
+                session.registered.pop(n, None)
+        for name, (fp, td, output_schema) in wanted.items():
+            if session.registered.get(name) == fp:
+                continue
+            try:
+                await tc.register_tool(
+                    name,
+                    self._dispatcher(session, name),
+                    td.parameters_json_schema or {"type": "object", "properties": {}},
+                    description=td.description or "",
+                    output_schema=output_schema,
+                    session=session.name,
+                )
+            except RPCError as e:
+                raise UserError(
+                    f"ToolcellCodeMode could not offer the tool {name!r} to code: {e.message}. "
+                    "Rename it (toolset.renamed({...}) or .prefixed('x')), or keep it out of run_code "
+                    "with the tool selector."
+                ) from e
+            session.registered[name] = fp
 
     @staticmethod
     def _dispatcher(session: _Session, name: str) -> Callable[..., Any]:
@@ -1036,18 +1091,19 @@ class _Shared:
         return call
 
     async def description(self, session: _Session) -> str:
-        if session.description is None:
+        """The ``run_code`` description for the session's registrations (the caller holds its lock)."""
+        key = self._registered_key(session)
+        if session.description is None or session.description[0] != key:
             schema = await self.client().schema(format="openai", session=session.name)
-            session.description = _description_for_run_code(schema)
-        return session.description
+            session.description = (key, _description_for_run_code(schema))
+        return session.description[1]
 
     async def end_session(self, name: str) -> None:
         """Shut the session's kernel down and forget its tools."""
-        with self._lock:
-            s = self.sessions.pop(name, None)
         tc = self.given if self.given is not None else self.owned
         if tc is None:
             return
+        s = _forget_session(tc, name)
         try:
             await tc.shutdown_session(name)
             if s is not None and s.registered:
@@ -1058,8 +1114,8 @@ class _Shared:
     async def aclose(self) -> None:
         with self._lock:
             tc, self.owned = self.owned, None
-            self.sessions.clear()
         if tc is not None:
+            _forget_client(tc)
             await tc.aclose()
 
 
@@ -1285,8 +1341,7 @@ class ToolcellCodeModeToolset(WrapperToolset[Any]):
             )
         shared = self._shared
         session = shared.session(self._run.session)
-        await shared.sync_tools(session, sandboxed)
-        description = await shared.description(session)
+        description = await shared.prepare(session, sandboxed)
         td = ToolDefinition(
             **_only(
                 _TOOL_DEF_FIELDS,
@@ -1328,6 +1383,9 @@ class ToolcellCodeModeToolset(WrapperToolset[Any]):
                 "call, so this one would wait forever. Give the nested agent a session of its own."
             )
         async with session.lock:
+            # the session's registrations may be another toolset's (sharing the client and the
+            # session): this call's own, now that no other cell of the session can run
+            await shared.sync_tools(session, _wanted(tool.sandboxed))
             token = _IN_CELL.set(inside + (key,))
             try:
                 call = _Call(self.wrapped, ctx, tool.sandboxed, tool.session)  # (keeps the context it is made in)
