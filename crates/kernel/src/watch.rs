@@ -384,13 +384,13 @@ fn add_touched(
         let now = std::fs::symlink_metadata(path).ok();
         let is_dir = now.as_ref().is_some_and(std::fs::Metadata::is_dir);
         // Made by the cell: unknown before and first seen created, or a
-        // directory with another inode than before's (removed and made
-        // again), or where a file was.
+        // directory created during the cell or with another inode than
+        // before's (removed and made again), or where a file was.
         let made = now
             .as_ref()
             .is_some_and(|md| match before.entries.get(rel) {
                 None => !touch.existed_before,
-                Some(m) => m.kind != Kind::Dir || m.ino != md.ino(),
+                Some(m) => m.kind != Kind::Dir || m.ino != md.ino() || touch.created,
             });
         if is_dir
             && made
@@ -618,6 +618,10 @@ struct Touch {
     /// The first event said the path existed before it (a change or a
     /// removal, not a creation).
     existed_before: bool,
+    /// Some event created the path (made or moved in) during the cell: a
+    /// directory removed and made again can get back its old inode
+    /// number, so this, not the inode, says it is new.
+    created: bool,
 }
 
 /// The paths (absolute) inotify events named since the cell started,
@@ -632,18 +636,20 @@ struct Touched {
 
 impl Touched {
     fn note(&mut self, path: PathBuf, mask: AddWatchFlags) {
-        if self.paths.contains_key(&path) {
+        let created = mask.intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
+        if let Some(t) = self.paths.get_mut(&path) {
+            t.created |= created;
             return;
         }
         if self.paths.len() >= MAX_TOUCHED {
             self.overflow = true;
             return;
         }
-        let created = mask.intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
         self.paths.insert(
             path,
             Touch {
                 existed_before: !created,
+                created,
             },
         );
     }
@@ -920,6 +926,29 @@ mod tests {
             }
         }
         s
+    }
+
+    /// A path removed and made again during a cell counts as created
+    /// (its inode number may be the old one), and a first event that is a
+    /// change or removal still says it existed before.
+    #[test]
+    fn a_path_removed_and_made_again_is_created() {
+        let mut t = Touched::default();
+        let p = PathBuf::from("/w/d0");
+        t.note(
+            p.clone(),
+            AddWatchFlags::IN_DELETE | AddWatchFlags::IN_ISDIR,
+        );
+        assert!(!t.paths[&p].created);
+        t.note(
+            p.clone(),
+            AddWatchFlags::IN_CREATE | AddWatchFlags::IN_ISDIR,
+        );
+        let touch = t.paths[&p];
+        assert!(touch.created && touch.existed_before);
+        let q = PathBuf::from("/w/new");
+        t.note(q.clone(), AddWatchFlags::IN_MOVED_TO);
+        assert!(t.paths[&q].created && !t.paths[&q].existed_before);
     }
 
     fn sorted(mut c: Changes) -> Changes {

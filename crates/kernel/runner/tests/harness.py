@@ -234,23 +234,22 @@ class Kernel:
         self.sentinel = "tc-" + secrets.token_urlsafe(24)
         self.cwd = cwd or self.kdir
         r, w = os.pipe()
-
-        def pre_exec():
-            if r != 3:
-                os.dup2(r, 3)  # the copy on fd 3 is inheritable
-            else:
-                os.set_inheritable(3, True)
-
+        # The request pipe goes to fd 3 through `sh`, not a preexec_fn:
+        # Python code between fork and exec can deadlock in a parent with
+        # threads (the reader threads of earlier kernels); a CI run once saw
+        # a kernel that never sent `ready`.
+        move = "" if r == 3 else "exec 3<&%d %d<&- && " % (r, r)
         self.proc = subprocess.Popen(
-            [self.python] + list(flags) + [self.runner],
+            ["/bin/sh", "-c", move + 'exec "$@"', "sh", self.python]
+            + list(flags)
+            + [self.runner],
             cwd=self.cwd,
             env=kernel_env(self.kdir, env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            close_fds=False,  # our own fds are non-inheritable (PEP 446)
-            preexec_fn=pre_exec,
+            pass_fds=(r,),
         )
         os.close(r)
         self.req_w = w
