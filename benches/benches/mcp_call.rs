@@ -38,10 +38,12 @@ fn deps() -> PathBuf {
 }
 
 fn servers() -> Vec<(&'static str, Vec<String>)> {
-    let fast = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../crates/tools/tests/mcp/fast_server.py")
-        .display()
-        .to_string();
+    let fast = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../crates/tools/tests/mcp/fast_server.py")
+    .display()
+    .to_string();
     vec![
         (
             "rust_rmcp_echo",

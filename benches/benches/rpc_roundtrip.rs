@@ -133,8 +133,11 @@ struct Python {
 
 impl Python {
     fn spawn(server: &Server) -> Self {
-        let driver =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/rpc/tests/python/driver.py");
+        let driver = Path::new(
+            &std::env::var("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .join("../crates/rpc/tests/python/driver.py");
         let mut child = Command::new("python3")
             .arg(driver)
             .env("TOOLCELL_RPC", server.endpoint())

@@ -22,7 +22,10 @@ const WORKLOADS: [&str; 5] = [
 ];
 
 fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/compare/jupyter.py")
+    Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../benches/compare/jupyter.py")
 }
 
 /// Runs the script with `python3 -S` with private `XDG_*` and `TMPDIR` dirs

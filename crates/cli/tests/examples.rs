@@ -32,8 +32,10 @@ fn run_python(script: &std::path::Path, args: &[&str], env: &Env) -> String {
 #[test]
 fn the_agent_host_example_runs_its_cell_over_its_own_tools() {
     let env = Env::new();
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/agent_host.py");
+    let script = std::path::Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../examples/agent_host.py");
     let out = run_python(&script, &[], &env);
     assert_eq!(out, "orders over 100: ['A-1', 'A-3']\n");
 }
@@ -41,8 +43,10 @@ fn the_agent_host_example_runs_its_cell_over_its_own_tools() {
 #[test]
 fn a_python_client_serves_parallel_tool_calls_errors_and_cancels() {
     let env = Env::new();
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/client_tools.py");
+    let script = std::path::Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("tests/clients/client_tools.py");
     let out = run_python(&script, &[env!("CARGO_BIN_EXE_toolcell")], &env);
     assert_eq!(out, "ok\n");
 }

@@ -793,7 +793,11 @@ esac
 /// The `[remotes.k8s]` recipe of docs/remotes.md, as the page writes it.
 fn kubernetes_recipe() -> String {
     let page = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/remotes.md"),
+        Path::new(
+            &std::env::var("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .join("../../docs/remotes.md"),
     )
     .unwrap();
     let from = page.find("### Kubernetes").expect("a Kubernetes section");

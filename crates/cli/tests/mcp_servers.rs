@@ -37,7 +37,10 @@ fn deps() -> PathBuf {
 /// `everything`, a server that cannot start as `down`, and `extra` after.
 fn config(extra: &str) -> String {
     let d = deps();
-    let fast = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/tests/mcp/fast_server.py");
+    let fast = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../tools/tests/mcp/fast_server.py");
     format!(
         "[execution]\nmax_tool_calls = 500\ntimeout = 60\n[journal]\nenabled = false\n\
          [mcp_servers.fast]\ncommand = [{py:?}, {fast:?}]\n\

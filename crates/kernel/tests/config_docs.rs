@@ -8,7 +8,10 @@ use std::path::PathBuf;
 use toolcell_kernel::config::{Config, key_infos, reference_markdown, section_infos};
 
 fn docs_file() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md")
+    PathBuf::from(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../docs/configuration.md")
 }
 
 #[test]

@@ -7,7 +7,10 @@ use std::path::Path;
 use std::process::Command;
 
 fn run_suite(python: &str) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("runner/tests");
+    let dir = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("runner/tests");
     let out = Command::new("python3")
         .args(["-m", "unittest", "discover", "-s"])
         .arg(&dir)

@@ -6,7 +6,10 @@ use std::path::Path;
 
 #[test]
 fn every_corpus_file_passes_the_decoder_check() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/protocol_decoder");
+    let dir = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("tests/data/protocol_decoder");
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();

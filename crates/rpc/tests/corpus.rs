@@ -9,7 +9,10 @@ use toolcell_rpc::fuzzing::{FUZZ_TOKEN, check_request_bytes};
 
 #[test]
 fn replay_rpc_request_corpus() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/rpc_request");
+    let dir = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("tests/data/rpc_request");
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();

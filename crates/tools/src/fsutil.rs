@@ -361,15 +361,21 @@ mod tests {
         check_inline_in(tmp.path());
         // The build tree too, which is on the root file system on a typical
         // machine even where the temp dir is a tmpfs mount of its own.
-        let here =
-            tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap_or_else(|e| panic!("{e}"));
+        let here = tempfile::tempdir_in(
+            &std::env::var("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         check_inline_in(here.path());
     }
 
     #[test]
     fn the_inline_open_leaves_everything_but_plain_local_files_to_the_slow_path() {
-        let tmp =
-            tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap_or_else(|e| panic!("{e}"));
+        let tmp = tempfile::tempdir_in(
+            &std::env::var("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let dir = tmp.path();
         let fifo = dir.join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap_or_else(|e| panic!("{e}"));

@@ -49,10 +49,12 @@ fn python() -> String {
 }
 
 fn fast_script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/mcp/fast_server.py")
-        .display()
-        .to_string()
+    Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("tests/mcp/fast_server.py")
+    .display()
+    .to_string()
 }
 
 fn fast(name: &str) -> McpServerSpec {

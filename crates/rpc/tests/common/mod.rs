@@ -75,7 +75,10 @@ impl RawClient {
 }
 
 pub fn python_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python")
+    Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("tests/python")
 }
 
 /// The Python reference client, driven one JSON command at a time.

@@ -3,7 +3,10 @@
 use std::path::{Path, PathBuf};
 
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+    Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("tests/golden")
 }
 
 /// Compares `actual` with the golden file `name`; `TOOLCELL_UPDATE_GOLDEN=1`
