@@ -378,6 +378,13 @@ async function appTool(name: string, t: Tool): Promise<AppTool> {
         "Give it an execute, or pass it to generateText directly (its result then comes from your app).",
     );
   }
+  if (t.needsApproval === true) {
+    throw new TypeError(
+      `toolcellTool: tools.${name} needs approval, which a cell cannot ask your app for (it runs inside the code tool's call). ` +
+        "Give it to generateText directly, or make needsApproval a function that says when.",
+    );
+  }
+  const approval = typeof t.needsApproval === "function" ? t.needsApproval : undefined;
   const input = asSchema(t.inputSchema);
   const definition: AppTool["definition"] = { input_schema: (await input.jsonSchema) as Record<string, unknown> };
   const description = describe(t);
@@ -417,6 +424,21 @@ async function appTool(name: string, t: Tool): Promise<AppTool> {
       context: toolContext,
     };
     if (outer?.options.experimental_sandbox) options.experimental_sandbox = outer.options.experimental_sandbox;
+    if (approval) {
+      // The tool's own policy, asked per call as the SDK would: a call it
+      // wants approved is refused (a cell cannot wait for a person).
+      let ask: boolean;
+      try {
+        ask = await approval.call(t, value as never, { toolCallId: options.toolCallId, messages: options.messages, context: toolContext });
+      } catch (e) {
+        signal.dispose();
+        throw new ToolError(`the approval check of ${name} failed: ${invalid(e)}`);
+      }
+      if (ask) {
+        signal.dispose();
+        throw new ToolError(`${name} needs approval for these arguments, and a cell cannot ask for it; ask the user, or call it with other arguments`);
+      }
+    }
     try {
       const out = execute.call(t, value as never, options);
       if (isAsyncIterable(out)) {

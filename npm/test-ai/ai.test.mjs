@@ -314,6 +314,43 @@ test("tools a cell cannot call are refused up front, saying what to do", async (
   );
 });
 
+test("needsApproval: always is refused up front; a policy is asked per call and a call it flags never runs", async () => {
+  const always = tool({
+    description: "Refund.",
+    inputSchema: z.object({ amount: z.number() }),
+    needsApproval: true,
+    execute: async () => "done",
+  });
+  await assert.rejects(
+    toolcellTool({ toolcell: tc, tools: { refund: always }, session: "approve-a" }),
+    (e) => e instanceof TypeError && /tools\.refund needs approval/.test(e.message),
+  );
+  const ran = [];
+  const asked = [];
+  const refund = tool({
+    description: "Refund.",
+    inputSchema: z.object({ amount: z.number() }),
+    needsApproval: async ({ amount }, { toolCallId }) => {
+      asked.push(toolCallId);
+      return amount > 100;
+    },
+    execute: async ({ amount }) => {
+      ran.push(amount);
+      return `refunded ${amount}`;
+    },
+  });
+  const execute_code = await toolcellTool({ toolcell: tc, tools: { refund }, session: "approve-b" });
+  const code = ["print(refund(amount=5))", "try:", "    refund(amount=500)", "except ToolError as e:", "    print('refused:', e)"].join("\n");
+  const model = scripted(callCode(code), say("ok"));
+  await generateText({ model, tools: { execute_code }, stopWhen: isStepCount(3), prompt: "Refund." });
+  const seen = lastToolText(model.doGenerateCalls[1].prompt);
+  assert.match(seen, /^refunded 5$/m);
+  assert.match(seen, /^refused: refund: refund needs approval for these arguments/m);
+  assert.deepEqual(ran, [5]);
+  assert.equal(asked.length, 2);
+  await execute_code.close();
+});
+
 test("resultText reads like the Python integrations'", () => {
   const base = { output: "", status: "success" };
   assert.equal(resultText(base), "(no output)");

@@ -356,6 +356,34 @@ def test_nested_calls_get_the_runs_context_and_deps() -> None:
     assert seen == [("price", "call-1__1", 0.25)]
 
 
+def test_a_nested_tool_sees_the_sandboxed_tools_in_its_context_on_either_path() -> None:
+    """``ctx.tools`` and ``ctx.is_tool_available`` in a tool called from code
+    name the tools the code can call (not just ``run_code``), whether the call
+    is made directly (a plain ``def``) or through the tool manager (``async def``)."""
+    seen: Dict[str, Any] = {}
+    script = Script(Code("sync_view(); async_view()"), answer_with_last_return)
+    agent = Agent(script.model, capabilities=[cap := ToolcellCodeMode()])
+
+    @agent.tool
+    def sync_view(ctx: RunContext[None]) -> None:
+        """What a plain tool sees."""
+        seen["sync"] = (sorted(ctx.tools), ctx.is_tool_available("async_view"))
+
+    @agent.tool
+    async def async_view(ctx: RunContext[None]) -> None:
+        """What an async tool sees."""
+        seen["async"] = (sorted(ctx.tools), ctx.is_tool_available("sync_view"))
+
+    async def main() -> Any:
+        try:
+            return await agent.run("look")
+        finally:
+            await cap.aclose()
+
+    run(main())
+    assert seen["sync"] == seen["async"] == (["async_view", "sync_view"], True), seen
+
+
 def test_plain_tools_called_from_threads_of_the_cell_run_off_the_event_loop() -> None:
     """A plain `def` tool runs on a thread of its own, as pydantic-ai runs one,
     never on the run's event loop; calls from several threads of one cell
@@ -945,6 +973,38 @@ def test_one_named_session_used_from_two_threads_runs_one_cell_at_a_time() -> No
         if cap.toolcell is not None:
             cap.toolcell.close()
     assert out == {"alice": "answer: alice alice", "bob": "answer: bob bob"}
+
+
+def test_a_session_lock_held_by_a_stopped_loop_is_an_error_and_by_a_closed_one_is_taken_over(
+    monkeypatch: Any,
+) -> None:
+    """A run left pending when its loop stopped holds its session: another
+    run gets a UserError naming the session instead of waiting forever, and
+    once that loop is closed the lock is taken over."""
+    monkeypatch.setattr(_integration._SessionLock, "POLL", 0.05)
+    monkeypatch.setattr(_integration._SessionLock, "STALLED", 0.3)
+    lock = _integration._SessionLock("chat")
+    stuck = asyncio.new_event_loop()
+
+    async def hold_forever() -> None:
+        async with lock:
+            await asyncio.Event().wait()
+
+    task = stuck.create_task(hold_forever())
+    stuck.run_until_complete(asyncio.sleep(0.01))  # the task holds the lock; the loop stops
+    assert not task.done()
+
+    async def take() -> str:
+        async with lock:
+            return "got it"
+
+    t = time.monotonic()
+    with pytest.raises(UserError, match="session 'chat' is held by a run whose event loop has not run"):
+        asyncio.run(take())
+    assert time.monotonic() - t < 5
+    stuck.close()
+    assert asyncio.run(take()) == "got it"
+    assert asyncio.run(take()) == "got it"  # and given back
 
 
 def test_a_sub_agent_sharing_the_session_fails_fast_instead_of_waiting_for_itself() -> None:

@@ -127,6 +127,14 @@ except ImportError:  # pragma: no cover - depends on the pydantic-ai version
     _ToolSearchToolset = None  # type: ignore[assignment,misc]
     _SearchTool = None  # type: ignore[assignment,misc]
 
+try:  # usage counted for the run and for the span of the run that made the call (recent pydantic-ai)
+    from pydantic_ai._usage_attribution import record_tool_call as _record_tool_call
+except ImportError:  # pragma: no cover - depends on the pydantic-ai version
+
+    def _record_tool_call(usage: Any) -> None:
+        usage.tool_calls += 1
+
+
 try:  # custom events in the run's event stream (recent pydantic-ai)
     from pydantic_ai.messages import CustomEvent as _CustomEvent
 except ImportError:  # pragma: no cover - depends on the pydantic-ai version
@@ -369,22 +377,29 @@ except ImportError:  # pragma: no cover - depends on the pydantic-ai version
     _IN_SYNC_CALLBACK = None
 
 
-def _nested_ctx(ctx: RunContext[Any], name: str, call_id: str, tool: ToolsetTool[Any]) -> RunContext[Any]:
-    """The run's context as the tool manager hands it to a tool: its name, its call id, its retries."""
+def _nested_ctx(ctx: RunContext[Any], name: str, call_id: str, tool: ToolsetTool[Any],
+                manager: Any = None) -> RunContext[Any]:
+    """The run's context as the tool manager hands it to a tool: its name, its call id, its retries,
+    and (given `manager`, the manager of the sandboxed tools) the manager its ``tools``,
+    ``is_tool_available`` and ``emit`` look tools up in."""
     retries = getattr(ctx, "retries", None) or {}
     values = {"tool_name": name, "_dispatched_tool_name": name, "tool_call_id": call_id,
               "retry": retries.get(name, 0), "max_retries": tool.max_retries, "tool_call_approved": False,
               "tool_call_metadata": None, "partial_output": False}
+    fields = _NESTED_CTX_FIELDS
+    if manager is not None and hasattr(ctx, "tool_manager"):
+        values["tool_manager"] = manager
+        fields = fields + ("tool_manager",)
     state = getattr(ctx, "__dict__", None)
     if state is None:  # pragma: no cover - a RunContext with slots
         nested = copy.copy(ctx)
-        for field in _NESTED_CTX_FIELDS:
+        for field in fields:
             setattr(nested, field, values[field])
         return nested
     # a shallow copy, as copy.copy makes it but 3x faster (dataclasses.replace re-runs the init: 10x slower)
     nested = object.__new__(type(ctx))
     state = state.copy()
-    for field in _NESTED_CTX_FIELDS:
+    for field in fields:
         state[field] = values[field]
     nested.__dict__.update(state)
     return nested
@@ -545,11 +560,22 @@ class _SessionLock:
     """Lets one cell of a session run at a time, across event loops and
     threads (an ``asyncio.Lock`` serves one loop): ``async with lock:``.
     Waiters are served in order; a cancelled waiter leaves the queue (or
-    passes the lock on, when it was handed over as it was cancelled)."""
+    passes the lock on, when it was handed over as it was cancelled).
 
-    def __init__(self) -> None:
+    The lock belongs to an event loop (the holder's); a holder whose loop
+    closed can never give it back, so a waiter takes it over, and a waiter
+    whose holder's loop has not run for ``STALLED`` seconds gives up with a
+    ``UserError`` instead of waiting forever (``run_until_complete`` can
+    return with a run still holding it, e.g. after ``asyncio.wait``)."""
+
+    POLL = 1.0
+    STALLED = 30.0
+
+    def __init__(self, name: str = "") -> None:
+        self._name = name
         self._mutex = threading.Lock()
         self._held = False
+        self._holder: Optional[asyncio.AbstractEventLoop] = None
         self._waiters: Deque[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = collections.deque()
 
     async def __aenter__(self) -> "_SessionLock":
@@ -557,11 +583,12 @@ class _SessionLock:
         with self._mutex:
             if not self._held:
                 self._held = True
+                self._holder = loop
                 return self
             waiter = (loop, loop.create_future())
             self._waiters.append(waiter)
         try:
-            await waiter[1]
+            await self._wait(waiter)
         except BaseException:
             with self._mutex:
                 try:
@@ -574,6 +601,33 @@ class _SessionLock:
             raise
         return self
 
+    async def _wait(self, waiter: Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]) -> None:
+        loop, fut = waiter
+        stalled = 0.0
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), self.POLL)
+                return
+            except asyncio.TimeoutError:
+                pass
+            with self._mutex:
+                holder = self._holder
+                if fut.done() or waiter not in self._waiters:
+                    continue  # handed over meanwhile: the next wait returns at once
+                if holder is not None and holder.is_closed():
+                    # its holder's loop is gone and with it the release: the lock is this waiter's
+                    self._waiters.remove(waiter)
+                    self._holder = loop
+                    log.warning("toolcell: session %r was held by a run whose event loop closed; taken over", self._name)
+                    return
+            stalled = stalled + self.POLL if holder is not None and not holder.is_running() else 0.0
+            if stalled >= self.STALLED:
+                raise UserError(
+                    f"ToolcellCodeMode: toolcell session {self._name!r} is held by a run whose event loop has "
+                    f"not run for {int(stalled)} s (a run left pending when its loop stopped?); "
+                    "finish or cancel that run, or use another session"
+                )
+
     async def __aexit__(self, *exc: Any) -> None:
         self._release()
 
@@ -583,10 +637,12 @@ class _SessionLock:
                 loop, fut = self._waiters.popleft()
                 try:
                     loop.call_soon_threadsafe(_wake, fut)
+                    self._holder = loop
                     return  # the lock passes to that waiter
                 except RuntimeError:  # its loop is closed: the next one
                     continue
             self._held = False
+            self._holder = None
 
 
 def _wake(fut: "asyncio.Future[None]") -> None:
@@ -638,6 +694,7 @@ class _Call:
         limits = getattr(ctx, "usage_limits", None)
         self.usage_limits = limits if getattr(limits, "tool_calls_limit", None) is not None else None
         self._in_flight = 0
+        self._uncounted = 0  # direct calls done whose count the loop has not made yet
         self._waiting: "set[concurrent.futures.Future[Any]]" = set()
         self._done = False
 
@@ -660,7 +717,8 @@ class _Call:
             counted = self._count_in()
             try:
                 args = tool.args_validator.validate_python(arguments, context=self.ctx.validation_context)
-                result = _call_plain(schema, args, _nested_ctx(self.ctx, name, call_id, tool), self.context.copy())
+                nested = _nested_ctx(self.ctx, name, call_id, tool, self._nested_manager())
+                result = _call_plain(schema, args, nested, self.context.copy())
                 if type(result) not in _PLAIN_TYPES and inspect.isawaitable(result):  # a def returning an awaitable
                     result = self._on_loop(_settle(result))
             finally:
@@ -734,8 +792,8 @@ class _Call:
             return False
         with self._lock:
             projected = copy.copy(self.ctx.usage)
-            # the calls under way, this one, and run_code's own (counted when it returns)
-            projected.tool_calls += self._in_flight + 2
+            # the calls under way or not counted yet, this one, and run_code's own (counted when it returns)
+            projected.tool_calls += self._in_flight + self._uncounted + 2
             limits.check_before_tool_call(projected)
             self._in_flight += 1
         return True
@@ -769,9 +827,22 @@ class _Call:
             part = ToolReturnPart(tool_name=name, content=result, tool_call_id=call_id)
         with self._lock:
             self.tool_returns[call_id] = part
-            if count and hasattr(self.ctx.usage, "tool_calls"):
-                self.ctx.usage.tool_calls += 1
+            count = count and hasattr(self.ctx.usage, "tool_calls")
+            if count:
+                self._uncounted += 1
+        if count:
+            # counted on the run's loop, in the run's context, as the tool manager counts: the usage
+            # is the loop's to change, and the run's span (a context variable) gets the call too
+            try:
+                self.loop.call_soon_threadsafe(self._count_done, context=self.context)
+            except RuntimeError:  # the run's loop is closed: nobody reads the usage any more
+                pass
         return to_jsonable_python(result, serialize_unknown=True)
+
+    def _count_done(self) -> None:
+        with self._lock:
+            self._uncounted -= 1
+        _record_tool_call(self.ctx.usage)
 
     # ---- a call on the run's loop
 
@@ -794,16 +865,25 @@ class _Call:
             raise err from e
         return self._returned(call_id, name, result, count=not _MANAGED)
 
+    def _nested_manager(self) -> Any:
+        """The tool manager of the sandboxed tools with the run's root capability (made once per
+        ``run_code`` call; None on a pydantic-ai without one)."""
+        manager = self._manager
+        if manager is None and _MANAGED:
+            with self._lock:
+                if self._manager is None:
+                    self._manager = _ToolManager(**_only(
+                        _TM_FIELDS, toolset=self.toolset, root_capability=self.root, ctx=self.ctx, tools=self.tools,
+                        default_max_retries=self.default_max_retries,
+                    ))
+                manager = self._manager
+        return manager
+
     async def _managed(self, name: str, call_id: str, arguments: Dict[str, Any]) -> Any:
         """The call through a tool manager of the sandboxed tools with the run's root capability: its
         validation, availability check, the capabilities' tool hooks (``before_tool_validate`` …
         ``on_tool_execute_error``), the toolset's ``call_tool``, its usage count; errors come back raw."""
-        manager = self._manager
-        if manager is None:
-            manager = self._manager = _ToolManager(**_only(
-                _TM_FIELDS, toolset=self.toolset, root_capability=self.root, ctx=self.ctx, tools=self.tools,
-                default_max_retries=self.default_max_retries,
-            ))
+        manager = self._nested_manager()
         part = ToolCallPart(tool_name=name, args=dict(arguments), tool_call_id=call_id)
         validated = await manager.validate_tool_call(part, wrap_validation_errors=False)
         return await manager.execute_tool_call(validated, wrap_validation_errors=False)
@@ -921,7 +1001,7 @@ class _Session:
         self.registered: Dict[str, str] = {}  # tool name -> fingerprint of its definition
         self.description: Optional[Tuple[Any, str]] = None  # (the registrations it was made for, the text)
         self.active: Optional[_Call] = None
-        self.lock = _SessionLock()  # one cell (and one registration) at a time, whichever thread or loop asks
+        self.lock = _SessionLock(name)  # one cell (and one registration) at a time, whichever thread or loop asks
 
 
 # client -> session name -> _Session: shared by every toolset (and capability) on that client
