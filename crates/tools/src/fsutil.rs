@@ -362,7 +362,7 @@ mod tests {
         // The build tree too, which is on the root file system on a typical
         // machine even where the temp dir is a tmpfs mount of its own.
         let here = tempfile::tempdir_in(
-            &std::env::var("CARGO_MANIFEST_DIR")
+            std::env::var("CARGO_MANIFEST_DIR")
                 .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
         )
         .unwrap_or_else(|e| panic!("{e}"));
@@ -372,7 +372,7 @@ mod tests {
     #[test]
     fn the_inline_open_leaves_everything_but_plain_local_files_to_the_slow_path() {
         let tmp = tempfile::tempdir_in(
-            &std::env::var("CARGO_MANIFEST_DIR")
+            std::env::var("CARGO_MANIFEST_DIR")
                 .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
         )
         .unwrap_or_else(|e| panic!("{e}"));
