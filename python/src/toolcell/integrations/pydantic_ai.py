@@ -694,7 +694,7 @@ class _Call:
         limits = getattr(ctx, "usage_limits", None)
         self.usage_limits = limits if getattr(limits, "tool_calls_limit", None) is not None else None
         self._in_flight = 0
-        self._uncounted = 0  # direct calls done whose count the loop has not made yet
+        self._uncounted = 0  # direct calls done, counted in the run's usage by `finish`
         self._waiting: "set[concurrent.futures.Future[Any]]" = set()
         self._done = False
 
@@ -767,10 +767,15 @@ class _Call:
                 self._waiting.discard(fut)
 
     def finish(self) -> None:
-        """The cell is over: cancel the nested calls still running on the loop (nobody waits for them)."""
+        """The cell is over (on the run's loop, in the ``run_code`` call's context): count the direct calls
+        in the run's usage (and its span's), cancel the nested calls still running on the loop (nobody
+        waits for them)."""
         with self._lock:
             self._done = True
             waiting = list(self._waiting)
+            uncounted, self._uncounted = self._uncounted, 0
+        for _ in range(uncounted):
+            _record_tool_call(self.ctx.usage)
         for fut in waiting:
             fut.cancel()
 
@@ -827,22 +832,11 @@ class _Call:
             part = ToolReturnPart(tool_name=name, content=result, tool_call_id=call_id)
         with self._lock:
             self.tool_returns[call_id] = part
-            count = count and hasattr(self.ctx.usage, "tool_calls")
-            if count:
+            if count and hasattr(self.ctx.usage, "tool_calls"):
+                # added to the run's usage when the cell ends, on the run's loop (`finish`): the usage is
+                # the loop's to change, and waking the loop for each call would cost a thread switch
                 self._uncounted += 1
-        if count:
-            # counted on the run's loop, in the run's context, as the tool manager counts: the usage
-            # is the loop's to change, and the run's span (a context variable) gets the call too
-            try:
-                self.loop.call_soon_threadsafe(self._count_done, context=self.context)
-            except RuntimeError:  # the run's loop is closed: nobody reads the usage any more
-                pass
         return to_jsonable_python(result, serialize_unknown=True)
-
-    def _count_done(self) -> None:
-        with self._lock:
-            self._uncounted -= 1
-        _record_tool_call(self.ctx.usage)
 
     # ---- a call on the run's loop
 
