@@ -273,7 +273,22 @@ class Kernel:
         self.stderr = _Stream("stderr", self.proc.stderr.fileno(), sb)
         if handshake:
             self.send({"type": "hello", "sentinel": self.sentinel, "protocol": 1})
-            self.pre_ready_stdout, self.ready, _ = self.stdout.take_frame(lambda o: o.get("type") == "ready", 30)
+            try:
+                self.pre_ready_stdout, self.ready, _ = self.stdout.take_frame(lambda o: o.get("type") == "ready", 30)
+            except TimeoutError as e:
+                raise TimeoutError("%s; %s" % (e, self._state())) from None
+
+    def _state(self):
+        """What the process is doing, for a failure message."""
+        facts = []
+        for name in ("cmdline", "wchan", "stat"):
+            try:
+                with open("/proc/%d/%s" % (self.proc.pid, name), "rb") as f:
+                    facts.append("%s=%r" % (name, f.read()[:300].replace(b"\0", b" ")))
+            except OSError as e:
+                facts.append("%s: %s" % (name, e))
+        facts.append("stderr=%r" % self.stderr.raw_pending()[-1000:])
+        return "kernel pid %d: %s" % (self.proc.pid, ", ".join(facts))
 
     @property
     def pid(self):
