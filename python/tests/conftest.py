@@ -25,7 +25,7 @@ def gone(pid: int, within: float = 10.0) -> bool:
             with open(f"/proc/{pid}/stat") as f:
                 if f.read().split(")")[-1].split()[0] == "Z":
                     return True
-        except FileNotFoundError:
+        except OSError:  # gone (FileNotFoundError), or gone mid-read (ProcessLookupError)
             return True
         time.sleep(0.05)
     return False

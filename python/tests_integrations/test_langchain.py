@@ -29,21 +29,9 @@ import toolcell
 from toolcell import ExecuteResult, Toolcell
 from toolcell.integrations.langchain import OUTPUT_EVENT, ToolcellCodeAct, ToolcellTool, make_eval_fn
 
+from procs import gone
+
 ORDERS = {"A-1": 120.0, "A-2": 35.5, "A-3": 990.0}
-
-
-def gone(pid: int, within: float = 10.0) -> bool:
-    """True once no process `pid` exists (zombies count as gone)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(")")[-1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 class ScriptedModel(GenericFakeChatModel):

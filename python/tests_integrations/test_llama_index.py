@@ -25,6 +25,8 @@ import toolcell
 from toolcell import Toolcell
 from toolcell.integrations.llama_index import CellOutput, ToolcellCodeExecutor, ToolcellOutput
 
+from procs import gone
+
 # LlamaIndex's workflows inspect the agent's members, which pydantic warns about on every agent built
 pytestmark = [
     pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince20"),
@@ -390,14 +392,7 @@ def test_a_dropped_executor_ends_the_server_it_started() -> None:
     pid = executor.client.pid
     del executor
     gc.collect()
-    deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().split(")")[-1].split()[0] == "Z":
-                break
-        time.sleep(0.05)
-    else:
-        assert not os.path.exists(f"/proc/{pid}")
+    assert gone(pid), f"toolcell serve (pid {pid}) still runs"
 
 
 def test_the_error_and_hint_lines_reach_the_model(tc: Toolcell) -> None:

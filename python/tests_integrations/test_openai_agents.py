@@ -38,6 +38,8 @@ from toolcell.integrations.openai_agents import (
     execute_code_tool,
 )
 
+from procs import gone
+
 set_tracing_disabled(True)
 
 ORDERS = {"A-1": 120.0, "A-2": 35.5, "A-3": 14.5}
@@ -664,14 +666,7 @@ def test_a_dropped_tool_ends_the_server_it_started() -> None:
     pid = code.toolcell.pid
     del code
     gc.collect()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().split(")")[-1].split()[0] == "Z":
-                break
-        time.sleep(0.05)
-    else:
-        assert not os.path.exists(f"/proc/{pid}")
+    assert gone(pid), f"toolcell serve (pid {pid}) still runs"
 
 
 def test_allowed_callers_and_timeout_behavior_are_honoured(tc: Toolcell) -> None:
