@@ -2,6 +2,7 @@
 // child's stdio): run Python cells in persistent kernels, and let the code
 // call the host's own functions (client tools).
 
+import { randomBytes } from "crypto";
 import { spawn, ChildProcess } from "child_process";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "fs";
 import { tmpdir } from "os";
@@ -225,7 +226,6 @@ function installExitHook(): void {
 /** A `toolcell serve` child and a client for it. Call `close()` when done. */
 export class Toolcell {
   private child: ChildProcess;
-  private nextId = 1;
   private pending = new Map<number, Pending>();
   private streams = new Map<string, number[]>();
   private tools = new Map<string, RegisteredTool>();
@@ -350,7 +350,7 @@ export class Toolcell {
   }
 
   private request(method: string, params: Record<string, unknown>, onChunk?: (c: Chunk) => void, signal?: AbortSignal): Promise<any> {
-    const id = this.nextId++;
+    const id = this.newId();
     const session = method === "execute" ? ((params.session as string) ?? "default") : undefined;
     return new Promise((resolve, reject) => {
       try {
@@ -378,6 +378,19 @@ export class Toolcell {
         }
       }
     });
+  }
+
+  /** A request id nobody can guess (53 bits: exact as a JSON number), so whoever could write into
+   * our stdin cannot answer a request of ours it has not seen. */
+  private newId(): number {
+    for (;;) {
+      const [hi, lo] = randomBytes(8).reduce<[number, number]>(
+        (acc, b, i) => (i < 4 ? [acc[0] * 256 + b, acc[1]] : [acc[0], acc[1] * 256 + b]),
+        [0, 0],
+      );
+      const id = (hi % 0x200000) * 0x100000000 + lo;
+      if (id !== 0 && !this.pending.has(id)) return id;
+    }
   }
 
   private notify(method: string, params: Record<string, unknown>): void {
@@ -451,6 +464,13 @@ export class Toolcell {
     const name: string = params.name;
     const session: string = params.session ?? "default";
     const tool = this.tools.get(`${session}\u0000${name}`) ?? this.tools.get(`\u0000${name}`);
+    // A tool call comes from a running cell; one for a session with no cell of ours running was
+    // not sent by a cell of ours.
+    const running = [...this.pending.values()].some((p) => p.method === "execute" && p.session === session);
+    if (!running) {
+      this.answerError(id, { code: -32600, message: `no cell of session ${JSON.stringify(session)} is running` });
+      return;
+    }
     if (!tool) {
       this.answerError(id, { code: -32601, message: `this client has no tool named ${JSON.stringify(name)}` });
       return;

@@ -201,3 +201,33 @@ test("a server that cannot start says why", async () => {
   await assert.rejects(tc.execute("1"), (e) => e instanceof ServerExited && /status 2/.test(e.message) && /no_such_key/.test(e.message));
   assert.equal(await tc.close(), 2);
 });
+
+// A cell that can write into the server's stdout (a root host, or any host before it made itself
+// non-dumpable) can forge lines the client reads: neither a guessed id nor a tool call for a
+// session with no running cell may be taken as the server's.
+const FORGE = `
+import json, os
+host = os.getppid()
+def forge(msg):
+    with open(f"/proc/{host}/fd/1", "w") as out:
+        out.write(json.dumps(msg) + "\\n")
+`;
+
+test("review 01: forged tool calls and results from a cell are refused", { skip: process.getuid() !== 0 && "a non-root cell cannot open the non-dumpable server's fds" }, () =>
+  withClient(async (tc) => {
+    const ran = [];
+    tc.tool("transfer", { type: "object", properties: { amount: { type: "integer" } } }, ({ amount }) => { ran.push(amount); return "sent"; }, { session: "victim" });
+    assert.equal((await tc.execute("print(transfer(amount=1))", { session: "victim" })).output, "sent\n");
+    const victim = tc.execute("import time; time.sleep(3); print('real')", { session: "victim2" });
+    const code = FORGE + `
+forge({'jsonrpc': '2.0', 'id': 'forged-1', 'method': 'tool/call', 'params': {'session': 'victim', 'name': 'transfer', 'arguments': {'amount': 1000}}})
+for i in range(1, 2000):
+    forge({'jsonrpc': '2.0', 'id': i, 'result': {'status': 'success', 'output': 'FORGED', 'session': 'victim2'}})
+import time; time.sleep(1.0)
+print('forged')
+`;
+    const r = await tc.execute(code, { session: "attacker" });
+    assert.equal(r.output, "forged\n");
+    assert.deepEqual(ran, [1], "a forged tool/call ran the victim's tool outside any cell");
+    assert.equal((await victim).output, "real\n");
+  }));

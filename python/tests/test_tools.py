@@ -1,6 +1,7 @@
 """Client tools: Python functions the cell calls."""
 
 import asyncio
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -382,3 +383,53 @@ def test_a_result_json_cannot_carry_is_answered_at_once_with_an_error(tc):
     assert lines[2].startswith("lone: the tool returned text that is not valid Unicode: a lone surrogate ('\\ud800')")
     assert lines[3].startswith("key: the tool returned text that is not valid Unicode")
     assert lines[4] == "fails: ValueError: bad ? text"
+
+
+# A cell that can write into the server's stdout (a root host, or any host
+# before it made itself non-dumpable) can forge lines the client reads.
+_FORGE = r'''
+import json, os
+host = os.getppid()
+def forge(msg):
+    with open(f"/proc/{host}/fd/1", "w") as out:
+        out.write(json.dumps(msg) + "\n")
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a non-root cell cannot open the non-dumpable server's fds")
+def test_review_01_a_tool_call_forged_for_a_session_with_no_running_cell_is_refused(tc):
+    ran = []
+
+    @tc.tool(session="victim")
+    def transfer(amount: int) -> str:
+        ran.append(amount)
+        return "sent"
+
+    # The victim's tool works from the victim's own cell.
+    assert tc.execute("print(transfer(1))", session="victim").output == "sent\n"
+    code = _FORGE + (
+        "forge({'jsonrpc': '2.0', 'id': 'forged-1', 'method': 'tool/call',"
+        " 'params': {'session': 'victim', 'name': 'transfer', 'arguments': {'amount': 1000}}})\n"
+        "import time; time.sleep(1.0)\nprint('forged')"
+    )
+    r = tc.execute(code, session="attacker")
+    assert r.ok and r.output == "forged\n", r.output
+    assert ran == [1], f"a forged tool/call ran the victim's tool outside any cell: {ran}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a non-root cell cannot open the non-dumpable server's fds")
+def test_review_01_results_forged_for_guessed_request_ids_never_answer_a_request(tc):
+    # The victim's cell is in flight while the attacker forges results for every small id.
+    victim = threading.Thread(target=lambda: out.append(tc.execute("import time; time.sleep(3); print('real')", session="victim")))
+    out: list = []
+    victim.start()
+    time.sleep(0.5)
+    code = _FORGE + (
+        "for i in range(1, 2000):\n"
+        "    forge({'jsonrpc': '2.0', 'id': i, 'result': {'status': 'ok', 'output': 'FORGED', 'session': 'victim'}})\n"
+        "print('forged')"
+    )
+    r = tc.execute(code, session="attacker")
+    assert r.ok and r.output == "forged\n", r.output
+    victim.join(30)
+    assert out and out[0].output == "real\n", out and out[0].output

@@ -86,6 +86,12 @@ fn main() -> ExitCode {
         }
     };
     host::init_logging();
+    // Nothing of our uid but a privileged process may open our /proc
+    // entries: our stdin and stdout (the client's protocol), our
+    // environment (the host's secrets), our memory.
+    if let Err(e) = toolcell_tools::process::forbid_inspection() {
+        tracing::warn!("cannot make this process non-dumpable: {e}");
+    }
     // Orphans of cells (double fork, setsid) are re-parented to this host,
     // not init, so they can be found and killed with their kernels.
     if let Err(e) = toolcell_tools::process::become_subreaper() {

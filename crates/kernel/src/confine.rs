@@ -222,9 +222,15 @@ const SYS_FILE_SETATTR: i64 = 469;
 /// `FS_IOC_SETFLAGS` (`chattr`) and `FS_IOC_FSSETXATTR`.
 const FS_IOC_SETFLAGS: u64 = 0x4008_6602;
 const FS_IOC_FSSETXATTR: u64 = 0x401c_5820;
+/// `TIOCSTI`: push bytes into a terminal's input, as if typed.
+const TIOCSTI: u64 = 0x5412;
+/// The ioctl commands a confined kernel gets `EPERM` from.
+const BLOCKED_IOCTLS: [u64; 3] = [FS_IOC_SETFLAGS, FS_IOC_FSSETXATTR, TIOCSTI];
 
 /// The system calls a confined kernel gets `EPERM` from, by name and number
-/// on this architecture (`ioctl` only for the two commands above).
+/// on this architecture (`ioctl` only for the three commands above,
+/// `mknod` and `mknodat` only for character and block devices: FIFOs and
+/// sockets stay possible).
 /// (`chown` and `lchown` exist only on x86_64; elsewhere `fchownat` is the
 /// only path-based call.)
 #[cfg(target_arch = "x86_64")]
@@ -248,6 +254,8 @@ pub const BLOCKED_SYSCALLS: &[(&str, i64)] = {
         ("io_uring_enter", c::SYS_io_uring_enter),
         ("io_uring_register", c::SYS_io_uring_register),
         ("ioctl", c::SYS_ioctl),
+        ("mknod", c::SYS_mknod),
+        ("mknodat", c::SYS_mknodat),
     ]
 };
 
@@ -271,6 +279,7 @@ pub const BLOCKED_SYSCALLS: &[(&str, i64)] = {
         ("io_uring_enter", c::SYS_io_uring_enter),
         ("io_uring_register", c::SYS_io_uring_register),
         ("ioctl", c::SYS_ioctl),
+        ("mknodat", c::SYS_mknodat),
     ]
 };
 
@@ -303,27 +312,34 @@ pub fn seccomp_program() -> Result<seccompiler::BpfProgram, ConfineError> {
         )));
     }
     let err = |e: seccompiler::BackendError| unsupported(format!("building it failed: {e}"));
-    let ioctl_rules = || -> Result<Vec<seccompiler::SeccompRule>, ConfineError> {
-        [FS_IOC_SETFLAGS, FS_IOC_FSSETXATTR]
-            .into_iter()
-            .map(|cmd| {
+    // One rule per value of argument `arg` (masked with `mask`) to refuse.
+    let arg_rules = |arg: u8,
+                     mask: u64,
+                     values: &[u64]|
+     -> Result<Vec<seccompiler::SeccompRule>, ConfineError> {
+        values
+            .iter()
+            .map(|&v| {
                 let cond = seccompiler::SeccompCondition::new(
-                    1,
+                    arg,
                     seccompiler::SeccompCmpArgLen::Dword,
-                    seccompiler::SeccompCmpOp::Eq,
-                    cmd,
+                    seccompiler::SeccompCmpOp::MaskedEq(mask),
+                    v,
                 )
                 .map_err(err)?;
                 seccompiler::SeccompRule::new(vec![cond]).map_err(err)
             })
             .collect()
     };
+    let devices = [u64::from(nix::libc::S_IFCHR), u64::from(nix::libc::S_IFBLK)];
+    let file_type = u64::from(nix::libc::S_IFMT);
     let mut rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> = BTreeMap::new();
     for &(name, nr) in BLOCKED_SYSCALLS {
-        let r = if name == "ioctl" {
-            ioctl_rules()?
-        } else {
-            Vec::new()
+        let r = match name {
+            "ioctl" => arg_rules(1, u64::from(u32::MAX), &BLOCKED_IOCTLS)?,
+            "mknod" => arg_rules(1, file_type, &devices)?,
+            "mknodat" => arg_rules(2, file_type, &devices)?,
+            _ => Vec::new(),
         };
         // x32 calls carry the same numbers with bit 30 set and the x86_64
         // audit arch: block them too.
@@ -437,9 +453,13 @@ impl Confinement {
             .map_err(rs)?
             .add_rule(PathBeneath::new(open(Path::new("/"))?, read))
             .map_err(rs)?;
+        // Everything beneath the writable directories but making device
+        // nodes: a character or block device made there would reach what
+        // it names (/dev/kmsg, /dev/mem, a terminal) past every rule.
+        let write = AccessFs::from_all(abi) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
         for dir in writable {
             created = created
-                .add_rule(PathBeneath::new(open(dir)?, AccessFs::from_all(abi)))
+                .add_rule(PathBeneath::new(open(dir)?, write))
                 .map_err(rs)?;
         }
         let devnull = Path::new("/dev/null");

@@ -447,6 +447,10 @@ pub struct Kernel {
     /// the cell starts stays in it, whatever it does to its session or
     /// environment, and dies with the kernel.
     cgroup: Option<toolcell_tools::cgroup::KernelCgroup>,
+    /// Every process forked from the kernel since its spawn, where the host
+    /// sees process events (root hosts): found and killed with the kernel
+    /// even after leaving its cgroup.
+    lineage: Option<Arc<toolcell_tools::lineage::Lineage>>,
     /// The fingerprint of the outside tools the stub module was last made
     /// for (0: none, the module written at spawn).
     stubs_for: u64,
@@ -776,6 +780,7 @@ impl Kernel {
             requests,
             server,
             cgroup,
+            lineage,
             marker,
             payload,
         } = launched;
@@ -829,6 +834,7 @@ impl Kernel {
             pumps_busy: busy,
             spec,
             cgroup,
+            lineage,
             stubs_for: 0,
             pending_stubs: None,
             extra: None,
@@ -933,6 +939,7 @@ impl Kernel {
             requests: RequestPipe::new(stdin),
             server,
             cgroup: None,
+            lineage: None,
             marker,
             payload: crate::remote::payload(spec.language.runner().1, stub),
         })
@@ -974,11 +981,23 @@ impl Kernel {
             ))?),
             None => None,
         };
-        // Only this kernel (and what it starts: the same cgroup) may use its
-        // tool socket; another kernel holding a stolen token may not.
-        let rpc_config = match &cgroup {
-            Some(cg) => ServerConfig::default().peer_cgroup(cg.proc_path()),
-            None => ServerConfig::default(),
+        // Only this kernel and its descendants may use its tool socket:
+        // another kernel holding a stolen token may not, even after moving
+        // itself into this kernel's cgroup (root hosts can). The kernel's
+        // pid and lineage are known once it is spawned, before it runs code.
+        let family: Arc<std::sync::OnceLock<Family>> = Arc::default();
+        let rpc_config = {
+            let family = Arc::clone(&family);
+            let config =
+                ServerConfig::default().peer_check(toolcell_rpc::PeerCheck::new(move |pid| {
+                    family
+                        .get()
+                        .is_some_and(|f| u32::try_from(pid).is_ok_and(|p| f.admits(p)))
+                }));
+            match &cgroup {
+                Some(cg) => config.peer_cgroup(cg.proc_path()),
+                None => config,
+            }
         };
         let server = if inband {
             // No socket: tool calls come in-band, checked by the same server.
@@ -1095,6 +1114,11 @@ impl Kernel {
         drop(code);
         drop(confinement);
         let pid = child.id().unwrap_or(0);
+        let lineage = toolcell_tools::lineage::Lineage::adopt(pid).map(Arc::new);
+        let _ = family.set(Family {
+            root: pid,
+            lineage: lineage.clone(),
+        });
         // Into the kernel's cgroup. A cgroup migration waits for an RCU
         // grace period (~10 ms), so it runs on a blocking thread while
         // Python starts, and is awaited before `hello`: the runner runs no
@@ -1140,6 +1164,7 @@ impl Kernel {
             requests,
             server,
             cgroup,
+            lineage,
             marker,
             payload: if inband {
                 crate::remote::payload(runner_source, stub)
@@ -1383,6 +1408,7 @@ impl Kernel {
             )),
             cgroup: self.cgroup.as_ref().map(|c| c.dir().to_path_buf()),
             started: self.started,
+            lineage: self.lineage.clone(),
         }
     }
 
@@ -2041,6 +2067,21 @@ impl StreamOut {
     }
 }
 
+/// A kernel's process and what was forked from it: who may use its socket.
+struct Family {
+    root: u32,
+    lineage: Option<Arc<toolcell_tools::lineage::Lineage>>,
+}
+
+impl Family {
+    /// The kernel itself, or a process forked from it: recorded in its
+    /// lineage (which survives re-parenting), or below it by parent links.
+    fn admits(&self, pid: u32) -> bool {
+        self.lineage.as_ref().is_some_and(|l| l.contains(pid))
+            || toolcell_tools::lineage::descends_from(pid, self.root)
+    }
+}
+
 /// A started child, before the handshake.
 struct Launched {
     child: tokio::process::Child,
@@ -2048,6 +2089,7 @@ struct Launched {
     requests: Arc<RequestPipe>,
     server: Server,
     cgroup: Option<toolcell_tools::cgroup::KernelCgroup>,
+    lineage: Option<Arc<toolcell_tools::lineage::Lineage>>,
     /// `TOOLCELL_RPC` (local) or `TOOLCELL_REMOTE_KERNEL` (remote): every
     /// descendant's environment carries it (see [`Kernel::tree`]).
     marker: String,

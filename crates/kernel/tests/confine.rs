@@ -428,3 +428,55 @@ async fn chown_xattrs_inode_flags_and_io_uring_are_refused_but_chmod_and_utime_a
         assert_ne!(base[key], "EPERM", "{key}: {base:#?}");
     }
 }
+
+/// Review item 4: a confined kernel on a root host made a character device
+/// in its temp dir (`os.mknod`) and wrote through it (`/dev/kmsg`,
+/// `/dev/mem`, a terminal with `TIOCSTI`). Device nodes are refused under
+/// every writable directory, by Landlock and by seccomp alike; FIFOs and
+/// plain files are not. `TIOCSTI` is refused on any terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_04_a_confined_kernel_cannot_make_device_nodes_or_push_terminal_input() {
+    let c = Confined::new();
+    let code = r#"
+import os, stat, tempfile, fcntl, termios
+out = []
+def attempt(tag, f):
+    try:
+        f()
+        out.append(tag + ' ok')
+    except OSError as e:
+        out.append(tag + ' ' + str(e.errno))
+for where in (tempfile.gettempdir(), os.getcwd(), os.path.dirname(os.environ['TOOLCELL_RPC'][len('unix:'):])):
+    p = os.path.join(where, 'kmsg-%d' % os.getpid())
+    attempt('chr', lambda: os.mknod(p, 0o600 | stat.S_IFCHR, os.makedev(1, 11)))
+    attempt('blk', lambda: os.mknod(p + 'b', 0o600 | stat.S_IFBLK, os.makedev(7, 0)))
+    dfd = os.open(where, os.O_RDONLY)
+    attempt('chrat', lambda: os.mknod('kmsg-at', 0o600 | stat.S_IFCHR, os.makedev(1, 11), dir_fd=dfd))
+    os.close(dfd)
+    attempt('fifo', lambda: os.mkfifo(p + '.fifo'))
+def push():
+    m, s = os.openpty()
+    fcntl.ioctl(s, termios.TIOCSTI, b'x')
+attempt('tiocsti', push)
+print(' | '.join(out))
+"#;
+    let r = c.run(code).await;
+    assert_success(&r);
+    let line = r.output.trim().to_string();
+    let eperm = nix::libc::EPERM.to_string();
+    let eacces = nix::libc::EACCES.to_string();
+    for part in line.split(" | ") {
+        let (tag, outcome) = part.rsplit_once(' ').unwrap();
+        if tag == "fifo" {
+            assert_eq!(outcome, "ok", "a FIFO stays possible: {}", show(&r));
+        } else {
+            assert!(
+                outcome == eperm || outcome == eacces,
+                "{tag} must be refused, got {outcome}: {}",
+                show(&r)
+            );
+        }
+    }
+    assert!(line.contains("tiocsti"), "{}", show(&r));
+    assert_eq!(line.matches("chr ").count(), 3, "{}", show(&r));
+}

@@ -129,8 +129,9 @@ mod wire;
 pub use cell::{CallOutcome, CallRecord, CellHandle, CellReport, CellSpec, DEFAULT_BUDGET};
 pub use dispatch::{BoxFuture, CellContext, Dispatch, ToolFailure};
 pub use server::{
-    BindError, DEFAULT_MAX_LINE_BYTES, InbandCaller, MAX_SOCKET_PATH_BYTES, OpenCellError,
-    SOCKET_NAME, Server, ServerConfig, peer_allowed,
+    BindError, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LINE_BYTES, InbandCaller,
+    MAX_SOCKET_PATH_BYTES, OpenCellError, PeerCheck, SOCKET_NAME, Server, ServerConfig,
+    peer_allowed,
 };
 pub use token::{Token, TokenError};
 pub use wire::ErrorCode;

@@ -38,13 +38,48 @@ pub struct ServerConfig {
     /// kernel the server belongs to (and what it started) may connect, not
     /// another kernel that read this one's token.
     pub peer_cgroup: Option<String>,
+    /// When set, a Unix peer's pid (as `SO_PEERCRED` gives it) must pass
+    /// this check too: the kernel uses it to accept only its own process
+    /// and its descendants, so a process that moved itself into the
+    /// kernel's cgroup is still refused.
+    pub peer_check: Option<PeerCheck>,
+    /// Most connections open at once; one more is closed at once with a
+    /// `bad_token` error line. A kernel needs a handful; the cap keeps a
+    /// cell from spending the host's file descriptors.
+    pub max_connections: usize,
 }
+
+/// A check of a connecting process's pid (see [`ServerConfig::peer_check`]).
+#[derive(Clone)]
+pub struct PeerCheck(Arc<dyn Fn(i32) -> bool + Send + Sync>);
+
+impl PeerCheck {
+    /// Wraps `f`, which answers whether pid may connect.
+    pub fn new(f: impl Fn(i32) -> bool + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    fn allows(&self, pid: i32) -> bool {
+        (self.0)(pid)
+    }
+}
+
+impl std::fmt::Debug for PeerCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerCheck(..)")
+    }
+}
+
+/// Default cap on connections open at once to one server.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
             peer_cgroup: None,
+            peer_check: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -54,6 +89,20 @@ impl ServerConfig {
     #[must_use]
     pub fn peer_cgroup(mut self, path: impl Into<String>) -> Self {
         self.peer_cgroup = Some(path.into());
+        self
+    }
+
+    /// Only peers whose pid passes `check` (see [`ServerConfig::peer_check`]).
+    #[must_use]
+    pub fn peer_check(mut self, check: PeerCheck) -> Self {
+        self.peer_check = Some(check);
+        self
+    }
+
+    /// At most `n` connections open at once (at least 1).
+    #[must_use]
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
         self
     }
 }
@@ -296,13 +345,18 @@ impl Server {
             dev: meta.dev(),
             ino: meta.ino(),
         };
-        let peer_cgroup = config.peer_cgroup.clone();
+        let fence = Fence {
+            cgroup: config.peer_cgroup.clone(),
+            check: config.peer_check.clone(),
+            slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections.max(1))),
+            refusing: Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS_IN_FLIGHT)),
+        };
         let server = Self::assemble(token, dispatch, config, endpoint, Some(socket), runtime);
         let core = Arc::clone(&server.core);
         let shutdown = server.shutdown.clone();
         server
             .runtime
-            .spawn(accept_unix(listener, core, shutdown, peer_cgroup));
+            .spawn(accept_unix(listener, core, shutdown, fence));
         Ok(server)
     }
 
@@ -436,6 +490,7 @@ impl Server {
             stream,
             Arc::clone(&self.core),
             self.shutdown.clone(),
+            None,
         );
     }
 }
@@ -504,10 +559,13 @@ fn spawn_connection<S>(
     stream: S,
     core: Arc<Core>,
     shutdown: CancellationToken,
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     runtime.spawn(async move {
+        // Held while the connection lives.
+        let _slot = slot;
         tokio::select! {
             () = shutdown.cancelled() => {}
             r = serve_connection(stream, &core) => {
@@ -523,11 +581,48 @@ fn spawn_connection<S>(
 /// does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
 
+/// Refusals answered at once at most: beyond it a refused connection is
+/// closed without a word, so refused peers cannot hold descriptors either.
+const MAX_REFUSALS_IN_FLIGHT: usize = 8;
+
+/// Who may connect to a Unix server, and how many at once.
+struct Fence {
+    cgroup: Option<String>,
+    check: Option<PeerCheck>,
+    slots: Arc<tokio::sync::Semaphore>,
+    refusing: Arc<tokio::sync::Semaphore>,
+}
+
+impl Fence {
+    /// Whether the peer `pid` is this kernel's own (cgroup and check).
+    fn admits(&self, pid: Option<i32>) -> bool {
+        if self.cgroup.is_none() && self.check.is_none() {
+            return true;
+        }
+        let Some(pid) = pid else { return false };
+        self.cgroup.as_ref().is_none_or(|want| in_cgroup(pid, want))
+            && self.check.as_ref().is_none_or(|c| c.allows(pid))
+    }
+
+    /// Answers a refused peer in a task of its own, when few are.
+    fn refuse<F>(&self, runtime: &tokio::runtime::Handle, answer: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        if let Ok(permit) = Arc::clone(&self.refusing).try_acquire_owned() {
+            runtime.spawn(async move {
+                answer.await;
+                drop(permit);
+            });
+        }
+    }
+}
+
 async fn accept_unix(
     listener: UnixListener,
     core: Arc<Core>,
     shutdown: CancellationToken,
-    peer_cgroup: Option<String>,
+    fence: Fence,
 ) {
     let runtime = tokio::runtime::Handle::current();
     let ours = our_uid();
@@ -552,20 +647,42 @@ async fn accept_unix(
             }
         };
         let peer = cred.map(|c| c.uid());
-        if let (Some(want), Some(c)) = (&peer_cgroup, cred)
-            && !c.pid().is_some_and(|pid| in_cgroup(pid, want))
-        {
-            tracing::warn!(peer_pid = ?c.pid(), "RPC connection from outside this kernel refused");
-            runtime.spawn(refuse_outsider(stream));
+        if !peer.is_some_and(|uid| peer_allowed(ours, uid)) {
+            tracing::warn!(peer_uid = ?peer, server_uid = ours, "RPC connection from another user refused");
+            fence.refuse(&runtime, refuse_peer(stream, peer, ours));
             continue;
         }
-        if peer.is_some_and(|uid| peer_allowed(ours, uid)) {
-            spawn_connection(&runtime, stream, Arc::clone(&core), shutdown.clone());
-        } else {
-            tracing::warn!(peer_uid = ?peer, server_uid = ours, "RPC connection from another user refused");
-            runtime.spawn(refuse_peer(stream, peer, ours));
+        if !fence.admits(cred.and_then(|c| c.pid())) {
+            tracing::warn!(peer_pid = ?cred.and_then(|c| c.pid()), "RPC connection from outside this kernel refused");
+            fence.refuse(&runtime, refuse_outsider(stream));
+            continue;
         }
+        let Ok(slot) = Arc::clone(&fence.slots).try_acquire_owned() else {
+            tracing::warn!("RPC connection refused: too many open connections for this kernel");
+            refuse_busy(&stream);
+            continue;
+        };
+        spawn_connection(
+            &runtime,
+            stream,
+            Arc::clone(&core),
+            shutdown.clone(),
+            Some(slot),
+        );
     }
+}
+
+/// Tells a peer over the connection cap why it is refused, without waiting
+/// (the stream is closed right after).
+fn refuse_busy(stream: &tokio::net::UnixStream) {
+    let mut out = Vec::with_capacity(160);
+    wire::write_error(
+        &mut out,
+        ErrorCode::BadToken,
+        "connection refused: this kernel already has the most tool-call connections open at once; close some",
+        None,
+    );
+    let _ = stream.try_write(&out);
 }
 
 /// Tells a peer from outside the kernel why it is refused, then closes.
@@ -624,7 +741,7 @@ async fn accept_tcp(listener: TcpListener, core: Arc<Core>, shutdown: Cancellati
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::debug!(error = %e, "TCP_NODELAY failed");
                 }
-                spawn_connection(&runtime, stream, Arc::clone(&core), shutdown.clone());
+                spawn_connection(&runtime, stream, Arc::clone(&core), shutdown.clone(), None);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "accept on RPC port failed");

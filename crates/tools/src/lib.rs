@@ -152,6 +152,7 @@ mod builtin;
 pub mod cgroup;
 mod fsutil;
 pub mod hints;
+pub mod lineage;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod process;

@@ -54,6 +54,13 @@ fn proc_table() -> Vec<Proc> {
     out
 }
 
+/// The parent of `pid` now (field 4 of its `stat`).
+pub fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// When `pid` started (clock ticks since boot, field 22 of its `stat`).
 pub fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -147,6 +154,10 @@ pub struct Tree {
     /// gone. `None`: the root's own entry says, or, once it is gone, every
     /// process is asked.
     pub started: Option<u64>,
+    /// Every process forked from the root since its spawn, as the host's
+    /// process-event listener saw them ([`crate::lineage`]): found even
+    /// after leaving the cgroup, the process group and the environment.
+    pub lineage: Option<std::sync::Arc<crate::lineage::Lineage>>,
 }
 
 impl Tree {
@@ -165,6 +176,13 @@ impl Tree {
         all.extend(descendants_in(&map, root));
         if let Some(cg) = &self.cgroup {
             for p in crate::cgroup::members(cg) {
+                if !all.contains(&p) {
+                    all.push(p);
+                }
+            }
+        }
+        if let Some(l) = &self.lineage {
+            for p in l.members() {
                 if !all.contains(&p) {
                     all.push(p);
                 }
@@ -255,6 +273,25 @@ pub fn alive(pid: u32) -> bool {
             .is_some_and(|state| state != "Z" && state != "X"),
         Err(_) => false,
     }
+}
+
+/// Makes this process non-dumpable (`PR_SET_DUMPABLE` 0): another process
+/// of the same uid without `CAP_SYS_PTRACE` can then neither open its
+/// `/proc/<pid>/fd/*` (its stdin and stdout: a cell could forge or read the
+/// host's protocol there), nor read its `environ` (the host's secrets) or
+/// `mem`, nor trace it. Children get their own dumpable flag back at
+/// `exec`, so kernels are not affected. For hosts that own their process
+/// (the `toolcell` binary); an embedder decides for its own process.
+///
+/// # Errors
+/// The `prctl` failed.
+pub fn forbid_inspection() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    let rc = unsafe { nix::libc::prctl(nix::libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -370,6 +407,7 @@ pub fn kill_adopted(keep: &[u32]) -> usize {
             marker: None,
             cgroup: None,
             started: None,
+            lineage: None,
         }
         .signal(Signal::SIGKILL);
     }
@@ -410,6 +448,7 @@ mod tests {
             marker: None,
             cgroup: None,
             started: None,
+            lineage: None,
         }
         .signal(Signal::SIGKILL);
         let _ = child.wait();
@@ -454,6 +493,7 @@ mod tests {
             marker: Some((name.to_string(), value.to_string())),
             cgroup: None,
             started: start_time(root.id()),
+            lineage: None,
         };
         // The subshell that started it exits just after the echo.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -16,10 +16,10 @@ import contextvars
 import dataclasses
 import enum
 import inspect
-import itertools
 import json
 import logging
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -229,7 +229,6 @@ class _Connection:
         except OSError as e:
             self._drop_config()
             raise ToolcellError(f"could not start {self.binary} serve: {e}") from e
-        self._ids = itertools.count(1)
         self._lock = threading.Lock()  # guards the maps below
         self._write_lock = threading.Lock()
         self._pending: Dict[int, _Pending] = {}
@@ -278,7 +277,6 @@ class _Connection:
         on_chunk: Optional[Callable[[Chunk], None]] = None,
     ) -> Tuple[int, "concurrent.futures.Future[Any]"]:
         """Send a request; its id and a future of its `result` (RPCError on `error`)."""
-        rid = next(self._ids)
         session = params.get("session", "default") if method == "execute" else None
         pending = _Pending(method, session, on_chunk)
         with self._lock:
@@ -286,6 +284,11 @@ class _Connection:
                 raise ServerExited("this toolcell client is closed")
             if self._eof:
                 raise ServerExited(self._exit_message(method))
+            # Unpredictable ids: whoever could write into our stdin cannot
+            # answer a request of ours it has not seen.
+            rid = _new_id()
+            while rid in self._pending:
+                rid = _new_id()
             self._pending[rid] = pending
             if on_chunk is not None and session is not None:
                 self._streams[session].append(rid)
@@ -453,6 +456,14 @@ class _Connection:
         arguments = p.get("arguments") or {}
         with self._lock:
             tool = self._tools.get((session, name)) or self._tools.get((None, name))
+            running = any(
+                p.method == "execute" and p.session == (session or "default") for p in self._pending.values()
+            )
+        if not running:
+            # A tool call comes from a running cell; one for a session with
+            # no cell of ours running was not sent by a cell of ours.
+            self._answer(cid, error={"code": -32600, "message": f"no cell of session {session!r} is running"})
+            return
         if tool is None:
             self._answer(cid, error={"code": -32601, "message": f"this client has no tool named {name!r}"})
             return
@@ -633,6 +644,11 @@ def _unicode_problem(e: UnicodeEncodeError) -> str:
     return (f"the tool returned text that is not valid Unicode: a lone surrogate "
             f"({e.object[e.start:e.end]!a}), which UTF-8 cannot encode (decode bytes with "
             "errors='replace', or drop it)")
+
+
+def _new_id() -> int:
+    """A request id nobody can guess (53 bits: exact in every JSON reader)."""
+    return secrets.randbits(53) or 1
 
 
 def _error_of(exc: BaseException) -> Dict[str, Any]:

@@ -123,6 +123,7 @@ impl Tool for Terminal {
             marker: Some((MARKER_VAR.to_string(), marker)),
             cgroup: None,
             started: process::start_time(pid),
+            lineage: crate::lineage::Lineage::adopt(pid).map(Arc::new),
         };
 
         let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
