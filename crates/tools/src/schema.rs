@@ -359,18 +359,11 @@ pub fn signature(tool: &dyn DynTool) -> String {
     let ps: Vec<String> = params(tool).iter().map(Param::python).collect();
     let name = match tool.namespace() {
         // A source's tool is called through its submodule: `fs.read(...)`.
-        Some(ns) => {
-            let local = tool
-                .name()
-                .strip_prefix(ns)
-                .and_then(|r| r.strip_prefix('.'))
-                .unwrap_or(tool.name());
-            format!(
-                "{}.{}",
-                crate::stubs::python_function_name(ns),
-                crate::stubs::python_function_name(local)
-            )
-        }
+        Some(ns) => format!(
+            "{}.{}",
+            crate::stubs::python_function_name(ns),
+            crate::stubs::python_function_name(local_name(tool, ns))
+        ),
         None => crate::stubs::python_function_name(tool.name()),
     };
     format!(
@@ -379,6 +372,14 @@ pub fn signature(tool: &dyn DynTool) -> String {
         ps.join(", "),
         shape(&tool.output_schema())
     )
+}
+
+/// The local part of a source's tool's name (`fs.read` → `read`).
+fn local_name<'a>(tool: &'a dyn DynTool, namespace: &str) -> &'a str {
+    tool.name()
+        .strip_prefix(namespace)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .unwrap_or(tool.name())
 }
 
 /// The first line of a tool's doc.
@@ -529,7 +530,13 @@ fn shortened(folds: bool) -> &'static str {
 /// The `execute_code` description: what it does, the enabled tools with
 /// their signatures and result shapes, the configured limits, the cwd rule
 /// of the mode, that state persists, and what a timeout does to it.
+///
+/// Tools that cannot share the stub module with earlier ones (a name that
+/// clashes in any language, see [`stubs::screen`](crate::stubs::screen))
+/// are not listed, as the kernel leaves them out.
 pub fn execute_code_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOptions) -> String {
+    let screened = crate::stubs::screen(tools, &[]);
+    let tools = screened.tools.as_slice();
     if matches!(opts.language.as_str(), "r" | "javascript") {
         return other_language_description(tools, opts);
     }
@@ -718,7 +725,15 @@ fn other_language_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOpti
 
 /// A tool's R signature: `read_file(path, offset = 1, limit = 2000)`.
 pub fn r_signature(tool: &dyn DynTool) -> String {
-    let name = crate::stubs_r::r_identifier(tool.name());
+    let name = match tool.namespace() {
+        // A source's tool is a member of its environment: `fs$read(...)`.
+        Some(ns) => format!(
+            "{}${}",
+            crate::stubs_r::r_function_name(ns),
+            crate::stubs_r::r_identifier(local_name(tool, ns))
+        ),
+        None => crate::stubs_r::r_function_name(tool.name()),
+    };
     let params: Vec<String> = params(tool)
         .iter()
         .map(|p| {
@@ -738,7 +753,15 @@ pub fn r_signature(tool: &dyn DynTool) -> String {
 
 /// A tool's JavaScript signature: `read_file({path, offset = 1, limit = 2000})`.
 pub fn js_signature(tool: &dyn DynTool) -> String {
-    let name = crate::stubs_js::js_identifier(tool.name());
+    let name = match tool.namespace() {
+        // A source's tool is a method of its object: `fs_.read({...})`.
+        Some(ns) => format!(
+            "{}.{}",
+            crate::stubs_js::js_identifier(ns),
+            crate::stubs_js::js_member_name(local_name(tool, ns))
+        ),
+        None => crate::stubs_js::js_identifier(tool.name()),
+    };
     let params: Vec<String> = params(tool)
         .iter()
         .map(|p| match &p.default {

@@ -53,6 +53,7 @@ impl ToolSource for McpSource {
         Box::pin(async move {
             let now = self.hub.tools().await;
             let mut unavailable: Vec<Unavailable> = Vec::new();
+            let mut notices = Vec::new();
             for f in now.failed {
                 let prefix = format!("{}.", f.server);
                 let has_tools = now.tools.iter().any(|t| t.name().starts_with(&prefix));
@@ -61,12 +62,16 @@ impl ToolSource for McpSource {
                         namespace: f.server,
                         message: f.message,
                     });
+                } else if has_tools {
+                    // Tools it listed but that were left out: the cell hears why.
+                    notices.push(f.message);
                 }
             }
             ExtraTools {
                 tools: now.tools,
                 unavailable,
                 generation: now.generation,
+                notices,
             }
         })
     }
