@@ -32,13 +32,15 @@ pub struct McpSource {
 }
 
 impl McpSource {
-    /// A source for `specs` (nothing starts until a cell needs them).
+    /// A source for `specs` (nothing starts until a cell needs them). What
+    /// the servers say passes the host's redactor
+    /// ([`host_redactor`](crate::env::host_redactor)).
     ///
     /// # Errors
     /// [`McpError`] naming the first entry that cannot be used.
     pub fn new(specs: Vec<McpServerSpec>) -> Result<Self, McpError> {
         Ok(Self {
-            hub: McpHub::new(specs)?,
+            hub: McpHub::with_redactor(specs, crate::env::host_redactor())?,
         })
     }
 
