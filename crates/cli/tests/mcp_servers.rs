@@ -420,7 +420,11 @@ fn review_07_an_mcp_servers_stderr_is_redacted_in_logs_and_messages() {
         ),
         "exit": 3
     });
-    hostile_config(&env, &[("noisy", noisy)]);
+    // A server that works, with secrets in its stderr and its tool list.
+    let mut lookup = tool_with("lookup", json!({}));
+    lookup["description"] = json!(format!("Signed with {HOST_SECRET}, token {GH_TOKEN}."));
+    let leaky = json!({"tools": [lookup], "stderr": format!("ready, key {HOST_SECRET}\n")});
+    hostile_config(&env, &[("noisy", noisy), ("leaky", leaky)]);
     let code = "try:\n    noisy.anything()\nexcept ToolError as e:\n    print('refused:', 'noisy' in str(e))\n";
     // A one-shot exec: the failure is logged on its stderr, the MCP
     // server's stderr lines on it too at debug level.
@@ -437,6 +441,22 @@ fn review_07_an_mcp_servers_stderr_is_redacted_in_logs_and_messages() {
         out.stderr
     );
     assert_no_secret("exec's stderr", &out.stderr);
+
+    // At `trace`, the log quotes the protocol messages the servers sent
+    // (the tool list with its descriptions): they pass the redactor too.
+    let out = run_with_secret(
+        &env,
+        &["exec", "print(leaky.lookup())"],
+        &[("TOOLCELL_LOG", "trace")],
+    );
+    out.expect_code(0);
+    assert_eq!(out.stdout, "lookup {}\n");
+    assert!(
+        out.stderr.contains("Signed with «redacted:"),
+        "{}",
+        out.stderr
+    );
+    assert_no_secret("exec's stderr at trace", &out.stderr);
 
     // The daemon: its log file.
     let out = run_with_secret(&env, &["exec", "--session", "s", code], &[]);
