@@ -230,16 +230,15 @@ impl Link {
                     t.name()
                 ));
             }
-            let ident = toolcell_tools::stubs::python_function_name(t.name());
-            if let Some(src) = self
-                .sources
-                .iter()
-                .find(|s| toolcell_tools::stubs::python_function_name(s) == ident)
-            {
-                return Err(format!(
-                    "{M}: tool `{}` maps to the Python name `{ident}`, which is the module of the MCP server `{src}`; choose another name",
-                    t.name()
-                ));
+            let names = toolcell_tools::stubs::top_level_names(t.name());
+            for src in &self.sources {
+                let modules = toolcell_tools::stubs::top_level_names(src);
+                if let Some((language, ident)) = names.iter().find(|n| modules.contains(n)) {
+                    return Err(format!(
+                        "{M}: tool `{}` maps to the {language} name `{ident}`, which is the module of the MCP server `{src}`; choose another name",
+                        t.name()
+                    ));
+                }
             }
             check
                 .add(Arc::clone(t) as Arc<dyn DynTool>)

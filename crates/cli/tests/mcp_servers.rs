@@ -652,3 +652,34 @@ fn review_09_an_mcp_tool_named_then_does_not_make_its_namespace_thenable() {
     assert_eq!(r["status"], "success", "{r}");
     assert_eq!(output(&r), "ok {}\nthen {}\ntrue\n", "{r}");
 }
+
+#[test]
+fn review_08_a_client_tool_named_like_a_servers_module_in_any_language_is_refused() {
+    let env = Env::new();
+    hostile_config(
+        &env,
+        &[("fs", json!({"tools": [tool_with("read", json!({}))]}))],
+    );
+    let mut serve = Serve::start(&env, &[]);
+    // In JavaScript the server's module is `fs_` (`fs` is a global there):
+    // a client tool `fs_` would take it, and with it every `fs` tool.
+    let reg = serve.call(
+        1,
+        "tools/register",
+        json!({"tools": [{"name": "fs_", "input_schema": {"type": "object"}}]}),
+    );
+    let msg = reg["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(reg["error"]["code"], -32602, "{reg}");
+    assert!(
+        msg.contains("JavaScript name `fs_`") && msg.contains("MCP server `fs`"),
+        "{reg}"
+    );
+    let r = serve.call(
+        2,
+        "execute",
+        json!({"language": "javascript", "code": "console.log(await fs_.read({}), typeof fs.readFileSync)"}),
+    );
+    assert_eq!(r["result"]["output"], "read {} function\n", "{r}");
+    serve.close_stdin();
+    serve.wait(Duration::from_secs(20));
+}

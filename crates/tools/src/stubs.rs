@@ -520,6 +520,13 @@ impl Lang {
     }
 }
 
+/// The names a top-level tool (or a source's module) called `name` has in
+/// Python, R and JavaScript: `[("Python", …), ("R", …), ("JavaScript", …)]`.
+/// Two names clash when they share an entry.
+pub fn top_level_names(name: &str) -> [(&'static str, String); 3] {
+    Lang::ALL.map(|lang| (lang.label(), lang.top_name(name)))
+}
+
 /// What [`screen`] kept of a set of tools.
 #[derive(Clone, Default)]
 #[non_exhaustive]
