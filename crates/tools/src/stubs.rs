@@ -340,7 +340,7 @@ fn wrap(text: &str, first: &str, rest: &str, width: usize) -> String {
 fn function(tool: &dyn DynTool, ident: &str) -> Result<String, StubError> {
     let name = tool.name();
     let params: Vec<Param> = schema::params(tool);
-    check_params(name, &params)?;
+    check_params_in(name, &params, &[Lang::Python])?;
     let sig: Vec<String> = params.iter().map(Param::python).collect();
     let output = tool.output_schema();
     let mut f = String::new();
@@ -438,12 +438,18 @@ fn function(tool: &dyn DynTool, ident: &str) -> Result<String, StubError> {
     Ok(f)
 }
 
-/// Checks that no two parameters of `tool` map to one Python name.
+/// Checks that no two parameters of `tool` map to one parameter name in
+/// Python or R (JavaScript passes the keys themselves).
 ///
 /// # Errors
-/// [`StubError::SameIdentifier`] naming both properties.
+/// [`StubError::SameIdentifier`] naming both properties and the language.
 pub(crate) fn check_params(tool: &str, params: &[Param]) -> Result<(), StubError> {
-    for lang in Lang::ALL {
+    check_params_in(tool, params, &Lang::ALL)
+}
+
+/// [`check_params`] for some languages only.
+fn check_params_in(tool: &str, params: &[Param], langs: &[Lang]) -> Result<(), StubError> {
+    for &lang in langs {
         let mut seen: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
         for p in params {
             let Some(ident) = lang.param_name(&p.key) else {
