@@ -650,7 +650,8 @@ pub fn screen(tools: &[Arc<dyn DynTool>], unavailable: &[Unavailable]) -> Screen
             .collect();
         if let Some((_, first, language, ident)) = clash(&taken, &wanted) {
             out.dropped.push(format!(
-                "source `{ns}` left out: its module would have the {language} name `{ident}`,                  which {first} has already"
+                "source `{ns}` left out: its module would have the {language} name `{ident}`, \
+                 which {first} has already"
             ));
             continue;
         }

@@ -1132,7 +1132,7 @@ fn review_08_screen_leaves_out_the_later_of_two_tools_that_share_a_name_in_any_l
         "tool `c_` left out: its function would have the R name `c_`, which `c` has already",
         "tool `delete_` left out: its function would have the JavaScript name `delete_`, which `delete` has already",
         "tool `create_ticket.x` left out: the module of its source `create_ticket` would have the Python name `create_ticket`, which `create_ticket` has already",
-        "source `create_ticket` left out",
+        "source `create_ticket` left out: its module would have the Python name `create_ticket`, which `create_ticket` has already",
     ] {
         assert!(dropped.contains(needle), "{needle} not in:\n{dropped}");
     }
