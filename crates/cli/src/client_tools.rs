@@ -49,6 +49,9 @@ pub(crate) struct Link {
     /// Python names of MCP sources: a client tool may not take them.
     reserved: ToolRegistry,
     sources: Vec<String>,
+    /// The host's redactor: a tool's description and schemas pass it
+    /// before any schema, tool list or stub shows them.
+    redactor: toolcell_redact::Redactor,
     me: Weak<Link>,
 }
 
@@ -94,11 +97,13 @@ fn str_field<'a>(o: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
 impl Link {
     /// A link writing server-to-client messages to `out`. `reserved`: the
     /// tools cells already have (a client tool may not be named like one);
-    /// `sources`: names of MCP servers (their submodules).
+    /// `sources`: names of MCP servers (their submodules); `redactor`: the
+    /// host's, for what the client's definitions say.
     pub(crate) fn new(
         out: mpsc::Sender<String>,
         reserved: ToolRegistry,
         sources: Vec<String>,
+        redactor: toolcell_redact::Redactor,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             out,
@@ -108,6 +113,7 @@ impl Link {
             scopes: Mutex::new(Scopes::default()),
             reserved,
             sources,
+            redactor,
             me: me.clone(),
         })
     }
@@ -194,6 +200,10 @@ impl Link {
                         .map_err(|e| format!("{M}: {e}"))?;
                 }
             }
+            // The host's secrets never reach a schema, a tool list or a stub.
+            let tool = tool
+                .redacted(&self.redactor)
+                .map_err(|e| format!("{M}: {e}"))?;
             batch.push(Arc::new(tool));
         }
         let mut scopes = self.scopes();
@@ -220,16 +230,15 @@ impl Link {
                     t.name()
                 ));
             }
-            let ident = toolcell_tools::stubs::python_function_name(t.name());
-            if let Some(src) = self
-                .sources
-                .iter()
-                .find(|s| toolcell_tools::stubs::python_function_name(s) == ident)
-            {
-                return Err(format!(
-                    "{M}: tool `{}` maps to the Python name `{ident}`, which is the module of the MCP server `{src}`; choose another name",
-                    t.name()
-                ));
+            let names = toolcell_tools::stubs::top_level_names(t.name());
+            for src in &self.sources {
+                let modules = toolcell_tools::stubs::top_level_names(src);
+                if let Some((language, ident)) = names.iter().find(|n| modules.contains(n)) {
+                    return Err(format!(
+                        "{M}: tool `{}` maps to the {language} name `{ident}`, which is the module of the MCP server `{src}`; choose another name",
+                        t.name()
+                    ));
+                }
             }
             check
                 .add(Arc::clone(t) as Arc<dyn DynTool>)

@@ -27,18 +27,57 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 }
 
 /// Logs go to stderr only (stdout carries results); `TOOLCELL_LOG` sets the
-/// filter (default `warn`).
+/// filter (default `warn`). Every log line passes the host's redactor: logs
+/// quote what children said (an MCP server's stderr, a remote's, the
+/// protocol messages a server sent, at `trace`), and a daemon's log is a
+/// file.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLCELL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let redactor = toolcell_kernel::env::host_redactor();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(move || RedactedStderr {
+            redactor: redactor.clone(),
+            buf: Vec::new(),
+        })
         // Colours only for a person at a terminal; a log read by a program
         // (an agent host capturing stderr) gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .try_init();
+}
+
+/// One log event's text, written to stderr through the redactor when the
+/// event is complete (the formatter writes an event, then drops its writer).
+struct RedactedStderr {
+    redactor: toolcell_redact::Redactor,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for RedactedStderr {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&self.buf);
+        let clean = self.redactor.redact(&text);
+        let mut err = std::io::stderr().lock();
+        let out = err.write_all(clean.as_bytes());
+        self.buf.clear();
+        out
+    }
+}
+
+impl Drop for RedactedStderr {
+    fn drop(&mut self) {
+        let _ = std::io::Write::flush(self);
+    }
 }
 
 /// Flags that override configuration keys, shared by exec, serve and repl.

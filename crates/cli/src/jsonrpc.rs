@@ -844,7 +844,12 @@ where
         }
         r
     };
-    let link = Link::new(tx.clone(), reserved, service.config.mcp_server_names());
+    let link = Link::new(
+        tx.clone(),
+        reserved,
+        service.config.mcp_server_names(),
+        service.registry.redactor().clone(),
+    );
     let conn = Arc::new(Conn {
         service,
         link: Arc::clone(&link),

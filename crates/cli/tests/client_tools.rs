@@ -395,3 +395,85 @@ fn bad_registrations_are_errors_naming_the_tool_and_the_problem() {
     );
     assert_eq!(r["result"]["output"], "False\n", "{r}");
 }
+
+/// Answers every `tool/call` with `{"tool": NAME}` until the response to
+/// `id`.
+fn answer_all(serve: &mut Serve, id: u64) -> Value {
+    let id = json!(id);
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let msg = serve.next(left.max(Duration::from_millis(1)));
+        if msg.get("id") == Some(&id) && msg.get("method").is_none() {
+            return msg;
+        }
+        if msg["method"] == "tool/call" {
+            let reply = json!({"jsonrpc": "2.0", "id": msg["id"],
+                "result": {"tool": msg["params"]["name"]}});
+            serve.send_raw(&reply.to_string());
+        }
+    }
+}
+
+fn register_named(serve: &mut Serve, id: u64, names: &[&str]) {
+    let tools: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"name": n, "input_schema": {"type": "object", "properties": {}}}))
+        .collect();
+    let reg = serve.call(id, "tools/register", json!({"tools": tools}));
+    assert!(reg.get("result").is_some(), "{reg}");
+}
+
+#[test]
+fn review_09_client_tools_named_like_r_functions_do_not_shadow_them() {
+    let env = Env::fast();
+    let mut serve = Serve::start(&env, &[]);
+    register_named(&mut serve, 1, &["c", "paste0", "print", "cat"]);
+    serve.request(
+        2,
+        "execute",
+        json!({"language": "r", "code": "x <- c(1, 2)\nprint(sum(x))\ncat(paste0(\"a\", x), \"\\n\")\ncat(c_()$tool, paste0_()$tool, print_()$tool, cat_()$tool, \"\\n\")"}),
+    );
+    let r = answer_all(&mut serve, 2);
+    let r = &r["result"];
+    assert_eq!(r["status"], "success", "{r}");
+    assert_eq!(r["output"], "[1] 3\na1 a2 \nc paste0 print cat \n", "{r}");
+    serve.close_stdin();
+    serve.wait(LIMIT);
+}
+
+#[test]
+fn review_09_client_tools_named_like_js_globals_keep_the_runner_alive() {
+    let env = Env::fast();
+    let mut serve = Serve::start(&env, &[]);
+    register_named(
+        &mut serve,
+        1,
+        &["Array", "Error", "Map", "JSON", "console", "Promise", "fs"],
+    );
+    serve.request(
+        2,
+        "execute",
+        json!({"language": "javascript", "code": "var kept = 41;\nconsole.log(Array.isArray([]), typeof Map, JSON.stringify({a: 1}), new Error('e').message);\nconst r = await Promise.all([Array_(), Error_(), Map_(), JSON_(), console_(), Promise_(), fs_()]);\nconsole.log(r.map((x) => x.tool).join(' '), typeof fs.readFileSync);"}),
+    );
+    let r = answer_all(&mut serve, 2);
+    let r = &r["result"];
+    assert_eq!(r["status"], "success", "{r}");
+    assert_eq!(
+        r["output"],
+        "true function {\"a\":1} e\nArray Error Map JSON console Promise fs function\n",
+        "{r}"
+    );
+    // The same kernel, its state kept.
+    serve.request(
+        3,
+        "execute",
+        json!({"language": "javascript", "code": "kept + 1"}),
+    );
+    let r = answer_all(&mut serve, 3);
+    let r = &r["result"];
+    assert_eq!(r["output"], "42\n", "{r}");
+    assert_eq!(r["kernel"]["state_reset"], false, "{r}");
+    serve.close_stdin();
+    serve.wait(LIMIT);
+}

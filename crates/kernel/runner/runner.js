@@ -216,14 +216,18 @@ globalThis.__filename = path.join(process.cwd(), '[toolcell-cell]');
 globalThis.__dirname = process.cwd();
 
 // Tools: the generated module's exports become globals; the names of the
-// last set are removed when a new set is loaded.
+// last set are removed when a new set is loaded. A global the kernel has
+// (Array, Error, JSON, console, Promise, require, …) is never replaced: the
+// host maps such names already (`Map` -> `Map_`); this is the last guard,
+// for globals of a newer node, so that no tool name can break this runner.
+const KERNEL_GLOBALS = new Set([...Object.getOwnPropertyNames(globalThis), 'toolcell_tools', '_']);
 let toolNames = [];
 function loadStubs(source, filename) {
   const m = { exports: {}, toolcell_transport: inbandCall };
   const fn = vm.runInThisContext(require('module').wrap(source), { filename });
   fn(m.exports, require, m, filename, KDIR);
-  for (const n of toolNames) { if (!(n in m.exports)) delete globalThis[n]; }
-  toolNames = Object.keys(m.exports);
+  for (const n of toolNames) { if (!Object.prototype.hasOwnProperty.call(m.exports, n)) delete globalThis[n]; }
+  toolNames = Object.keys(m.exports).filter((n) => !KERNEL_GLOBALS.has(n));
   for (const n of toolNames) globalThis[n] = m.exports[n];
   globalThis.toolcell_tools = m.exports;
 }

@@ -196,6 +196,14 @@ pub fn host_secret_values(host: impl IntoIterator<Item = (OsString, OsString)>) 
     out
 }
 
+/// The host's redactor: the built-in rules plus [`host_secret_values`] of
+/// this process's environment. What a kernel prints, and everything a tool
+/// source (an MCP server) says, passes it.
+pub fn host_redactor() -> toolcell_redact::Redactor {
+    let secrets = host_secret_values(std::env::vars_os());
+    toolcell_redact::Redactor::new(secrets).unwrap_or_else(|_| toolcell_redact::Redactor::builtin())
+}
+
 fn get<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsString> {
     env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v)
 }

@@ -1514,35 +1514,60 @@ impl Kernel {
     /// differ from the last cell's, a new stub module goes to the runner
     /// with the next cell, which loads it keeping the session's state.
     ///
+    /// A tool whose name (or a parameter's) would clash in the stub module
+    /// of any language with one that comes earlier — the kernel's own tools
+    /// first — is left out ([`toolcell_tools::stubs::screen`]), so one
+    /// source's tool list never costs more than its own tools. Returns the
+    /// warnings for the cell when the tools changed: those left-out tools
+    /// and the set's own [`notices`](crate::registry::ExtraTools::notices);
+    /// each is logged too.
+    ///
     /// # Errors
-    /// The stub module cannot be generated (two tools map to one Python
-    /// name); nothing changes then.
+    /// The stub module cannot be generated; nothing changes then.
     pub fn use_extra_tools(
         &mut self,
         extra: Option<&Arc<crate::registry::ExtraTools>>,
-    ) -> Result<(), SpawnError> {
+    ) -> Result<Vec<String>, SpawnError> {
         let fp = extra.map_or(0, |e| e.fingerprint());
         if fp == self.stubs_for {
-            return Ok(());
+            return Ok(Vec::new());
         }
+        let mut notices = Vec::new();
         let (source, dispatch) = match extra.filter(|e| !e.is_empty()) {
             None => (self.spec.language.stub_source(&self.spec.tools, &[])?, None),
             Some(e) => {
                 let mut all = self.spec.tools.clone();
                 all.extend(e.tools.iter().cloned());
-                let source = self.spec.language.stub_source(&all, &e.unavailable)?;
+                let screened = toolcell_tools::stubs::screen(&all, &e.unavailable);
+                let kept: std::collections::HashSet<&str> =
+                    screened.tools.iter().map(|t| t.name()).collect();
+                let tools: Vec<Arc<dyn toolcell_tools::DynTool>> = e
+                    .tools
+                    .iter()
+                    .filter(|t| kept.contains(t.name()))
+                    .cloned()
+                    .collect();
+                let source = self
+                    .spec
+                    .language
+                    .stub_source(&screened.tools, &screened.unavailable)?;
                 let dispatch: Arc<dyn Dispatch> = toolcell_tools::ToolDispatcher::over(
-                    &e.tools,
+                    &tools,
                     Arc::clone(&self.spec.tool_settings),
                 );
-                let names = e.tools.iter().map(|t| t.name().to_string()).collect();
+                let names = tools.iter().map(|t| t.name().to_string()).collect();
+                for why in &screened.dropped {
+                    tracing::warn!(kernel = %self.spec.id, "{why}");
+                }
+                notices.extend(e.notices.iter().cloned());
+                notices.extend(screened.dropped);
                 (source, Some((dispatch, names)))
             }
         };
         self.pending_stubs = Some(source);
         self.extra = dispatch;
         self.stubs_for = fp;
-        Ok(())
+        Ok(notices)
     }
 
     /// Runs one cell. `id` is fresh and random ([`crate::ids::CellId`]): the result is

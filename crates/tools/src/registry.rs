@@ -22,14 +22,17 @@ pub enum RegistryError {
          control characters"
     )]
     BadName(String),
-    /// Two tools whose names map to one Python function name.
-    #[error("tools `{first}` and `{second}` both map to the Python name `{ident}`; rename one")]
+    /// Two tools whose names map to one function name in Python, R or
+    /// JavaScript.
+    #[error("tools `{first}` and `{second}` both map to the {language} name `{ident}`; rename one")]
     SameIdentifier {
         /// The tool registered first.
         first: String,
         /// The tool being added.
         second: String,
-        /// The Python name both map to.
+        /// `Python`, `R` or `JavaScript`.
+        language: &'static str,
+        /// The name both map to.
         ident: String,
     },
     /// A tool's JSON Schema cannot be used.
@@ -56,8 +59,8 @@ pub enum RegistryError {
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn DynTool>>,
-    /// Python function name → tool name.
-    idents: BTreeMap<String, String>,
+    /// (language, module, function name) → tool name.
+    idents: BTreeMap<(&'static str, String, String), String>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -101,8 +104,8 @@ impl ToolRegistry {
     /// # Errors
     /// [`RegistryError::Duplicate`] for a name already registered,
     /// [`RegistryError::SameIdentifier`] for a name that maps to the same
-    /// Python function name as a registered one (`get-user`, `get_user`),
-    /// [`RegistryError::BadName`].
+    /// function name as a registered one in Python, R or JavaScript
+    /// (`get-user`, `get_user`; `c` and `c_` in R), [`RegistryError::BadName`].
     pub fn add(&mut self, tool: Arc<dyn DynTool>) -> Result<(), RegistryError> {
         let name = tool.name().to_string();
         if !valid_name(&name) {
@@ -111,15 +114,26 @@ impl ToolRegistry {
         if self.tools.contains_key(&name) {
             return Err(RegistryError::Duplicate(name));
         }
-        let ident = crate::stubs::python_function_name(&name);
-        if let Some(first) = self.idents.get(&ident) {
-            return Err(RegistryError::SameIdentifier {
-                first: first.clone(),
-                second: name,
-                ident,
-            });
+        let keys: Vec<(&'static str, String, String)> = crate::stubs::Lang::ALL
+            .iter()
+            .map(|lang| {
+                let (module, ident) = lang.tool_name(tool.as_ref());
+                (lang.label(), module, ident)
+            })
+            .collect();
+        for key in &keys {
+            if let Some(first) = self.idents.get(key) {
+                return Err(RegistryError::SameIdentifier {
+                    first: first.clone(),
+                    second: name,
+                    language: key.0,
+                    ident: key.2.clone(),
+                });
+            }
         }
-        self.idents.insert(ident, name.clone());
+        for key in keys {
+            self.idents.insert(key, name.clone());
+        }
         self.tools.insert(name, tool);
         Ok(())
     }

@@ -52,8 +52,36 @@ pub fn resolve<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
     cur
 }
 
+/// How many schema nodes one rendering may visit (a type hint, a result
+/// shape, or all the parameters of one tool together) before the rest
+/// renders as `Any`: `anyOf` alternatives that `$ref` each other can
+/// describe exponentially many paths in a few hundred bytes, and a tool
+/// list from outside must not cost more than its own tools.
+pub const TYPE_RENDER_BUDGET: usize = 4096;
+
+/// The work left for one rendering (see [`TYPE_RENDER_BUDGET`]).
+#[derive(Debug)]
+struct Budget(usize);
+
+impl Budget {
+    fn new() -> Self {
+        Self(TYPE_RENDER_BUDGET)
+    }
+
+    /// Takes one unit of work; `false` once there is none left.
+    fn take(&mut self) -> bool {
+        if self.0 == 0 {
+            return false;
+        }
+        self.0 -= 1;
+        true
+    }
+}
+
 /// A JSON Schema fragment rendered as a Python type hint (`typing` names,
 /// valid on Python 3.8), local `$ref`s resolved against the fragment itself.
+/// A schema too large or too branched to render within
+/// [`TYPE_RENDER_BUDGET`] is `Any` where the budget ran out.
 pub fn python_type(schema: &Value) -> String {
     python_type_in(schema, schema)
 }
@@ -61,15 +89,15 @@ pub fn python_type(schema: &Value) -> String {
 /// [`python_type`] of `schema`, a part of `root` whose `$ref`s point into
 /// `root`.
 pub fn python_type_in(root: &Value, schema: &Value) -> String {
-    hint(root, schema, 0)
+    hint(root, schema, 0, &mut Budget::new())
 }
 
 fn is_scalar(v: &Value) -> bool {
     !matches!(v, Value::Array(_) | Value::Object(_))
 }
 
-fn hint(root: &Value, schema: &Value, depth: usize) -> String {
-    if depth > MAX_DEPTH {
+fn hint(root: &Value, schema: &Value, depth: usize, budget: &mut Budget) -> String {
+    if depth > MAX_DEPTH || !budget.take() {
         return "Any".into();
     }
     let schema = resolve(root, schema);
@@ -89,22 +117,31 @@ fn hint(root: &Value, schema: &Value, depth: usize) -> String {
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(alts) = schema.get(key).and_then(Value::as_array) {
-            return union(alts.iter().map(|a| hint(root, a, depth + 1)).collect());
+            let mut parts = Vec::with_capacity(alts.len().min(64));
+            for a in alts {
+                let part = hint(root, a, depth + 1, budget);
+                // `Any` absorbs the union: the other alternatives need no work.
+                if part == "Any" {
+                    return part;
+                }
+                parts.push(part);
+            }
+            return union(parts);
         }
     }
     match schema.get("type") {
-        Some(Value::String(t)) => scalar_type(root, t, schema, depth),
+        Some(Value::String(t)) => scalar_type(root, t, schema, depth, budget),
         Some(Value::Array(ts)) => union(
             ts.iter()
                 .filter_map(Value::as_str)
-                .map(|t| scalar_type(root, t, schema, depth))
+                .map(|t| scalar_type(root, t, schema, depth, budget))
                 .collect(),
         ),
         _ => "Any".to_string(),
     }
 }
 
-fn scalar_type(root: &Value, t: &str, schema: &Value, depth: usize) -> String {
+fn scalar_type(root: &Value, t: &str, schema: &Value, depth: usize, budget: &mut Budget) -> String {
     match t {
         "string" => "str".into(),
         "integer" => "int".into(),
@@ -112,7 +149,9 @@ fn scalar_type(root: &Value, t: &str, schema: &Value, depth: usize) -> String {
         "boolean" => "bool".into(),
         "null" => "None".into(),
         "array" => match schema.get("items") {
-            Some(items) if items.is_object() => format!("List[{}]", hint(root, items, depth + 1)),
+            Some(items) if items.is_object() => {
+                format!("List[{}]", hint(root, items, depth + 1, budget))
+            }
             _ => "List[Any]".into(),
         },
         "object" => "Dict[str, Any]".into(),
@@ -121,15 +160,8 @@ fn scalar_type(root: &Value, t: &str, schema: &Value, depth: usize) -> String {
 }
 
 fn union(mut parts: Vec<String>) -> String {
-    let mut seen = Vec::new();
-    parts.retain(|p| {
-        if seen.contains(p) {
-            false
-        } else {
-            seen.push(p.clone());
-            true
-        }
-    });
+    let mut seen = std::collections::HashSet::new();
+    parts.retain(|p| seen.insert(p.clone()));
     let has_none = parts.iter().any(|p| p == "None");
     parts.retain(|p| p != "None");
     if parts.iter().any(|p| p == "Any") {
@@ -185,11 +217,11 @@ pub fn python_literal(v: &Value) -> String {
 /// `{content: str, total_lines: int, truncated: bool}`; local `$ref`s are
 /// resolved.
 pub fn shape(schema: &Value) -> String {
-    shape_in(schema, schema, 0)
+    shape_in(schema, schema, 0, &mut Budget::new())
 }
 
-fn shape_in(root: &Value, schema: &Value, depth: usize) -> String {
-    if depth > MAX_DEPTH / 4 {
+fn shape_in(root: &Value, schema: &Value, depth: usize, budget: &mut Budget) -> String {
+    if depth > MAX_DEPTH / 4 || !budget.take() {
         return "...".into();
     }
     let schema = resolve(root, schema);
@@ -198,16 +230,16 @@ fn shape_in(root: &Value, schema: &Value, depth: usize) -> String {
     {
         let fields: Vec<String> = props
             .iter()
-            .map(|(k, v)| format!("{k}: {}", shape_in(root, v, depth + 1)))
+            .map(|(k, v)| format!("{k}: {}", shape_in(root, v, depth + 1, budget)))
             .collect();
         return format!("{{{}}}", fields.join(", "));
     }
     if schema.get("type").and_then(Value::as_str) == Some("array")
         && let Some(items) = schema.get("items").filter(|i| i.is_object())
     {
-        return format!("[{}]", shape_in(root, items, depth + 1));
+        return format!("[{}]", shape_in(root, items, depth + 1, budget));
     }
-    let t = python_type_in(root, schema);
+    let t = hint(root, schema, 0, budget);
     match t.as_str() {
         "Dict[str, Any]" => "dict".into(),
         _ => t,
@@ -259,7 +291,8 @@ fn admits_none(hint: &str) -> bool {
 /// The parameters of a tool from its argument schema (local `$ref`s
 /// resolved): required ones first, then optional ones, each group in schema
 /// order. An optional parameter without a declared default defaults to
-/// `None` (its hint `Optional[…]`).
+/// `None` (its hint `Optional[…]`). All the hints of one tool share one
+/// [`TYPE_RENDER_BUDGET`]: once it is spent, the remaining hints are `Any`.
 pub fn params(tool: &dyn DynTool) -> Vec<Param> {
     params_of(&tool.args_schema())
 }
@@ -267,7 +300,7 @@ pub fn params(tool: &dyn DynTool) -> Vec<Param> {
 /// [`params`] of an argument schema.
 pub fn params_of(root: &Value) -> Vec<Param> {
     let schema = resolve(root, root);
-    let required: Vec<&str> = schema
+    let required: std::collections::HashSet<&str> = schema
         .get("required")
         .and_then(Value::as_array)
         .map(|r| r.iter().filter_map(Value::as_str).collect())
@@ -279,22 +312,23 @@ pub fn params_of(root: &Value) -> Vec<Param> {
         .unwrap_or(&empty);
     let mut req = Vec::new();
     let mut opt = Vec::new();
+    let mut budget = Budget::new();
     for (key, prop) in props {
-        let is_required = required.contains(&key.as_str());
+        let is_required = required.contains(key.as_str());
         let resolved = resolve(root, prop);
-        let mut hint = python_type_in(root, prop);
+        let mut rendered = hint(root, prop, 0, &mut budget);
         let declared = prop
             .get("default")
             .or_else(|| resolved.get("default"))
             .cloned();
-        let omit_if_none = !is_required && declared.is_none() && !admits_none(&hint);
-        if omit_if_none && hint != "Any" {
-            hint = format!("Optional[{hint}]");
+        let omit_if_none = !is_required && declared.is_none() && !admits_none(&rendered);
+        if omit_if_none && rendered != "Any" {
+            rendered = format!("Optional[{rendered}]");
         }
         let param = Param {
             name: crate::stubs::python_parameter_name(key),
             key: key.clone(),
-            hint,
+            hint: rendered,
             default: if is_required {
                 None
             } else {
@@ -325,18 +359,11 @@ pub fn signature(tool: &dyn DynTool) -> String {
     let ps: Vec<String> = params(tool).iter().map(Param::python).collect();
     let name = match tool.namespace() {
         // A source's tool is called through its submodule: `fs.read(...)`.
-        Some(ns) => {
-            let local = tool
-                .name()
-                .strip_prefix(ns)
-                .and_then(|r| r.strip_prefix('.'))
-                .unwrap_or(tool.name());
-            format!(
-                "{}.{}",
-                crate::stubs::python_function_name(ns),
-                crate::stubs::python_function_name(local)
-            )
-        }
+        Some(ns) => format!(
+            "{}.{}",
+            crate::stubs::python_function_name(ns),
+            crate::stubs::python_function_name(local_name(tool, ns))
+        ),
         None => crate::stubs::python_function_name(tool.name()),
     };
     format!(
@@ -345,6 +372,14 @@ pub fn signature(tool: &dyn DynTool) -> String {
         ps.join(", "),
         shape(&tool.output_schema())
     )
+}
+
+/// The local part of a source's tool's name (`fs.read` → `read`).
+fn local_name<'a>(tool: &'a dyn DynTool, namespace: &str) -> &'a str {
+    tool.name()
+        .strip_prefix(namespace)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .unwrap_or(tool.name())
 }
 
 /// The first line of a tool's doc.
@@ -495,7 +530,13 @@ fn shortened(folds: bool) -> &'static str {
 /// The `execute_code` description: what it does, the enabled tools with
 /// their signatures and result shapes, the configured limits, the cwd rule
 /// of the mode, that state persists, and what a timeout does to it.
+///
+/// Tools that cannot share the stub module with earlier ones (a name that
+/// clashes in any language, see [`stubs::screen`](crate::stubs::screen))
+/// are not listed, as the kernel leaves them out.
 pub fn execute_code_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOptions) -> String {
+    let screened = crate::stubs::screen(tools, &[]);
+    let tools = screened.tools.as_slice();
     if matches!(opts.language.as_str(), "r" | "javascript") {
         return other_language_description(tools, opts);
     }
@@ -684,7 +725,15 @@ fn other_language_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOpti
 
 /// A tool's R signature: `read_file(path, offset = 1, limit = 2000)`.
 pub fn r_signature(tool: &dyn DynTool) -> String {
-    let name = crate::stubs_r::r_identifier(tool.name());
+    let name = match tool.namespace() {
+        // A source's tool is a member of its environment: `fs$read(...)`.
+        Some(ns) => format!(
+            "{}${}",
+            crate::stubs_r::r_function_name(ns),
+            crate::stubs_r::r_identifier(local_name(tool, ns))
+        ),
+        None => crate::stubs_r::r_function_name(tool.name()),
+    };
     let params: Vec<String> = params(tool)
         .iter()
         .map(|p| {
@@ -704,7 +753,15 @@ pub fn r_signature(tool: &dyn DynTool) -> String {
 
 /// A tool's JavaScript signature: `read_file({path, offset = 1, limit = 2000})`.
 pub fn js_signature(tool: &dyn DynTool) -> String {
-    let name = crate::stubs_js::js_identifier(tool.name());
+    let name = match tool.namespace() {
+        // A source's tool is a method of its object: `fs_.read({...})`.
+        Some(ns) => format!(
+            "{}.{}",
+            crate::stubs_js::js_identifier(ns),
+            crate::stubs_js::js_member_name(local_name(tool, ns))
+        ),
+        None => crate::stubs_js::js_identifier(tool.name()),
+    };
     let params: Vec<String> = params(tool)
         .iter()
         .map(|p| match &p.default {

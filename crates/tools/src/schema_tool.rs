@@ -1,10 +1,12 @@
 //! Tools defined at run time from a JSON Schema and an async handler.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use toolcell_redact::Redactor;
 use toolcell_rpc::BoxFuture;
 
 use crate::registry::RegistryError;
@@ -207,6 +209,49 @@ impl SchemaTool {
         Ok(self)
     }
 
+    /// The tool as a model may see it: its description and every string in
+    /// its input and output schemas (descriptions, defaults, enums,
+    /// examples, …) through `redactor`, so that the host's secret values and
+    /// known token shapes never reach a schema, a tool list or a stub. A
+    /// `default` that held a secret is dropped (the stub then leaves the
+    /// argument out and the tool's own default applies). Arguments are
+    /// still validated against the schema as given.
+    ///
+    /// # Errors
+    /// [`RegistryError::BadSchema`] when the name, or a property (or any
+    /// other key) of a schema, would have to be masked: the tool cannot be
+    /// shown without it. The message shows the masked name.
+    pub fn redacted(mut self, redactor: &Redactor) -> Result<Self, RegistryError> {
+        // The whole name, and each part of a source's `NAME.tool` (a token
+        // right after a `.` is not at a token start for the rules).
+        let secret_name = std::iter::once(self.name.as_str())
+            .chain(self.name.split('.'))
+            .any(|part| matches!(redactor.redact(part), Cow::Owned(_)));
+        if secret_name {
+            let masked: String = self
+                .name
+                .split('.')
+                .map(|part| redactor.redact(part).into_owned())
+                .collect::<Vec<_>>()
+                .join(".");
+            return Err(bad_schema(
+                &masked,
+                "its name holds what looks like a secret; it is left out",
+            ));
+        }
+        if let Cow::Owned(doc) = redactor.redact(&self.doc) {
+            self.doc = doc;
+        }
+        self.input = redact_schema(&self.input, redactor)
+            .map_err(|key| bad_schema(&self.name, secret_key(&key, "input")))?;
+        if let Some(output) = &self.output {
+            let shown = redact_schema(output, redactor)
+                .map_err(|key| bad_schema(&self.name, secret_key(&key, "output")))?;
+            self.output = Some(shown);
+        }
+        Ok(self)
+    }
+
     /// Checks `args` against the input schema: the first violation, as
     /// `/json/pointer: what is wrong` (no pointer for the arguments object
     /// itself).
@@ -226,6 +271,43 @@ impl SchemaTool {
             }
         }
     }
+}
+
+fn secret_key(masked: &str, which: &str) -> String {
+    format!(
+        "the {which} schema has a key holding what looks like a secret ({masked}); the tool is \
+         left out"
+    )
+}
+
+/// `schema` with every string through `redactor` and each `default` that
+/// held a secret removed. `Err`: a key that would have to be masked
+/// (masked).
+fn redact_schema(schema: &Value, redactor: &Redactor) -> Result<Value, String> {
+    Ok(match schema {
+        Value::String(s) => Value::String(redactor.redact(s).into_owned()),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|i| redact_schema(i, redactor))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(map) => {
+            let mut out = serde_json::Map::with_capacity(map.len());
+            for (k, v) in map {
+                if let Cow::Owned(masked) = redactor.redact(k) {
+                    return Err(masked);
+                }
+                let shown = redact_schema(v, redactor)?;
+                if k == "default" && shown != *v {
+                    continue;
+                }
+                out.insert(k.clone(), shown);
+            }
+            Value::Object(out)
+        }
+        other => other.clone(),
+    })
 }
 
 fn truncate_chars(s: &str, max: usize) -> String {

@@ -215,11 +215,16 @@ pub enum StubError {
     /// produced: such names are mapped).
     #[error("{0} `{1}` is a Python keyword or a name the stub module reserves; rename it")]
     ReservedName(&'static str, String),
-    /// Two tools, or two parameters of one tool, map to one Python name.
-    #[error("{what} `{first}` and `{second}` both map to the Python name `{ident}`; rename one")]
+    /// Two tools, or two parameters of one tool, map to one name in one of
+    /// the stub languages.
+    #[error(
+        "{what} `{first}` and `{second}` both map to the {language} name `{ident}`; rename one"
+    )]
     SameIdentifier {
         /// `"tools"`, or `"parameters of tool `x`"`.
         what: String,
+        /// `Python`, `R` or `JavaScript`.
+        language: &'static str,
         /// The first name.
         first: String,
         /// The second name.
@@ -231,8 +236,10 @@ pub enum StubError {
 
 /// `name` as a Python identifier: every character outside `[A-Za-z0-9_]`
 /// becomes `_`, a leading digit (or an empty name) gets a `_` prefix, and a
-/// keyword gets a `_` suffix. `get-user` → `get_user`, `from` → `from_`,
-/// `2fa` → `_2fa`.
+/// keyword (or `__debug__`, which Python never lets a program bind) gets a
+/// `_` suffix. `get-user` → `get_user`, `from` → `from_`, `2fa` → `_2fa`,
+/// `__debug__` → `__debug___`. Soft keywords (`match`, `case`, `type`, `_`)
+/// are ordinary names and stay.
 pub fn python_identifier(name: &str) -> String {
     let mut out: String = name
         .chars()
@@ -247,7 +254,7 @@ pub fn python_identifier(name: &str) -> String {
     if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert(0, '_');
     }
-    if PY_KEYWORDS.contains(&out.as_str()) {
+    if PY_KEYWORDS.contains(&out.as_str()) || out == "__debug__" {
         out.push('_');
     }
     out
@@ -333,7 +340,7 @@ fn wrap(text: &str, first: &str, rest: &str, width: usize) -> String {
 fn function(tool: &dyn DynTool, ident: &str) -> Result<String, StubError> {
     let name = tool.name();
     let params: Vec<Param> = schema::params(tool);
-    check_params(name, &params)?;
+    check_params_in(name, &params, &[Lang::Python])?;
     let sig: Vec<String> = params.iter().map(Param::python).collect();
     let output = tool.output_schema();
     let mut f = String::new();
@@ -431,34 +438,250 @@ fn function(tool: &dyn DynTool, ident: &str) -> Result<String, StubError> {
     Ok(f)
 }
 
-/// Checks that no two parameters of `tool` map to one Python name.
+/// Checks that no two parameters of `tool` map to one parameter name in
+/// Python or R (JavaScript passes the keys themselves).
 ///
 /// # Errors
-/// [`StubError::SameIdentifier`] naming both properties.
+/// [`StubError::SameIdentifier`] naming both properties and the language.
 pub(crate) fn check_params(tool: &str, params: &[Param]) -> Result<(), StubError> {
-    let mut seen: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
-    for p in params {
-        if let Some(first) = seen.insert(&p.name, &p.key) {
-            return Err(StubError::SameIdentifier {
-                what: format!("properties of tool `{tool}`"),
-                first: first.to_string(),
-                second: p.key.clone(),
-                ident: p.name.clone(),
-            });
+    check_params_in(tool, params, &Lang::ALL)
+}
+
+/// [`check_params`] for some languages only.
+fn check_params_in(tool: &str, params: &[Param], langs: &[Lang]) -> Result<(), StubError> {
+    for &lang in langs {
+        let mut seen: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
+        for p in params {
+            let Some(ident) = lang.param_name(&p.key) else {
+                continue;
+            };
+            if let Some(first) = seen.insert(ident.clone(), &p.key) {
+                return Err(StubError::SameIdentifier {
+                    what: format!("properties of tool `{tool}`"),
+                    language: lang.label(),
+                    first: first.to_string(),
+                    second: p.key.clone(),
+                    ident,
+                });
+            }
         }
     }
     Ok(())
 }
 
+/// The languages stub modules are generated for, and how each names a
+/// tool, a source and a parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lang {
+    Python,
+    R,
+    JavaScript,
+}
+
+impl Lang {
+    pub(crate) const ALL: [Lang; 3] = [Lang::Python, Lang::R, Lang::JavaScript];
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Lang::Python => "Python",
+            Lang::R => "R",
+            Lang::JavaScript => "JavaScript",
+        }
+    }
+
+    /// The name of a top-level tool or of a source's module.
+    pub(crate) fn top_name(self, name: &str) -> String {
+        match self {
+            Lang::Python => python_function_name(name),
+            Lang::R => crate::stubs_r::r_function_name(name),
+            Lang::JavaScript => crate::stubs_js::js_identifier(name),
+        }
+    }
+
+    /// The name of a source's tool inside the source's module.
+    pub(crate) fn member_name(self, name: &str) -> String {
+        match self {
+            Lang::Python => python_function_name(name),
+            Lang::R => crate::stubs_r::r_identifier(name),
+            Lang::JavaScript => crate::stubs_js::js_member_name(name),
+        }
+    }
+
+    /// The name of a parameter (`None`: the language passes the property
+    /// names themselves, JavaScript's object of arguments).
+    pub(crate) fn param_name(self, key: &str) -> Option<String> {
+        match self {
+            Lang::Python => Some(python_parameter_name(key)),
+            Lang::R => Some(crate::stubs_r::r_identifier(key)),
+            Lang::JavaScript => None,
+        }
+    }
+
+    /// `(module, name)` of `tool` in this language (`""`: the top level).
+    pub(crate) fn tool_name(self, tool: &dyn DynTool) -> (String, String) {
+        match tool.namespace() {
+            None => (String::new(), self.top_name(tool.name())),
+            Some(ns) => (ns.to_string(), self.member_name(local_name(tool, ns))),
+        }
+    }
+}
+
+/// The names a top-level tool (or a source's module) called `name` has in
+/// Python, R and JavaScript: `[("Python", …), ("R", …), ("JavaScript", …)]`.
+/// Two names clash when they share an entry.
+pub fn top_level_names(name: &str) -> [(&'static str, String); 3] {
+    Lang::ALL.map(|lang| (lang.label(), lang.top_name(name)))
+}
+
+/// What [`screen`] kept of a set of tools.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct Screened {
+    /// The tools that fit together in one stub module of every language, in
+    /// the order given.
+    pub tools: Vec<Arc<dyn DynTool>>,
+    /// The sources that are down whose module names are free.
+    pub unavailable: Vec<Unavailable>,
+    /// One message for each tool or source left out, naming it, the one
+    /// that keeps the name, and the name.
+    pub dropped: Vec<String>,
+}
+
+impl std::fmt::Debug for Screened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Screened")
+            .field(
+                "tools",
+                &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
+            )
+            .field("unavailable", &self.unavailable)
+            .field("dropped", &self.dropped)
+            .finish()
+    }
+}
+
+/// The tools (and down sources) of `tools` and `unavailable` that can be in
+/// one stub module together, in Python, R and JavaScript alike: a tool
+/// whose function name in any language is already taken (by an earlier
+/// tool, or by a source's module), a tool two of whose parameters map to
+/// one name, and a source whose module name is taken are left out, each
+/// with a message in [`Screened::dropped`]. Earlier tools win, so put the
+/// host's own tools first; what one source lists can then only cost that
+/// source's own tools. With the result, [`stub_module_with`] and the R and
+/// JavaScript generators never fail.
+pub fn screen(tools: &[Arc<dyn DynTool>], unavailable: &[Unavailable]) -> Screened {
+    use std::collections::HashMap;
+    // (language, module, name) → who has it.
+    let mut taken: HashMap<(&'static str, String, String), String> = HashMap::new();
+    let mut out = Screened::default();
+    // Top-level tools first (as the generators claim them), then sources.
+    let (top, sourced): (Vec<_>, Vec<_>) = tools.iter().partition(|t| t.namespace().is_none());
+    let mut kept: Vec<&Arc<dyn DynTool>> = Vec::with_capacity(tools.len());
+    // The first wanted name someone has: (index, who, language, name).
+    let clash = |taken: &HashMap<(&'static str, String, String), String>,
+                 wanted: &[(&'static str, String, String)]|
+     -> Option<(usize, String, &'static str, String)> {
+        wanted.iter().enumerate().find_map(|(i, k)| {
+            taken
+                .get(k)
+                .map(|first| (i, first.clone(), k.0, k.2.clone()))
+        })
+    };
+    let source_key = |ns: &str| ("source", String::new(), ns.to_string());
+    for t in top.into_iter().chain(sourced) {
+        let name = t.name();
+        if let Err(e) = check_params(name, &schema::params(t.as_ref())) {
+            out.dropped.push(format!("tool `{name}` left out: {e}"));
+            continue;
+        }
+        // The tool's own names, then its source's module names if the
+        // source has no module yet.
+        let mut wanted: Vec<(&'static str, String, String)> = Lang::ALL
+            .iter()
+            .map(|lang| {
+                let (module, ident) = lang.tool_name(t.as_ref());
+                (lang.label(), module, ident)
+            })
+            .collect();
+        let own = wanted.len();
+        let new_source = t
+            .namespace()
+            .filter(|ns| !taken.contains_key(&source_key(ns)));
+        if let Some(ns) = new_source {
+            wanted.extend(
+                Lang::ALL
+                    .iter()
+                    .map(|lang| (lang.label(), String::new(), lang.top_name(ns))),
+            );
+        }
+        if let Some((i, first, language, ident)) = clash(&taken, &wanted) {
+            let what = match new_source {
+                Some(ns) if i >= own => format!("the module of its source `{ns}`"),
+                _ => "its function".to_string(),
+            };
+            out.dropped.push(format!(
+                "tool `{name}` left out: {what} would have the {language} name `{ident}`, \
+                 which {first} has already"
+            ));
+            continue;
+        }
+        let mut wanted = wanted.into_iter();
+        for k in wanted.by_ref().take(own) {
+            taken.insert(k, format!("`{name}`"));
+        }
+        if let Some(ns) = new_source {
+            for k in wanted {
+                taken.insert(k, format!("the module of source `{ns}`"));
+            }
+            taken.insert(source_key(ns), String::new());
+        }
+        kept.push(t);
+    }
+    out.tools = kept.into_iter().cloned().collect();
+    for u in unavailable {
+        let ns = u.namespace.as_str();
+        if taken.contains_key(&source_key(ns)) {
+            // Its module exists already (with the tools of its last listing).
+            continue;
+        }
+        let wanted: Vec<(&'static str, String, String)> = Lang::ALL
+            .iter()
+            .map(|lang| (lang.label(), String::new(), lang.top_name(ns)))
+            .collect();
+        if let Some((_, first, language, ident)) = clash(&taken, &wanted) {
+            out.dropped.push(format!(
+                "source `{ns}` left out: its module would have the {language} name `{ident}`, \
+                 which {first} has already"
+            ));
+            continue;
+        }
+        for k in wanted {
+            taken.insert(k, format!("the module of source `{ns}`"));
+        }
+        taken.insert(source_key(ns), String::new());
+        out.unavailable.push(u.clone());
+    }
+    out
+}
+
 /// The names a generated module hands out, per module (`""` = the top
 /// level): a second claim of one name is an error naming both claimants.
 /// Shared by the Python, R and JavaScript generators.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct NameClaims {
+    language: &'static str,
     seen: std::collections::HashMap<(String, String), String>,
 }
 
 impl NameClaims {
+    /// Claims of the module of `language` (`Python`, `R`, `JavaScript`).
+    pub(crate) fn new(language: &'static str) -> Self {
+        Self {
+            language,
+            seen: std::collections::HashMap::new(),
+        }
+    }
+
     /// Claims `ident` in `module` for `what` (a tool or source name).
     ///
     /// # Errors
@@ -479,6 +702,7 @@ impl NameClaims {
                 } else {
                     format!("tools of `{module}`")
                 },
+                language: self.language,
                 first,
                 second: what.to_string(),
                 ident,
@@ -537,7 +761,7 @@ pub fn stub_module_with(
     let mut out = String::with_capacity(PRELUDE.len() + tools.len() * 1024);
     out.push_str(PRELUDE);
     let mut all: Vec<String> = HELPERS.iter().map(|h| (*h).to_string()).collect();
-    let mut names = NameClaims::default();
+    let mut names = NameClaims::new("Python");
     let mut claim = |module: &str, ident: String, what: &str| names.claim(module, ident, what);
     // Each tool with its Python function name.
     type Named<'a> = (&'a Arc<dyn DynTool>, String);
@@ -649,6 +873,9 @@ mod name_tests {
         ] {
             assert_eq!(python_function_name(name), ident, "{name}");
         }
+        assert_eq!(python_parameter_name("__debug__"), "__debug___");
+        assert_eq!(python_parameter_name("match"), "match");
+        assert_eq!(python_parameter_name("None"), "None_");
         assert_eq!(python_parameter_name("class"), "class_");
         assert_eq!(python_parameter_name("_args"), "_args_");
         assert_eq!(python_parameter_name("type"), "type");

@@ -5,9 +5,9 @@
 //! resolves to the result object. Tools of an outside source `NAME` are
 //! the methods of an object `NAME` (`await NAME.tool({...})`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use crate::schema;
 use crate::stubs::{StubError, Unavailable};
@@ -70,26 +70,51 @@ const JS_RESERVED: [&str; 48] = [
     "eval",
 ];
 
-/// Globals a tool function must not replace.
-const JS_GLOBALS: [&str; 12] = [
-    "console",
-    "process",
-    "require",
-    "module",
-    "exports",
-    "globalThis",
-    "Buffer",
-    "Promise",
-    "Object",
-    "JSON",
-    "setTimeout",
-    "undefined",
+/// The globals of a node kernel, the members of `Object.prototype` and
+/// `then` (one a line, `#` comments): a top-level tool never takes one.
+const JS_GLOBALS: &str = include_str!("stub/js_globals.txt");
+
+/// Names an object's own member must not have: the members of
+/// `Object.prototype` (`toString`, `valueOf`: string conversion would call
+/// the tool), `toJSON` (`JSON.stringify`) and `then` (an object with a
+/// `then` method is a thenable: `await` on it would never settle).
+const PROTOCOL_NAMES: [&str; 14] = [
+    "__defineGetter__",
+    "__defineSetter__",
+    "__lookupGetter__",
+    "__lookupSetter__",
+    "__proto__",
+    "constructor",
+    "hasOwnProperty",
+    "isPrototypeOf",
+    "propertyIsEnumerable",
+    "then",
+    "toJSON",
+    "toLocaleString",
+    "toString",
+    "valueOf",
 ];
 
-/// `name` as a JavaScript identifier: characters outside `[A-Za-z0-9_$]`
-/// become `_`, a leading digit gets a `_` prefix, a reserved word, a global
-/// or a helper's name a `_` suffix.
-pub fn js_identifier(name: &str) -> String {
+fn globals() -> &'static HashSet<&'static str> {
+    static SET: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
+        JS_GLOBALS
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect()
+    });
+    &SET
+}
+
+/// Whether `name` is a global of a node kernel (or a name the runner or
+/// `Object.prototype` already uses) that a top-level tool must not replace.
+pub fn is_reserved_global(name: &str) -> bool {
+    globals().contains(name) || PROTOCOL_NAMES.contains(&name)
+}
+
+/// `name` with every character outside `[A-Za-z0-9_$]` as `_` and a
+/// leading digit (or an empty name) behind a `_`.
+fn js_syntax(name: &str) -> String {
     let mut out: String = name
         .chars()
         .map(|c| {
@@ -103,10 +128,36 @@ pub fn js_identifier(name: &str) -> String {
     if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert(0, '_');
     }
+    out
+}
+
+/// `name` as the JavaScript name of a top-level tool or source: characters
+/// outside `[A-Za-z0-9_$]` become `_`, a leading digit gets a `_` prefix,
+/// and a reserved word, a helper's name, a global of the kernel (`Array`,
+/// `Error`, `JSON`, `console`, `fetch`, the built-in modules `node -e`
+/// exposes such as `fs` and `path`, …), a member of `Object.prototype` or
+/// `then` gets `_` suffixes until it is none of them: `delete` → `delete_`,
+/// `Map` → `Map_`, `fs` → `fs_`. Tools are copied onto the global object,
+/// so a tool must never replace what the kernel and ordinary code use.
+pub fn js_identifier(name: &str) -> String {
+    let mut out = js_syntax(name);
     while JS_RESERVED.contains(&out.as_str())
-        || JS_GLOBALS.contains(&out.as_str())
         || HELPERS.contains(&out.as_str())
+        || is_reserved_global(&out)
     {
+        out.push('_');
+    }
+    out
+}
+
+/// The member name of a source's tool (`await NAME.member({...})`): as
+/// [`js_identifier`] for the characters and reserved words, and a `_`
+/// suffix for the names an object must keep for itself (`then`,
+/// `toString`, `valueOf`, `constructor`, `__proto__`, …); globals are fine
+/// here (`fetch.fetch`).
+pub fn js_member_name(name: &str) -> String {
+    let mut out = js_syntax(name);
+    while JS_RESERVED.contains(&out.as_str()) || PROTOCOL_NAMES.contains(&out.as_str()) {
         out.push('_');
     }
     out
@@ -170,7 +221,7 @@ pub fn stub_module(
 ) -> Result<String, StubError> {
     let mut out = String::with_capacity(PRELUDE.len() + tools.len() * 1024);
     out.push_str(PRELUDE);
-    let mut names = crate::stubs::NameClaims::default();
+    let mut names = crate::stubs::NameClaims::new("JavaScript");
     let mut claim = |module: &str, ident: String, what: &str| names.claim(module, ident, what);
     let mut spaces: BTreeMap<&str, Vec<&Arc<dyn DynTool>>> = BTreeMap::new();
     for t in tools {
@@ -200,7 +251,7 @@ pub fn stub_module(
                 .strip_prefix(ns)
                 .and_then(|r| r.strip_prefix('.'))
                 .unwrap_or(t.name());
-            let local = claim(ns, js_identifier(local), t.name())?;
+            let local = claim(ns, js_member_name(local), t.name())?;
             out.push_str(&doc_comment(t.as_ref(), "  "));
             let _ = writeln!(
                 out,
@@ -240,5 +291,28 @@ mod tests {
         assert_eq!(js_identifier("2fa"), "_2fa");
         assert_eq!(js_identifier("delete"), "delete_");
         assert_eq!(js_identifier("retry"), "retry_");
+    }
+
+    #[test]
+    fn review_09_top_level_names_never_take_kernel_globals_and_members_never_then() {
+        for (name, ident) in [
+            ("Array", "Array_"),
+            ("Error", "Error_"),
+            ("Map", "Map_"),
+            ("JSON", "JSON_"),
+            ("console", "console_"),
+            ("Promise", "Promise_"),
+            ("then", "then_"),
+            ("__proto__", "__proto___"),
+            ("fs", "fs_"),
+            ("toolcell_tools", "toolcell_tools_"),
+        ] {
+            assert_eq!(js_identifier(name), ident, "{name}");
+        }
+        assert_eq!(js_member_name("then"), "then_");
+        assert_eq!(js_member_name("toString"), "toString_");
+        assert_eq!(js_member_name("fetch"), "fetch");
+        assert_eq!(js_member_name("delete"), "delete_");
+        assert_eq!(js_member_name("get-user"), "get_user");
     }
 }

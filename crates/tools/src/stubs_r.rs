@@ -5,9 +5,9 @@
 //! returns the result as a list. Tools of an outside source `NAME` are the
 //! members of an environment `NAME` (`NAME$tool(...)`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde_json::Value;
 
@@ -44,9 +44,31 @@ const R_RESERVED: [&str; 20] = [
     "T",
 ];
 
+/// The names the packages on R's default search path export (one a line,
+/// `#` comments): a top-level tool never takes one.
+const R_NAMES: &str = include_str!("stub/r_names.txt");
+
+fn r_names() -> &'static HashSet<&'static str> {
+    static SET: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
+        R_NAMES
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect()
+    });
+    &SET
+}
+
+/// Whether `name` is exported by a package on R's default search path
+/// (base, methods, utils, grDevices, graphics, stats, datasets).
+pub fn is_r_builtin(name: &str) -> bool {
+    r_names().contains(name)
+}
+
 /// `name` as an R name: characters outside `[A-Za-z0-9._]` become `_`, a
 /// name not starting with a letter gets a `t` prefix, a reserved word (or
-/// a helper's name) gets a `_` suffix.
+/// a helper's name) gets a `_` suffix. For parameters and a source's
+/// members (`NAME$member`), which shadow nothing.
 pub fn r_identifier(name: &str) -> String {
     let mut out: String = name
         .chars()
@@ -62,6 +84,23 @@ pub fn r_identifier(name: &str) -> String {
         out.insert(0, 't');
     }
     while R_RESERVED.contains(&out.as_str()) || HELPERS.contains(&out.as_str()) {
+        out.push('_');
+    }
+    out
+}
+
+/// The R name of a top-level tool or source: its [`r_identifier`], with
+/// `_` suffixes while that is a name a package on R's default search path
+/// exports (`c` → `c_`, `paste0` → `paste0_`, `print` → `print_`). The
+/// tools are attached before those packages on the search path, so a tool
+/// named like one would replace it for every cell (and for the stub
+/// module's own helpers).
+pub fn r_function_name(name: &str) -> String {
+    let mut out = r_identifier(name);
+    while is_r_builtin(&out)
+        || R_RESERVED.contains(&out.as_str())
+        || HELPERS.contains(&out.as_str())
+    {
         out.push('_');
     }
     out
@@ -121,6 +160,7 @@ fn function(tool: &dyn DynTool, ident: &str, indent: &str) -> Result<String, Stu
         if let Some(first) = seen.insert(n.clone(), p.key.clone()) {
             return Err(StubError::SameIdentifier {
                 what: format!("properties of tool `{}`", tool.name()),
+                language: "R",
                 first,
                 second: p.key.clone(),
                 ident: n,
@@ -166,7 +206,7 @@ fn function(tool: &dyn DynTool, ident: &str, indent: &str) -> Result<String, Stu
         .zip(&names)
         .map(|(p, n)| {
             let v = if is_array(p) {
-                format!("if (is.null({n})) NULL else I({n})")
+                format!("if (base::is.null({n})) NULL else base::I({n})")
             } else {
                 n.clone()
             };
@@ -175,7 +215,7 @@ fn function(tool: &dyn DynTool, ident: &str, indent: &str) -> Result<String, Stu
         .collect();
     let _ = writeln!(
         f,
-        "{indent}{ident} <- function({}) {{\n{indent}  .toolcell_call({}, list({}))\n{indent}}}",
+        "{indent}{ident} <- function({}) {{\n{indent}  .toolcell_call({}, base::list({}))\n{indent}}}",
         formals.join(", "),
         r_string(tool.name()),
         sent.join(", ")
@@ -212,13 +252,13 @@ pub fn stub_module(
 ) -> Result<String, StubError> {
     let mut out = String::with_capacity(PRELUDE.len() + tools.len() * 1024);
     out.push_str(PRELUDE);
-    let mut names = crate::stubs::NameClaims::default();
+    let mut names = crate::stubs::NameClaims::new("R");
     let mut claim = |module: &str, ident: String, what: &str| names.claim(module, ident, what);
     let mut spaces: BTreeMap<&str, Vec<&Arc<dyn DynTool>>> = BTreeMap::new();
     for t in tools {
         match t.namespace() {
             None => {
-                let ident = claim("", r_identifier(t.name()), t.name())?;
+                let ident = claim("", r_function_name(t.name()), t.name())?;
                 out.push('\n');
                 out.push_str(&function(t.as_ref(), &ident, "")?);
             }
@@ -226,7 +266,7 @@ pub fn stub_module(
         }
     }
     for (ns, members) in &spaces {
-        let ident = claim("", r_identifier(ns), &format!("source {ns}"))?;
+        let ident = claim("", r_function_name(ns), &format!("source {ns}"))?;
         let _ = writeln!(out, "\n# Tools of {ns}: {ident}$tool(...)");
         let _ = writeln!(
             out,
@@ -247,7 +287,7 @@ pub fn stub_module(
         }
         let ident = claim(
             "",
-            r_identifier(&u.namespace),
+            r_function_name(&u.namespace),
             &format!("source {}", u.namespace),
         )?;
         let _ = writeln!(
@@ -272,6 +312,24 @@ mod tests {
         assert_eq!(r_identifier("_x"), "t_x");
         assert_eq!(r_identifier("if"), "if_");
         assert_eq!(r_identifier("retry"), "retry_");
+    }
+
+    #[test]
+    fn review_09_top_level_names_never_take_r_builtins() {
+        for (name, ident) in [
+            ("c", "c_"),
+            ("paste0", "paste0_"),
+            ("print", "print_"),
+            ("cat", "cat_"),
+            ("F", "F_"),
+            ("T", "T_"),
+            ("read_file", "read_file"),
+            ("get-user", "get_user"),
+        ] {
+            assert_eq!(r_function_name(name), ident, "{name}");
+        }
+        // Parameters and members shadow nothing.
+        assert_eq!(r_identifier("c"), "c");
     }
 
     #[test]

@@ -806,3 +806,114 @@ async fn no_processes_survive_shutdown_or_drop() {
     drop(hub);
     eventually_empty(group).await;
 }
+
+// ---------------------------------------------------------------------------
+// Hostile servers (tests/mcp/hostile_server.py, standard library only).
+// ---------------------------------------------------------------------------
+
+const HOST_SECRET: &str = "Zq8vKp2LmX9rTw4YhB6n";
+const GH_TOKEN: &str = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8";
+
+/// A hostile server named `name` saying `spec` (see the script).
+fn hostile(dir: &Path, name: &str, spec: &Value) -> McpServerSpec {
+    let file = dir.join(format!("{name}.json"));
+    std::fs::write(&file, spec.to_string()).unwrap();
+    let script = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("tests/mcp/hostile_server.py");
+    let mut spec = McpServerSpec::stdio(
+        name,
+        [
+            python(),
+            script.display().to_string(),
+            file.display().to_string(),
+        ],
+    );
+    spec.startup_timeout = Duration::from_secs(20);
+    spec
+}
+
+#[track_caller]
+fn assert_no_secret(what: &str, text: &str) {
+    for secret in [HOST_SECRET, GH_TOKEN] {
+        assert!(!text.contains(secret), "{what} shows {secret}:\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_06_a_servers_tool_list_passes_the_redactor_before_any_stub() {
+    let tmp = tempfile::tempdir().unwrap();
+    let leaky = json!({"tools": [{
+        "name": "lookup",
+        "description": format!("Look up (signed with {HOST_SECRET}; token {GH_TOKEN})."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "q": {"type": "string", "description": format!("Needs {GH_TOKEN}.")},
+                "key": {"type": "string", "default": HOST_SECRET},
+                "mode": {"type": "string", "enum": ["plain", HOST_SECRET]}
+            },
+            "required": ["q"]
+        },
+        "outputSchema": {"type": "object", "properties": {"k": {"type": "string", "default": GH_TOKEN}}}
+    }, {
+        "name": GH_TOKEN,
+        "description": "A name that is a secret.",
+        "inputSchema": {"type": "object"}
+    }]});
+    let redactor = toolcell_redact::Redactor::new([HOST_SECRET]).unwrap();
+    let hub = McpHub::with_redactor(vec![hostile(tmp.path(), "leaky", &leaky)], redactor).unwrap();
+    let tools = hub.tools().await;
+    let names: Vec<&str> = tools.tools.iter().map(|t| t.name()).collect();
+    assert_eq!(names, ["leaky.lookup"], "{:?}", tools.failed);
+    // The tool whose name is a secret is left out, its name masked in the
+    // failure.
+    let failures: String = tools.failed.iter().map(|f| f.message.clone()).collect();
+    assert!(failures.contains("left out"), "{failures}");
+    assert_no_secret("failures", &failures);
+    let py = toolcell_tools::stubs::stub_module(&tools.tools).unwrap();
+    let r = toolcell_tools::stubs_r::stub_module(&tools.tools, &[]).unwrap();
+    let js = toolcell_tools::stubs_js::stub_module(&tools.tools, &[]).unwrap();
+    let def = toolcell_tools::schema::tool_definition(tools.tools[0].as_ref()).to_string();
+    let desc = toolcell_tools::schema::execute_code_description(&tools.tools, &Default::default());
+    for (what, text) in [
+        ("Python", &py),
+        ("R", &r),
+        ("JavaScript", &js),
+        ("definition", &def),
+        ("description", &desc),
+    ] {
+        assert_no_secret(what, text);
+        assert!(text.contains("«redacted:"), "{what}: {text}");
+    }
+    // Arguments are still checked against the schema as the server gave it,
+    // and the default that held a secret is the server's to apply.
+    let t = tool(&tools, "leaky.lookup");
+    let s = settings(tmp.path());
+    let out = call(&t, json!({"q": "x"}), cx_for(&s, 10.0)).await.unwrap();
+    assert_eq!(out, json!("lookup {\"q\": \"x\"}"));
+    assert!(t.validate(&json!({"q": "x", "mode": HOST_SECRET})).is_ok());
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_07_a_servers_stderr_is_redacted_before_it_is_kept_or_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The secret straddles the 400-byte cut of a stderr line.
+    let noisy = json!({
+        "stderr": format!(
+            "{} {GH_TOKEN}\nkey \u{1b}[31m{HOST_SECRET}\u{1b}[0m\n",
+            "x".repeat(390)
+        ),
+        "exit": 1
+    });
+    let redactor = toolcell_redact::Redactor::new([HOST_SECRET]).unwrap();
+    let hub = McpHub::with_redactor(vec![hostile(tmp.path(), "noisy", &noisy)], redactor).unwrap();
+    let tools = hub.tools().await;
+    let failure = &tools.failed[0].message;
+    assert!(failure.contains("key «redacted:secret»"), "{failure}");
+    assert!(!failure.contains("ghp_A1b2"), "{failure}");
+    assert_no_secret("the failure", failure);
+    hub.shutdown().await;
+}

@@ -890,3 +890,260 @@ fn the_module_with_sources_works_on_every_python_from_3_8() {
     }
     assert!(ran.contains(&"python3"), "no python3 on PATH");
 }
+
+/// Property names that Python, R or JavaScript treat specially: every
+/// Python keyword, its soft keywords, `__debug__`, builtins, names the stub
+/// body uses, R's reserved words and JavaScript's.
+const AWKWARD_NAMES: &[&str] = &[
+    "False",
+    "None",
+    "True",
+    "and",
+    "as",
+    "assert",
+    "async",
+    "await",
+    "break",
+    "class",
+    "continue",
+    "def",
+    "del",
+    "elif",
+    "else",
+    "except",
+    "finally",
+    "for",
+    "from",
+    "global",
+    "if",
+    "import",
+    "in",
+    "is",
+    "lambda",
+    "nonlocal",
+    "not",
+    "or",
+    "pass",
+    "raise",
+    "return",
+    "try",
+    "while",
+    "with",
+    "yield",
+    "match",
+    "case",
+    "type",
+    "_",
+    "__debug__",
+    "print",
+    "list",
+    "str",
+    "Any",
+    "Optional",
+    "_call",
+    "_args",
+    "self",
+    "function",
+    "NULL",
+    "TRUE",
+    "NA",
+    "Inf",
+    "c",
+    "I",
+    "is.null",
+    "base",
+    "delete",
+    "new",
+    "this",
+    "then",
+    "constructor",
+    "__proto__",
+];
+
+#[test]
+fn review_08_keywords_soft_keywords_debug_and_builtins_as_parameter_names_compile() {
+    let mut props = serde_json::Map::new();
+    for (i, name) in AWKWARD_NAMES.iter().enumerate() {
+        props.insert(
+            (*name).to_string(),
+            json!({"type": "integer", "default": i}),
+        );
+    }
+    let input = json!({"type": "object", "properties": props});
+    let top: Arc<dyn DynTool> = Arc::new(echo("awkward", "Awkward names.", input.clone()));
+    let sourced: Arc<dyn DynTool> = Arc::new(
+        echo("srv.awkward", "Awkward names.", input)
+            .in_namespace("srv")
+            .unwrap(),
+    );
+    let tools = vec![top, sourced];
+    assert!(stubs::screen(&tools, &[]).dropped.is_empty());
+    let src = stubs::stub_module(&tools).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("toolcell_tools.py"), &src).unwrap();
+    let out = python(
+        tmp.path(),
+        "import inspect, toolcell_tools as t\n\
+         sig = inspect.signature(t.awkward)\n\
+         print(len(sig.parameters), sig.parameters['__debug___'].default, sig.parameters['None_'].default)\n\
+         print(inspect.signature(t.srv.awkward) == sig)",
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{} 39 1\nTrue\n", AWKWARD_NAMES.len(),)
+    );
+    // R parses its module, JavaScript loads its own.
+    let r = toolcell_tools::stubs_r::stub_module(&tools, &[]).unwrap();
+    let path = tmp.path().join("t.R");
+    std::fs::write(&path, &r).unwrap();
+    let expr = format!(
+        "e <- new.env(); sys.source('{}', envir = e); stopifnot(length(formals(e$awkward)) == {}, length(formals(e$srv$awkward)) == {})",
+        path.display(),
+        AWKWARD_NAMES.len(),
+        AWKWARD_NAMES.len()
+    );
+    let out = Command::new("Rscript")
+        .args(["-e", &expr])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let js = toolcell_tools::stubs_js::stub_module(&tools, &[]).unwrap();
+    let path = tmp.path().join("t.js");
+    std::fs::write(&path, &js).unwrap();
+    let code = format!(
+        "const m = require('{}'); if (typeof m.awkward !== 'function' || typeof m.srv.awkward !== 'function') process.exit(1)",
+        path.display()
+    );
+    let out = Command::new("node").args(["-e", &code]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `anyOf` over four `$ref`s to the next level, `levels` deep.
+fn exponential_schema(levels: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..levels {
+        let next = format!("#/$defs/d{}", i + 1);
+        defs.insert(
+            format!("d{i}"),
+            json!({"anyOf": [{"$ref": next}, {"$ref": next}, {"$ref": next}, {"$ref": next}]}),
+        );
+    }
+    defs.insert(format!("d{levels}"), json!({"type": "string"}));
+    json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs})
+}
+
+#[test]
+fn review_08_an_exponential_schema_renders_within_a_work_budget() {
+    let bomb = exponential_schema(12);
+    assert!(bomb.to_string().len() < 1500);
+    let started = std::time::Instant::now();
+    let tool: Arc<dyn DynTool> = Arc::new(
+        echo("deep", "Deep.", bomb.clone())
+            .with_output_schema(bomb.clone())
+            .unwrap(),
+    );
+    let tools = vec![tool];
+    let params = schema::params(tools[0].as_ref());
+    assert_eq!(params[0].hint, "Any");
+    assert_eq!(
+        schema::python_type_in(&bomb, &bomb["properties"]["x"]),
+        "Any"
+    );
+    let py = stubs::stub_module(&tools).unwrap();
+    assert!(
+        py.contains("def deep(x: Any = None) -> Dict[str, Any]:"),
+        "{py}"
+    );
+    toolcell_tools::stubs_r::stub_module(&tools, &[]).unwrap();
+    toolcell_tools::stubs_js::stub_module(&tools, &[]).unwrap();
+    let d = schema::execute_code_description(&tools, &Default::default());
+    assert!(d.contains("deep(x: Any = None)"), "{d}");
+    // A shallow one still renders in full.
+    let shallow = exponential_schema(3);
+    assert_eq!(
+        schema::python_type_in(&shallow, &shallow["properties"]["x"]),
+        "str"
+    );
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "rendering took {took:?}");
+}
+
+#[test]
+fn review_08_screen_leaves_out_the_later_of_two_tools_that_share_a_name_in_any_language() {
+    let tool =
+        |name: &str| -> Arc<dyn DynTool> { Arc::new(echo(name, "", json!({"type": "object"}))) };
+    let sourced = |name: &str, ns: &str| -> Arc<dyn DynTool> {
+        Arc::new(
+            echo(name, "", json!({"type": "object"}))
+                .in_namespace(ns)
+                .unwrap(),
+        )
+    };
+    let tools = vec![
+        tool("create_ticket"),
+        sourced("srv.get-user", "srv"),
+        sourced("srv.get_user", "srv"),
+        sourced("srv.ok", "srv"),
+        // R: both `c_`; JavaScript: both `delete_`; Python: distinct.
+        tool("c"),
+        tool("c_"),
+        tool("delete"),
+        tool("delete_"),
+        // A source whose module would be the top-level tool's name.
+        sourced("create_ticket.x", "create_ticket"),
+    ];
+    // Unscreened, the generators refuse the whole module.
+    assert!(stubs::stub_module(&tools[..3]).is_err());
+    assert!(toolcell_tools::stubs_r::stub_module(&tools[4..6], &[]).is_err());
+    assert!(toolcell_tools::stubs_js::stub_module(&tools[6..8], &[]).is_err());
+    let down = vec![
+        stubs::Unavailable {
+            namespace: "create_ticket".into(),
+            message: "down".into(),
+        },
+        stubs::Unavailable {
+            namespace: "billing".into(),
+            message: "down".into(),
+        },
+    ];
+    let screened = stubs::screen(&tools, &down);
+    let kept: Vec<&str> = screened.tools.iter().map(|t| t.name()).collect();
+    assert_eq!(
+        kept,
+        ["create_ticket", "c", "delete", "srv.get-user", "srv.ok"]
+    );
+    let dropped = screened.dropped.join("\n");
+    for needle in [
+        "tool `srv.get_user` left out: its function would have the Python name `get_user`, which `srv.get-user` has already",
+        "tool `c_` left out: its function would have the R name `c_`, which `c` has already",
+        "tool `delete_` left out: its function would have the JavaScript name `delete_`, which `delete` has already",
+        "tool `create_ticket.x` left out: the module of its source `create_ticket` would have the Python name `create_ticket`, which `create_ticket` has already",
+        "source `create_ticket` left out: its module would have the Python name `create_ticket`, which `create_ticket` has already",
+    ] {
+        assert!(dropped.contains(needle), "{needle} not in:\n{dropped}");
+    }
+    assert_eq!(screened.unavailable.len(), 1);
+    assert_eq!(screened.unavailable[0].namespace, "billing");
+    stubs::stub_module_with(&screened.tools, &screened.unavailable).unwrap();
+    toolcell_tools::stubs_r::stub_module(&screened.tools, &screened.unavailable).unwrap();
+    toolcell_tools::stubs_js::stub_module(&screened.tools, &screened.unavailable).unwrap();
+    // Registration refuses what the screen would leave out.
+    let mut reg = ToolRegistry::empty();
+    reg.add(tool("c")).unwrap();
+    let err = reg.add(tool("c_")).unwrap_err().to_string();
+    assert!(err.contains("R name `c_`"), "{err}");
+}

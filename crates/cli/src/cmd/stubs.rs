@@ -32,7 +32,12 @@ pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
         tools.extend(extra.tools);
         unavailable = extra.unavailable;
     }
-    let module = stubs::stub_module_with(&tools, &unavailable)?;
+    // What a kernel would leave out (names that clash), it leaves out here.
+    let screened = stubs::screen(&tools, &unavailable);
+    for why in &screened.dropped {
+        tracing::warn!("{why}");
+    }
+    let module = stubs::stub_module_with(&screened.tools, &screened.unavailable)?;
     std::io::stdout().lock().write_all(module.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }

@@ -36,6 +36,12 @@ pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
         tools.extend(extra.tools);
         unavailable = extra.unavailable;
     }
+    // What a kernel would leave out (names that clash), is left out here.
+    let screened = toolcell_tools::stubs::screen(&tools, &unavailable);
+    for why in &screened.dropped {
+        tracing::warn!("{why}");
+    }
+    let (tools, unavailable) = (screened.tools, screened.unavailable);
     let mut out = std::io::stdout().lock();
     if args.json {
         let defs: Vec<_> = tools

@@ -99,12 +99,15 @@ impl Registry {
         if req.is_cancelled() {
             return *cancelled_before_start(&plan.blank);
         }
-        if let Err(e) = kernel.use_extra_tools(extra.as_ref()) {
-            return not_run(
-                Status::Error,
-                format!("{e}; none of the code ran"),
-                &plan.blank,
-            );
+        match kernel.use_extra_tools(extra.as_ref()) {
+            Ok(notices) => ready.notices.extend(notices),
+            Err(e) => {
+                return not_run(
+                    Status::Error,
+                    format!("{e}; none of the code ran"),
+                    &plan.blank,
+                );
+            }
         }
         // From here a cancel interrupts this cell (not the session's
         // others): the cell watches the request's token beside the

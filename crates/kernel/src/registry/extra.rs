@@ -25,6 +25,9 @@ pub struct ExtraTools {
     /// changing (a re-registration with a new schema, a server's refreshed
     /// list); part of the fingerprint.
     pub generation: u64,
+    /// Warnings about the set (tools a source listed but left out, and
+    /// why), for the `warning` of the first cell that gets these tools.
+    pub notices: Vec<String>,
 }
 
 impl std::fmt::Debug for ExtraTools {
@@ -36,6 +39,7 @@ impl std::fmt::Debug for ExtraTools {
             )
             .field("unavailable", &self.unavailable)
             .field("generation", &self.generation)
+            .field("notices", &self.notices)
             .finish()
     }
 }
@@ -47,6 +51,7 @@ impl ExtraTools {
             tools,
             unavailable: Vec::new(),
             generation,
+            notices: Vec::new(),
         }
     }
 
@@ -59,6 +64,7 @@ impl ExtraTools {
     pub fn extend(&mut self, other: ExtraTools) {
         self.tools.extend(other.tools);
         self.unavailable.extend(other.unavailable);
+        self.notices.extend(other.notices);
         self.generation = mix(self.generation, other.generation);
     }
 
@@ -119,6 +125,7 @@ impl ExtraTools {
                 .cloned()
                 .collect(),
             generation: self.generation,
+            notices: self.notices.clone(),
         }
     }
 }

@@ -32,13 +32,15 @@ pub struct McpSource {
 }
 
 impl McpSource {
-    /// A source for `specs` (nothing starts until a cell needs them).
+    /// A source for `specs` (nothing starts until a cell needs them). What
+    /// the servers say passes the host's redactor
+    /// ([`host_redactor`](crate::env::host_redactor)).
     ///
     /// # Errors
     /// [`McpError`] naming the first entry that cannot be used.
     pub fn new(specs: Vec<McpServerSpec>) -> Result<Self, McpError> {
         Ok(Self {
-            hub: McpHub::new(specs)?,
+            hub: McpHub::with_redactor(specs, crate::env::host_redactor())?,
         })
     }
 
@@ -53,6 +55,7 @@ impl ToolSource for McpSource {
         Box::pin(async move {
             let now = self.hub.tools().await;
             let mut unavailable: Vec<Unavailable> = Vec::new();
+            let mut notices = Vec::new();
             for f in now.failed {
                 let prefix = format!("{}.", f.server);
                 let has_tools = now.tools.iter().any(|t| t.name().starts_with(&prefix));
@@ -61,12 +64,16 @@ impl ToolSource for McpSource {
                         namespace: f.server,
                         message: f.message,
                     });
+                } else if has_tools {
+                    // Tools it listed but that were left out: the cell hears why.
+                    notices.push(f.message);
                 }
             }
             ExtraTools {
                 tools: now.tools,
                 unavailable,
                 generation: now.generation,
+                notices,
             }
         })
     }

@@ -278,8 +278,7 @@ impl Registry {
         }
         let host: Vec<(OsString, OsString)> = std::env::vars_os().collect();
         let base_env = crate::env::child_env(host.clone(), &opts.passthrough);
-        let secrets = crate::env::host_secret_values(host);
-        let redactor = Redactor::new(secrets).unwrap_or_else(|_| Redactor::builtin());
+        let redactor = crate::env::host_redactor();
         let lifecycle = crate::lifecycle::Lifecycle::new(opts.remote_records.clone())
             .map_err(|e| RegistryError::Random(e.to_string()))?;
         // What crashed hosts left on the remotes (their `list`), in the

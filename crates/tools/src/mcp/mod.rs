@@ -19,6 +19,16 @@
 //!   makes calls fail with a [`ToolError`] naming the server and quoting its
 //!   last stderr lines; the next call (or [`McpHub::tools`]) starts it again,
 //!   at most once every [`RESTART_INTERVAL`].
+//! - **Redaction.** Everything a server says passes the host's redactor
+//!   ([`McpHub::with_redactor`]) before it reaches a schema, a stub, a log or
+//!   a message: tool descriptions and schemas, stderr lines, stdout
+//!   garbage, error texts. A tool whose name or property names would have
+//!   to be masked is left out.
+//! - **Names.** A tool whose function name (or a parameter's) would clash
+//!   with another of the server's in the stub module of any language
+//!   (`get-user` and `get_user`) is left out, with a failure naming both
+//!   ([`crate::stubs::screen`]): a server's tool list never costs more than
+//!   its own tools.
 //! - **Tool list changes.** `notifications/tools/list_changed` (and a
 //!   restart that brings other tools) bumps [`McpHub::generation`]; the next
 //!   [`McpHub::tools`] re-lists.
@@ -66,6 +76,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use server::Server;
+use toolcell_redact::Redactor;
 
 use crate::tool::DynTool;
 #[cfg(doc)]
@@ -263,6 +274,12 @@ pub struct McpHub {
     generation: Arc<AtomicU64>,
 }
 
+/// The redactor a hub uses unless given one: the built-in rules plus the
+/// values of this process's secret-named environment variables.
+fn default_redactor() -> Redactor {
+    Redactor::from_env().unwrap_or_else(|_| Redactor::builtin())
+}
+
 impl fmt::Debug for McpHub {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("McpHub")
@@ -280,12 +297,30 @@ impl fmt::Debug for McpHub {
 }
 
 impl McpHub {
-    /// A hub for `specs`; nothing is started yet.
+    /// A hub for `specs`; nothing is started yet. What the servers send
+    /// goes through the built-in redaction rules and this process's secret
+    /// environment values (see [`McpHub::with_redactor`]).
     ///
     /// # Errors
     /// [`McpError`] for the first entry that cannot be used (see
     /// [`McpServerSpec::validate`]) or a name used twice.
     pub fn new(specs: Vec<McpServerSpec>) -> Result<Arc<Self>, McpError> {
+        Self::with_redactor(specs, default_redactor())
+    }
+
+    /// A hub for `specs` whose servers' words pass `redactor` (the host's)
+    /// before anyone sees them: every tool's description and schemas
+    /// ([`SchemaTool::redacted`](crate::SchemaTool::redacted); a tool whose
+    /// name or property names would have to be masked is left out), the
+    /// lines of their stderr (in logs and messages), what they print on
+    /// stdout by mistake, and their error messages.
+    ///
+    /// # Errors
+    /// As [`McpHub::new`].
+    pub fn with_redactor(
+        specs: Vec<McpServerSpec>,
+        redactor: Redactor,
+    ) -> Result<Arc<Self>, McpError> {
         let generation = Arc::new(AtomicU64::new(0));
         let mut servers: Vec<Arc<Server>> = Vec::with_capacity(specs.len());
         for spec in specs {
@@ -293,7 +328,7 @@ impl McpHub {
             if servers.iter().any(|s| s.spec.name == spec.name) {
                 return Err(McpError::Duplicate(spec.name));
             }
-            servers.push(Server::new(spec, Arc::clone(&generation)));
+            servers.push(Server::new(spec, Arc::clone(&generation), redactor.clone()));
         }
         Ok(Arc::new(Self {
             servers,

@@ -24,6 +24,7 @@ use super::stdio::{self, ProcessGroup, StderrTail, StdoutProblem};
 use super::{MAX_MESSAGE_BYTES, McpServerSpec, RESTART_INTERVAL, result};
 use crate::schema_tool::SchemaTool;
 use crate::tool::{DynTool, ToolContext, ToolError};
+use toolcell_redact::Redactor;
 
 /// The most tools one server may list (more are left out, with a failure).
 const MAX_TOOLS: usize = 1000;
@@ -105,6 +106,8 @@ struct State {
 pub(crate) struct Server {
     pub(crate) spec: McpServerSpec,
     generation: Arc<AtomicU64>,
+    /// Everything the server says passes it before it is shown or logged.
+    redactor: Redactor,
     state: Mutex<State>,
     /// Held while a start (or a re-listing) runs.
     start: Arc<tokio::sync::Mutex<()>>,
@@ -120,15 +123,28 @@ pub(crate) struct Current {
 }
 
 impl Server {
-    pub(crate) fn new(spec: McpServerSpec, generation: Arc<AtomicU64>) -> Arc<Self> {
+    pub(crate) fn new(
+        spec: McpServerSpec,
+        generation: Arc<AtomicU64>,
+        redactor: Redactor,
+    ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             spec,
             generation,
+            redactor,
             state: Mutex::new(State::default()),
             start: Arc::new(tokio::sync::Mutex::new(())),
             closed: AtomicBool::new(false),
             me: me.clone(),
         })
+    }
+
+    /// `msg` (which may quote the server) through the redactor.
+    fn clean(&self, msg: String) -> String {
+        match self.redactor.redact(&msg) {
+            std::borrow::Cow::Borrowed(_) => msg,
+            std::borrow::Cow::Owned(clean) => clean,
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -210,9 +226,9 @@ impl Server {
                 }
                 Ok(Err(e)) => {
                     self.state().stale = true;
-                    Err(format!(
+                    Err(self.clean(format!(
                         "MCP server `{name}`: listing its tools failed: {e}"
-                    ))
+                    )))
                 }
                 Err(_) => {
                     self.state().stale = true;
@@ -224,7 +240,7 @@ impl Server {
             };
         }
         if let Some(dead) = dead {
-            let why = dead.death(&name).await;
+            let why = self.clean(dead.death(&name).await);
             tracing::warn!(server = %name, "{why}");
             self.state().failure = Some(why);
             drop(dead);
@@ -268,6 +284,7 @@ impl Server {
                 Ok(conn)
             }
             Err(why) => {
+                let why = self.clean(why);
                 tracing::warn!(server = %name, "{why}");
                 self.state().failure = Some(why.clone());
                 Err(why)
@@ -311,7 +328,7 @@ impl Server {
                 )),
             };
         }
-        let spawned = stdio::spawn(&self.spec, MAX_MESSAGE_BYTES)?;
+        let spawned = stdio::spawn(&self.spec, MAX_MESSAGE_BYTES, &self.redactor)?;
         let stderr = Arc::clone(&spawned.stderr);
         let stdout_problem = Arc::clone(&spawned.stdout_problem);
         let group = spawned.group;
@@ -420,6 +437,16 @@ impl Server {
                 Err(e) => problems.push(format!("MCP server `{name}`: tool left out: {e}")),
             }
         }
+        // Names that would clash in a stub module (`get-user`, `get_user`):
+        // the later tool is left out, never the server's whole list.
+        let screened = crate::stubs::screen(&tools, &[]);
+        tools = screened.tools;
+        problems.extend(
+            screened
+                .dropped
+                .into_iter()
+                .map(|why| format!("MCP server `{name}`: {why}")),
+        );
         for want in &self.spec.tools {
             let qualified = format!("{name}.{want}");
             if !tools.iter().any(|t| t.name() == qualified) {
@@ -427,6 +454,10 @@ impl Server {
                     "MCP server `{name}` has no tool `{want}` (named in its `tools`)"
                 ));
             }
+        }
+        let problems: Vec<String> = problems.into_iter().map(|p| self.clean(p)).collect();
+        for problem in &problems {
+            tracing::warn!(server = %name, "{problem}");
         }
         let fingerprint = hasher.finish();
         let mut st = self.state();
@@ -478,6 +509,8 @@ impl Server {
             Some(schema) => made.with_output_schema(schema).map_err(|e| e.to_string())?,
             None => made,
         };
+        // What the model sees of it: the host's secrets masked.
+        let made = made.redacted(&self.redactor).map_err(|e| e.to_string())?;
         // The function of `toolcell_tools.SERVER`.
         let made = made
             .in_namespace(self.spec.name.clone())
@@ -531,23 +564,23 @@ impl Server {
     async fn call_error(&self, conn: &Conn, qualified: &str, e: ServiceError) -> ToolError {
         let name = &self.spec.name;
         match e {
-            ServiceError::McpError(data) => ToolError::failed(format!(
+            ServiceError::McpError(data) => ToolError::failed(self.clean(format!(
                 "MCP server `{name}` refused the call: {} (code {})",
                 data.message, data.code.0
-            )),
+            ))),
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
                 let death = if conn.alive() && self.spec.url.is_some() {
                     format!("MCP server `{name}` could not be reached: {e}")
                 } else {
                     conn.death(name).await
                 };
-                ToolError::failed(format!(
+                ToolError::failed(self.clean(format!(
                     "{qualified} failed: {death}\n(the next call starts the server again, at \
                      most once every {} s)",
                     RESTART_INTERVAL.as_secs()
-                ))
+                )))
             }
-            other => ToolError::failed(format!("MCP server `{name}`: {other}")),
+            other => ToolError::failed(self.clean(format!("MCP server `{name}`: {other}"))),
         }
     }
 

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
+use toolcell_redact::{Cleaner, Redactor};
 
 use super::McpServerSpec;
 
@@ -25,9 +26,13 @@ const STDERR_LINES: usize = 20;
 const STDERR_LINE_BYTES: usize = 400;
 /// How much of an offending stdout line an error message quotes, in bytes.
 const STDOUT_SAMPLE_BYTES: usize = 200;
+/// How much of an offending stdout line is redacted before the sample is
+/// cut from it (so that no secret is half shown).
+const STDOUT_REDACT_BYTES: usize = 16 << 10;
 
 /// The last lines a server wrote to stderr (bounded: [`STDERR_LINES`]
-/// lines of at most [`STDERR_LINE_BYTES`] bytes).
+/// lines of at most [`STDERR_LINE_BYTES`] bytes), cleaned and redacted
+/// before they were cut.
 #[derive(Debug, Default)]
 pub(crate) struct StderrTail {
     lines: Mutex<VecDeque<String>>,
@@ -155,12 +160,16 @@ pub(crate) struct Spawned {
 }
 
 /// Starts `spec.command` in its own process group, with `spec.env` on top
-/// of the host's environment and `spec.cwd`, its stderr drained into a
-/// [`StderrTail`].
+/// of the host's environment and `spec.cwd`, its stderr drained through
+/// `redactor` into a [`StderrTail`] (and the debug log).
 ///
 /// # Errors
 /// A message naming the server and the command when it cannot be started.
-pub(crate) fn spawn(spec: &McpServerSpec, max_line: usize) -> Result<Spawned, String> {
+pub(crate) fn spawn(
+    spec: &McpServerSpec,
+    max_line: usize,
+    redactor: &Redactor,
+) -> Result<Spawned, String> {
     let Some((program, args)) = spec.command.split_first() else {
         return Err(format!("MCP server `{}` has an empty command", spec.name));
     };
@@ -205,10 +214,20 @@ pub(crate) fn spawn(spec: &McpServerSpec, max_line: usize) -> Result<Spawned, St
         let _ = exit_tx.send(Some(description));
     });
     let tail = Arc::new(StderrTail::default());
-    tokio::spawn(drain_stderr(spec.name.clone(), stderr, Arc::clone(&tail)));
+    tokio::spawn(drain_stderr(
+        spec.name.clone(),
+        stderr,
+        Arc::clone(&tail),
+        redactor.clone(),
+    ));
     let stdout_problem = Arc::new(StdoutProblem::default());
     Ok(Spawned {
-        stdout: StdoutGuard::new(stdout, max_line, Arc::clone(&stdout_problem)),
+        stdout: StdoutGuard::new(
+            stdout,
+            max_line,
+            Arc::clone(&stdout_problem),
+            redactor.clone(),
+        ),
         stdin,
         group,
         stderr: tail,
@@ -248,37 +267,59 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// Reads stderr to its end, keeping the last lines (each cut to
-/// [`STDERR_LINE_BYTES`] without buffering more than that of a long line).
-async fn drain_stderr(name: String, stderr: tokio::process::ChildStderr, tail: Arc<StderrTail>) {
-    let mut reader = BufReader::with_capacity(8192, stderr);
-    let mut line: Vec<u8> = Vec::with_capacity(256);
+/// Reads stderr to its end through a [`Cleaner`] (ANSI stripped, secrets
+/// redacted: the host's secret values and token shapes never reach a log
+/// or a message), keeping the last lines, each cut to
+/// [`STDERR_LINE_BYTES`] only after it was redacted and without buffering
+/// more than that of a long line.
+async fn drain_stderr(
+    name: String,
+    mut stderr: tokio::process::ChildStderr,
+    tail: Arc<StderrTail>,
+    redactor: Redactor,
+) {
+    let mut cleaner = Cleaner::new(&redactor);
+    let mut buf = vec![0u8; 8192];
+    let mut clean = String::new();
+    let mut line = String::new();
     loop {
-        let (consumed, done) = {
-            let buf = match reader.fill_buf().await {
-                Ok(b) => b,
-                Err(_) => break,
-            };
-            if buf.is_empty() {
-                break;
-            }
-            let (take, done) = match memchr::memchr(b'\n', buf) {
-                Some(i) => (i + 1, true),
-                None => (buf.len(), false),
-            };
-            let room = (STDERR_LINE_BYTES + 4).saturating_sub(line.len());
-            line.extend_from_slice(&buf[..take.min(room)]);
-            (take, done)
+        let n = match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
         };
-        reader.consume(consumed);
+        clean.clear();
+        cleaner.push(&buf[..n], &mut clean);
+        take_lines(&name, &clean, &mut line, &tail);
+    }
+    clean.clear();
+    cleaner.finish(&mut clean);
+    take_lines(&name, &clean, &mut line, &tail);
+    if !line.is_empty() {
+        tail.push(line.as_bytes());
+    }
+}
+
+/// Splits cleaned stderr text into lines for the tail: `line` holds the
+/// start of the current one (at most [`STDERR_LINE_BYTES`] + 4 bytes).
+fn take_lines(name: &str, text: &str, line: &mut String, tail: &StderrTail) {
+    for piece in text.split_inclusive('\n') {
+        let (body, done) = match piece.strip_suffix('\n') {
+            Some(body) => (body, true),
+            None => (piece, false),
+        };
+        let room = (STDERR_LINE_BYTES + 4).saturating_sub(line.len());
+        if room > 0 {
+            let mut cut = room.min(body.len());
+            while !body.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            line.push_str(&body[..cut]);
+        }
         if done {
-            tracing::debug!(server = %name, line = %String::from_utf8_lossy(&line).trim_end(), "MCP server stderr");
-            tail.push(&line);
+            tracing::debug!(server = %name, line = %line.trim_end(), "MCP server stderr");
+            tail.push(line.as_bytes());
             line.clear();
         }
-    }
-    if !line.is_empty() {
-        tail.push(&line);
     }
 }
 
@@ -303,10 +344,12 @@ pub(crate) struct StdoutGuard<R> {
     max_line: usize,
     problem: Arc<StdoutProblem>,
     failed: Option<String>,
+    /// The quoted sample of an offending line goes through it first.
+    redactor: Redactor,
 }
 
 impl<R> StdoutGuard<R> {
-    fn new(inner: R, max_line: usize, problem: Arc<StdoutProblem>) -> Self {
+    fn new(inner: R, max_line: usize, problem: Arc<StdoutProblem>, redactor: Redactor) -> Self {
         Self {
             inner,
             state: LineState::Start,
@@ -314,6 +357,7 @@ impl<R> StdoutGuard<R> {
             max_line,
             problem,
             failed: None,
+            redactor,
         }
     }
 
@@ -332,7 +376,9 @@ impl<R> StdoutGuard<R> {
                     _ => {
                         let rest = &bytes[i..];
                         let end = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
-                        let sample = cut_line(&rest[..end], STDOUT_SAMPLE_BYTES);
+                        // Redacted before it is cut: no secret is half shown.
+                        let cleaned = self.redactor.clean(&rest[..end.min(STDOUT_REDACT_BYTES)]);
+                        let sample = cut_line(cleaned.as_bytes(), STDOUT_SAMPLE_BYTES);
                         return Err((
                             i,
                             format!(
@@ -410,7 +456,7 @@ mod tests {
     use super::*;
 
     fn guard(max: usize) -> StdoutGuard<&'static [u8]> {
-        StdoutGuard::new(&b""[..], max, Arc::default())
+        StdoutGuard::new(&b""[..], max, Arc::default(), Redactor::builtin())
     }
 
     #[test]

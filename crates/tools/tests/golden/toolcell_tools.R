@@ -87,7 +87,7 @@ retry <- function(f, attempts = 3L, base_delay = 0.5) {
 #' @return {files_changed: [str], replacements: int, diff: str}
 #' @section Errors: stops with a ToolError condition when the host refuses the call or the tool fails.
 patch <- function(path = NULL, old_string = NULL, new_string = NULL, replace_all = FALSE, mode = "replace", patch = NULL) {
-  .toolcell_call("patch", list(path = path, old_string = old_string, new_string = new_string, replace_all = replace_all, mode = mode, patch = patch))
+  .toolcell_call("patch", base::list(path = path, old_string = old_string, new_string = new_string, replace_all = replace_all, mode = mode, patch = patch))
 }
 
 #' Read lines of a text file.
@@ -99,7 +99,7 @@ patch <- function(path = NULL, old_string = NULL, new_string = NULL, replace_all
 #' @return {content: str, total_lines: int, truncated: bool}
 #' @section Errors: stops with a ToolError condition when the host refuses the call or the tool fails.
 read_file <- function(path, offset = 1, limit = 2000) {
-  .toolcell_call("read_file", list(path = path, offset = offset, limit = limit))
+  .toolcell_call("read_file", base::list(path = path, offset = offset, limit = limit))
 }
 
 #' Search file contents with a regex, or find files by name with a glob (ripgrep's engine).
@@ -115,7 +115,7 @@ read_file <- function(path, offset = 1, limit = 2000) {
 #' @return {matches: [{path: str, line: Optional[int], text: Optional[str], before: Optional[List[str]], after: Optional[List[str]], count: Optional[int]}], total: int, truncated: bool}
 #' @section Errors: stops with a ToolError condition when the host refuses the call or the tool fails.
 search_files <- function(pattern, target = "content", path = ".", file_glob = NULL, limit = 50, offset = 0, output_mode = "content", context = 0) {
-  .toolcell_call("search_files", list(pattern = pattern, target = target, path = path, file_glob = file_glob, limit = limit, offset = offset, output_mode = output_mode, context = context))
+  .toolcell_call("search_files", base::list(pattern = pattern, target = target, path = path, file_glob = file_glob, limit = limit, offset = offset, output_mode = output_mode, context = context))
 }
 
 #' Run a shell command in the foreground and return its output.
@@ -127,7 +127,7 @@ search_files <- function(pattern, target = "content", path = ".", file_glob = NU
 #' @return {output: str, exit_code: int, timed_out: bool}
 #' @section Errors: stops with a ToolError condition when the host refuses the call or the tool fails.
 terminal <- function(command, timeout = 60, workdir = NULL) {
-  .toolcell_call("terminal", list(command = command, timeout = timeout, workdir = workdir))
+  .toolcell_call("terminal", base::list(command = command, timeout = timeout, workdir = workdir))
 }
 
 #' Fetch web pages and return each as markdown with its title.
@@ -138,7 +138,7 @@ terminal <- function(command, timeout = 60, workdir = NULL) {
 #' @return {results: [{url: str, title: str, content: str, error: Optional[str], full_text_path: Optional[str]}]}
 #' @section Errors: stops with a ToolError condition when the host refuses the call or the tool fails.
 web_extract <- function(urls, char_limit = 15000) {
-  .toolcell_call("web_extract", list(urls = if (is.null(urls)) NULL else I(urls), char_limit = char_limit))
+  .toolcell_call("web_extract", base::list(urls = if (base::is.null(urls)) NULL else base::I(urls), char_limit = char_limit))
 }
 
 #' Search the web and return result URLs, titles and snippets.
@@ -149,7 +149,7 @@ web_extract <- function(urls, char_limit = 15000) {
 #' @return {data: {web: [{url: str, title: str, description: str}]}}
 #' @section Errors: stops with a ToolError condition when the host refuses the call or the tool fails.
 web_search <- function(query, limit = 5) {
-  .toolcell_call("web_search", list(query = query, limit = limit))
+  .toolcell_call("web_search", base::list(query = query, limit = limit))
 }
 
 #' Write a whole file, replacing it atomically.
@@ -160,5 +160,5 @@ web_search <- function(query, limit = 5) {
 #' @return {path: str, bytes_written: int}
 #' @section Errors: stops with a ToolError condition when the host refuses the call or the tool fails.
 write_file <- function(path, content) {
-  .toolcell_call("write_file", list(path = path, content = content))
+  .toolcell_call("write_file", base::list(path = path, content = content))
 }
