@@ -49,6 +49,13 @@ const MAX_CELL_FILES: usize = 64;
 /// Largest file a remote cell may send back (as `figures.rs` accepts).
 const MAX_FILE_BYTES: usize = 16 << 20;
 
+/// Longest a write to a kernel's request channel may go without moving a
+/// byte before the channel is given up: a runner (or a remote) that stops
+/// reading cannot hold a writer — an in-band tool reply, an `interrupt` —
+/// for ever. The cell's own `execute` is bounded sooner, by the cell's
+/// deadline (see [`Kernel::execute`]).
+const WRITE_STALL: Duration = Duration::from_secs(30);
+
 /// The request channel to the runner (fd 3 for a local Python kernel,
 /// stdin for a remote, R or JavaScript kernel). Writers take turns:
 /// `execute`, `interrupt`, `shutdown` and in-band tool replies never
@@ -65,15 +72,54 @@ impl RequestPipe {
     }
 
     /// Writes one whole request (or the bootstrap payload).
+    ///
+    /// The writer is out of the channel while it writes and goes back only
+    /// once the whole line is written: a write that fails, that stalls for
+    /// [`WRITE_STALL`], or whose future is dropped half-way (a caller's
+    /// timeout, a cell that gave up) may have left part of a line, so the
+    /// channel is closed instead — the runner sees EOF and ends, and no
+    /// later request is read glued to a torn one.
     pub(crate) async fn send(&self, bytes: &[u8]) -> std::io::Result<()> {
+        self.send_within(bytes, Some(WRITE_STALL)).await
+    }
+
+    /// [`RequestPipe::send`] with `stall` as the bound on a write that moves
+    /// nothing (`None`: no bound of its own; the caller bounds it, as a
+    /// cell's `execute` is by the cell's deadline).
+    async fn send_within(&self, bytes: &[u8], stall: Option<Duration>) -> std::io::Result<()> {
         let mut g = self.w.lock().await;
-        match g.as_mut() {
-            Some(w) => {
-                w.write_all(bytes).await?;
-                w.flush().await
+        let Some(mut w) = g.take() else {
+            return Err(std::io::ErrorKind::BrokenPipe.into());
+        };
+        let stalled = |limit: Duration| {
+            tracing::warn!(
+                "a kernel read nothing of a request for {limit:?}; its request channel is closed"
+            );
+            std::io::Error::from(std::io::ErrorKind::TimedOut)
+        };
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let wrote = match stall {
+                Some(limit) => tokio::time::timeout(limit, w.write(rest))
+                    .await
+                    .map_err(|_| stalled(limit))?,
+                None => w.write(rest).await,
+            };
+            match wrote {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => rest = rest.get(n..).unwrap_or_default(),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
-            None => Err(std::io::ErrorKind::BrokenPipe.into()),
         }
+        match stall {
+            Some(limit) => tokio::time::timeout(limit, w.flush())
+                .await
+                .map_err(|_| stalled(limit))??,
+            None => w.flush().await?,
+        }
+        *g = Some(w);
+        Ok(())
     }
 
     /// Closes the channel (the runner sees EOF and kills its group). A
@@ -1395,6 +1441,9 @@ impl Kernel {
     /// local R and JavaScript kernels always do; remote ones get the
     /// in-band request, which their runner's reader turns into SIGINT).
     pub fn interrupt(&self) {
+        // A stopped kernel (a cell can SIGSTOP its own process) reads no
+        // request and takes no signal: it is continued first.
+        self.resume();
         if self.spec.language.inband() && self.spec.remote.is_none() {
             // A local R or JavaScript runner takes SIGINT itself (its relay
             // would only pass it on).
@@ -1426,6 +1475,20 @@ impl Kernel {
                     let _ = killpg(Pid::from_raw(p), Signal::SIGINT);
                 }
             }
+        }
+    }
+
+    /// SIGCONT to the kernel: its process group (a local runner leads
+    /// one), and for a remote the local command's whole tree (a signal
+    /// that ends nothing: the connection stays).
+    fn resume(&self) {
+        if self.pid == 0 || self.dead {
+            return;
+        }
+        if self.spec.remote.is_some() {
+            self.tree().signal(Signal::SIGCONT);
+        } else if let Ok(p) = i32::try_from(self.pid) {
+            let _ = killpg(Pid::from_raw(p), Signal::SIGCONT);
         }
     }
 
@@ -1477,6 +1540,7 @@ impl Kernel {
         if !self.dead
             && let Ok(line) = Request::Shutdown.to_line()
         {
+            self.resume();
             let _ = tokio::time::timeout(grace, self.requests.send(&line)).await;
             let _ = tokio::time::timeout(grace, self.child.wait()).await;
         }
@@ -1632,15 +1696,23 @@ impl Kernel {
         {
             tracing::warn!(kernel = %self.spec.id, "cannot re-arm [limits] cpu_seconds: {e}");
         }
-        let sent = match line {
-            Ok(l) => {
-                !self.dead && self.eof == [false, false] && self.requests.send(&l).await.is_ok()
+        // The request is written while the cell's clock runs: a kernel that
+        // reads nothing (stopped by a cell, a remote that stopped reading)
+        // must not hold the cell, its interrupt or its session's shutdown
+        // past the deadline. The write goes on beside the events, the timer
+        // and the interrupt below; a cell that ends before it is done drops
+        // it, which closes the channel (a torn line is never followed).
+        let not_sent = "it was no longer running when the cell was sent";
+        let mut sending: Option<SendFuture> = match line {
+            Ok(l) if !self.dead && self.eof == [false, false] => {
+                let pipe = Arc::clone(&self.requests);
+                Some(Box::pin(async move { pipe.send_within(&l, None).await }))
             }
-            Err(_) => false,
+            _ => {
+                died = Some(not_sent.into());
+                None
+            }
         };
-        if !sent {
-            died = Some("it was no longer running when the cell was sent".into());
-        }
 
         while died.is_none() && !(result.is_some() && got_end) {
             let wake = match end_wait {
@@ -1684,6 +1756,17 @@ impl Kernel {
                         }
                     }
                 },
+                sent = async {
+                    match sending.as_mut() {
+                        Some(f) => f.await,
+                        None => std::future::pending().await,
+                    }
+                }, if sending.is_some() => {
+                    sending = None;
+                    if sent.is_err() && result.is_none() {
+                        died = Some(not_sent.into());
+                    }
+                },
                 () = tokio::time::sleep_until(wake) => {
                     if result.is_some() {
                         // The end frame is late; everything else is in.
@@ -1724,6 +1807,14 @@ impl Kernel {
             }
         }
 
+        // A request still being written is torn off here: dropping its
+        // write closes the channel. Only a kill or a death ends a cell that
+        // early — or a runner that answered before reading its whole
+        // request, which cannot be trusted with another: it goes too.
+        if sending.take().is_some() && died.is_none() && !matches!(phase, Phase::Killed { .. }) {
+            tracing::warn!(kernel = %self.spec.id, "the kernel answered a cell it had not read whole; it is stopped");
+            self.kill(opts.kill_grace).await;
+        }
         if let Phase::Killed { .. } = phase {
             self.kill(opts.kill_grace).await;
             // Collect what is still in the pipes.
@@ -2040,6 +2131,9 @@ impl StreamOut {
         self.capture.finish()
     }
 }
+
+/// A request being written to a kernel, polled beside the cell's events.
+type SendFuture = std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>>;
 
 /// A started child, before the handshake.
 struct Launched {

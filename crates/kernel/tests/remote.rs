@@ -679,9 +679,13 @@ async fn a_connection_that_stalls_mid_cell_times_out_and_the_host_serves_on() {
         o.interrupt_grace = Duration::from_millis(500);
         o.kill_grace = Duration::from_millis(500);
     });
-    // The runner stops itself: no byte moves either way, as on a stalled link.
+    // The runner stops itself, again each time it is continued (the host's
+    // interrupt sends SIGCONT), and ignores SIGINT: no byte moves either
+    // way, as on a stalled link.
     let mut r = req(
-        "import os, signal\nprint('pid=%d' % os.getpid(), flush=True)\nos.kill(os.getpid(), signal.SIGSTOP)",
+        "import os, signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n\
+         print('pid=%d' % os.getpid(), flush=True)\n\
+         while True:\n    os.kill(os.getpid(), signal.SIGSTOP)",
     );
     r.timeout = Some(Duration::from_secs(1));
     let t = Instant::now();

@@ -197,10 +197,20 @@ impl Tree {
 
     /// Sends `signal` to the group and every member.
     pub fn signal(&self, signal: Signal) {
-        self.signal_group(signal);
+        self.signal_each(&[signal]);
+    }
+
+    /// Sends each of `signals`, in order, to the group and every member
+    /// (one walk of `/proc`).
+    fn signal_each(&self, signals: &[Signal]) {
+        for &s in signals {
+            self.signal_group(s);
+        }
         for pid in self.members() {
             if let Ok(p) = i32::try_from(pid) {
-                let _ = kill(Pid::from_raw(p), signal);
+                for &s in signals {
+                    let _ = kill(Pid::from_raw(p), s);
+                }
             }
         }
     }
@@ -222,8 +232,9 @@ impl Tree {
         self.members().into_iter().any(alive)
     }
 
-    /// SIGTERM to everything, then SIGKILL after `grace` to whatever is
-    /// still there (members are looked up again, so late forks are caught).
+    /// SIGTERM to everything (and SIGCONT, so that a stopped member takes
+    /// it), then SIGKILL after `grace` to whatever is still there (members
+    /// are looked up again, so late forks are caught).
     pub async fn kill(&self, grace: Duration) {
         // One walk first: when nothing is left (the common case after a
         // SIGKILL or a clean exit) there is nothing to signal, and nothing
@@ -237,7 +248,8 @@ impl Tree {
             self.signal_group(Signal::SIGKILL);
             return;
         }
-        self.signal(Signal::SIGTERM);
+        // A stopped process keeps SIGTERM pending until it is continued.
+        self.signal_each(&[Signal::SIGTERM, Signal::SIGCONT]);
         let deadline = tokio::time::Instant::now() + grace;
         while tokio::time::Instant::now() < deadline && self.any_alive() {
             tokio::time::sleep(Duration::from_millis(20)).await;
