@@ -338,6 +338,10 @@ pub struct KernelSpec {
     /// Runs a remote's `start` and `stop` ([`crate::lifecycle`]); needed
     /// for a remote with `start`.
     pub lifecycle: Option<Arc<crate::lifecycle::Lifecycle>>,
+    /// Bytes of the files (figures) the kernel's cells sent as `file`
+    /// frames that may be kept on this host at once (`[kernels]
+    /// remote_files_cap`); 0: no cap.
+    pub files_cap: u64,
 }
 
 impl KernelSpec {
@@ -484,6 +488,8 @@ pub struct CellOutcome {
     pub protocol_errors: u32,
     /// The execution count the cell had (or would have had).
     pub execution_count: u64,
+    /// Sentences for the result's `warning` (files refused).
+    pub notices: Vec<String>,
 }
 
 /// A live kernel.
@@ -523,6 +529,12 @@ pub struct Kernel {
     /// The files of its working directory after its last cell (SPEC §16).
     files: Option<Box<crate::watch::Watcher>>,
     pumps_busy: Arc<AtomicUsize>,
+    /// Bytes of the files cells sent (`file` frames) kept in the
+    /// artifacts directory now, under [`KernelSpec::files_cap`].
+    files_kept: u64,
+    /// The files the last cell sent that its result lists (name, bytes),
+    /// until [`Kernel::keep_files`] says which the host kept.
+    cell_files: Vec<(String, u64)>,
     /// A lifecycle remote's allocation: dropped last, after the kernel and
     /// its command are gone, which runs the remote's `stop`.
     allocation: Option<crate::lifecycle::Allocation>,
@@ -882,6 +894,8 @@ impl Kernel {
             // thread's times on each read (~10 µs for a Python kernel).
             proc_stat: std::fs::File::open(format!("/proc/{pid}/task/{pid}/stat")).ok(),
             started: toolcell_tools::process::start_time(pid),
+            files_kept: 0,
+            cell_files: Vec::new(),
             allocation,
         };
         let hello = Request::Hello(Hello {
@@ -1680,8 +1694,10 @@ impl Kernel {
         let mut timer = deadline;
         let mut end_wait: Option<Instant> = None;
         let mut died: Option<String> = None;
-        // Files a remote cell sent back (figures), by name.
-        let mut files: Vec<String> = Vec::new();
+        // Files a remote cell sent back (figures): name and bytes.
+        let mut files: Vec<(String, u64)> = Vec::new();
+        // How many were refused for the kernel's cap on them.
+        let mut over_cap = 0usize;
 
         let line = Request::Execute(Execute {
             id: id.clone(),
@@ -1730,9 +1746,13 @@ impl Kernel {
                     }
                     Some(Ev::Raw(s, b)) => streams[idx(s)].push(&b, opts),
                     Some(Ev::Frame(StreamKind::Stdout, body)) if is_frame_of(&body, "file") => {
-                        if let Err(e) = self.take_file(&body, &mut files) {
-                            protocol_errors += 1;
-                            tracing::warn!(kernel = %self.spec.id, "dropped a file frame: {e}");
+                        match self.take_file(&body, &mut files) {
+                            Ok(()) => {}
+                            Err(FileRefused::OverCap) => over_cap += 1,
+                            Err(FileRefused::Bad(e)) => {
+                                protocol_errors += 1;
+                                tracing::warn!(kernel = %self.spec.id, "dropped a file frame: {e}");
+                            }
                         }
                     }
                     Some(Ev::Frame(s, body)) => match (s, Reply::from_body(&body)) {
@@ -1862,10 +1882,31 @@ impl Kernel {
             // kernel. Other paths are left as they are (and dropped there).
             let artifacts = self.dir.join("artifacts");
             for d in &mut r.display {
-                if files.contains(&d.path) {
+                if files.iter().any(|(name, _)| *name == d.path) {
                     d.path = artifacts.join(&d.path).display().to_string();
                 }
             }
+        }
+        // What the result does not list is of no use to anyone: it goes
+        // now, not with the kernel (a runner could otherwise fill this
+        // host's disk with files nobody asked for).
+        let listed = |name: &str| {
+            result.as_ref().is_some_and(|r| {
+                r.display
+                    .iter()
+                    .any(|d| Path::new(&d.path).file_name() == Some(std::ffi::OsStr::new(name)))
+            })
+        };
+        let (kept, unlisted): (Vec<_>, Vec<_>) =
+            files.into_iter().partition(|(name, _)| listed(name));
+        self.remove_files(&unlisted);
+        self.cell_files = kept;
+        let mut notices = Vec::new();
+        if over_cap > 0 {
+            notices.push(format!(
+                "{over_cap} file(s) the kernel sent back (figures) were refused: the files of this kernel kept on the host would pass [kernels] remote_files_cap ({} bytes). Figures of earlier cells are freed when the session ends or is reset.",
+                self.spec.files_cap
+            ));
         }
         if let Some(r) = &result {
             self.execution_count = r.execution_count;
@@ -1899,6 +1940,42 @@ impl Kernel {
             alive: !self.dead,
             protocol_errors,
             execution_count: self.execution_count,
+            notices,
+        }
+    }
+
+    /// After the host checked the last cell's figures: the files that cell
+    /// sent which are not among `kept` (dropped by the check) are removed.
+    pub(crate) fn keep_files(&mut self, kept: &[crate::result::Display]) {
+        let sent = std::mem::take(&mut self.cell_files);
+        let (_, dropped): (Vec<_>, Vec<_>) = sent.into_iter().partition(|(name, _)| {
+            kept.iter()
+                .any(|d| Path::new(&d.path).file_name() == Some(std::ffi::OsStr::new(name)))
+        });
+        self.remove_files(&dropped);
+    }
+
+    /// Removes these files (sent by cells) from the artifacts directory.
+    fn remove_files(&mut self, files: &[(String, u64)]) {
+        if files.is_empty() {
+            return;
+        }
+        let dir = PrivateDir::ensure(&self.dir).and_then(|d| d.open_dir("artifacts"));
+        for (name, bytes) in files {
+            let gone = match &dir {
+                Ok(d) => nix::unistd::unlinkat(
+                    d.fd(),
+                    name.as_str(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                )
+                .is_ok(),
+                Err(_) => false,
+            };
+            if gone {
+                self.files_kept = self.files_kept.saturating_sub(*bytes);
+            } else {
+                tracing::warn!(kernel = %self.spec.id, "cannot remove a file a cell sent: {name}");
+            }
         }
     }
 
@@ -1919,8 +1996,13 @@ impl Kernel {
             .sum()
     }
 
-    /// Stores a `file` frame from a remote cell in the artifacts directory.
-    fn take_file(&self, body: &[u8], files: &mut Vec<String>) -> Result<(), String> {
+    /// Stores a `file` frame from a remote cell in the artifacts directory,
+    /// within the kernel's cap on such files.
+    fn take_file(
+        &mut self,
+        body: &[u8],
+        files: &mut Vec<(String, u64)>,
+    ) -> Result<(), FileRefused> {
         use base64::Engine as _;
         use std::io::Write as _;
         #[derive(serde::Deserialize)]
@@ -1928,9 +2010,10 @@ impl Kernel {
             name: String,
             data: String,
         }
-        let f: FileFrame = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+        let bad = |e: String| FileRefused::Bad(e);
+        let f: FileFrame = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
         if files.len() >= MAX_CELL_FILES {
-            return Err(format!("more than {MAX_CELL_FILES} files in one cell"));
+            return Err(bad(format!("more than {MAX_CELL_FILES} files in one cell")));
         }
         let ok_name = !f.name.is_empty()
             && f.name.len() <= 128
@@ -1939,23 +2022,35 @@ impl Kernel {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
         if !ok_name {
-            return Err("bad file name".into());
+            return Err(bad("bad file name".into()));
         }
         if f.data.len() > MAX_FILE_BYTES / 3 * 4 + 4 {
-            return Err("file too large".into());
+            return Err(bad("file too large".into()));
+        }
+        let cap = self.spec.files_cap;
+        // At least this many bytes once decoded: refused before decoding.
+        let least = (f.data.len() / 4 * 3).saturating_sub(2) as u64;
+        if cap > 0 && self.files_kept.saturating_add(least) > cap {
+            return Err(FileRefused::OverCap);
         }
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(f.data.as_bytes())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| bad(e.to_string()))?;
+        let len = bytes.len() as u64;
+        if cap > 0 && self.files_kept.saturating_add(len) > cap {
+            return Err(FileRefused::OverCap);
+        }
         let dir = PrivateDir::ensure(&self.dir)
             .and_then(|d| match d.open_dir("artifacts") {
                 Ok(a) => Ok(a),
                 Err(_) => d.create_dir("artifacts"),
             })
-            .map_err(|e| e.to_string())?;
-        let mut file = dir.create_file(&f.name).map_err(|e| e.to_string())?;
-        file.write_all(&bytes).map_err(|e| e.to_string())?;
-        files.push(f.name);
+            .map_err(|e| bad(e.to_string()))?;
+        let mut file = dir.create_file(&f.name).map_err(|e| bad(e.to_string()))?;
+        // Counted from here: a file half-written is on the disk too.
+        self.files_kept += len;
+        files.push((f.name, len));
+        file.write_all(&bytes).map_err(|e| bad(e.to_string()))?;
         Ok(())
     }
 
@@ -2130,6 +2225,14 @@ impl StreamOut {
         self.emit(opts);
         self.capture.finish()
     }
+}
+
+/// Why a `file` frame was not stored.
+enum FileRefused {
+    /// The kernel's files would pass [`KernelSpec::files_cap`].
+    OverCap,
+    /// The frame is malformed (a protocol error).
+    Bad(String),
 }
 
 /// A request being written to a kernel, polled beside the cell's events.

@@ -843,3 +843,52 @@ async fn r_and_javascript_through_a_real_sshd() {
     other_semantics(&f, &JS_CELLS).await;
     f.reg.shutdown_all().await;
 }
+
+/// A cell that finds the runner's own `_send_file` (its frames carry the
+/// secret sentinel) and sends six 1 MB files no result will list.
+const UNLISTED_FILES_CELL: &str = r#"
+import os, sys
+f = sys._getframe()
+while f is not None and '_send_file' not in f.f_globals:
+    f = f.f_back
+send = f.f_globals['_send_file']
+for i in range(6):
+    path = 'junk-%d.png' % i
+    with open(path, 'wb') as out:
+        out.write(b'\x89PNG\r\n\x1a\n' + os.urandom(1000000 - 8))
+    send(path, 'image/png')
+print('sent')
+"#;
+
+/// The files in kernel `id`'s artifacts directory.
+fn artifacts(f: &Fixture, id: &str) -> Vec<PathBuf> {
+    common::entries(&f.kernels_root().join(id).join("artifacts"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_11_files_a_remote_sends_are_capped_and_unlisted_ones_deleted() {
+    let f = fixture(local_launcher(), |o| o.remote_files_cap = 4 << 20);
+    for round in 0..2 {
+        let r = run(&f, req(UNLISTED_FILES_CELL)).await;
+        assert_success(&r);
+        assert_eq!(r.output, "sent\n", "{}", show(&r));
+        assert!(r.display.is_empty(), "{}", show(&r));
+        // Four fit under the cap, two are refused, with a warning.
+        let w = r.warning.clone().unwrap_or_default();
+        assert!(
+            w.contains("2 file(s)") && w.contains("remote_files_cap"),
+            "round {round}: {}",
+            show(&r)
+        );
+        // None is listed: none is kept, so the next round has the room again.
+        let left = artifacts(&f, &r.kernel.id);
+        assert!(left.is_empty(), "round {round}: left behind: {left:?}");
+    }
+    // A figure the result lists is kept, and counted.
+    let r = run(&f, req(FIGURE_CELL)).await;
+    assert_success(&r);
+    assert_eq!(r.display.len(), 1, "{}", show(&r));
+    assert_eq!(artifacts(&f, &r.kernel.id).len(), 1);
+    assert!(r.warning.is_none(), "{}", show(&r));
+    f.reg.shutdown_all().await;
+}

@@ -120,7 +120,10 @@ impl Registry {
             &inner.redactor,
             inner.opts.journaling(),
         );
+        // Files the kernel sent that the check dropped go at once.
+        kernel.keep_files(&figures.display);
         let (files, files_notice) = inner.files_after(kernel, watcher).await;
+        let mut cell_notices = std::mem::take(&mut outcome.notices);
         if ready.refill {
             fill_pool(inner);
         }
@@ -171,6 +174,7 @@ impl Registry {
         let figure_warning = figures.warning();
         result.display = figures.display;
         ready.notices.extend(result.warning.take());
+        ready.notices.append(&mut cell_notices);
         ready.notices.extend(figure_warning);
         ready.notices.extend(files_notice);
         result.files = files;

@@ -43,8 +43,8 @@ use crate::result::{ExecuteResult, round2};
 pub use extra::{ExtraTools, ToolSource};
 pub use mcp_source::McpSource;
 pub use options::{
-    KernelMode, ONE_CELL_INOTIFY_MIN_ENTRIES, RegistryOptions, default_kernels_root,
-    default_spill_dir,
+    DEFAULT_REMOTE_FILES_CAP, KernelMode, ONE_CELL_INOTIFY_MIN_ENTRIES, RegistryOptions,
+    default_kernels_root, default_spill_dir,
 };
 use pool::{Pool, fill_pool};
 use reaper::{prune_loop, reap_loop};
