@@ -1091,3 +1091,65 @@ fn an_abandoned_start_keeps_its_room_until_it_lands() {
     assert!(s.wait(LIMIT).success());
     assert!(allocations(&alloc).is_empty(), "{:?}", allocations(&alloc));
 }
+
+/// `/proc/PID/stat`'s state letter.
+fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// A host with one allocation (session `session`) on the fake remote,
+/// then SIGKILLed and left a zombie (this test, its parent, does not reap
+/// it yet): its process entry, start time included, is still there.
+fn zombie_host(env: &Env, session: &str) -> (Serve, String) {
+    let mut s = Serve::start(env, &[]);
+    let r = execute(
+        &mut s,
+        1,
+        json!({"session": session, "remote": "fake", "code": "pass"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    let id = allocation_of(&mut s, 2, session).unwrap();
+    common::signal(s.pid(), nix::sys::signal::Signal::SIGKILL);
+    assert!(
+        eventually(Duration::from_secs(10), || proc_state(s.pid()) == Some('Z')),
+        "the killed host is not a zombie: {:?}",
+        proc_state(s.pid())
+    );
+    (s, id)
+}
+
+#[test]
+fn review_12_a_killed_host_left_a_zombie_is_swept_at_start_and_on_a_later_period() {
+    // A reaper period of 0.5 s: the running host sweeps about every second.
+    let (env, alloc) = env_with("idle_timeout = 2\n", "");
+    // At start: the next host (a one-shot exec) sweeps the zombie's.
+    let (mut first, id) = zombie_host(&env, "a");
+    env.run(&["exec", "print(1)"]).expect_code(0);
+    assert!(
+        eventually(Duration::from_secs(10), || !alloc.join(&id).exists()),
+        "the zombie host's allocation was not swept at start: {:?}",
+        allocations(&alloc)
+    );
+    // On a later period: a host that runs already sweeps what a host
+    // killed after its start left.
+    let mut live = Serve::start(&env, &[]);
+    let r = execute(&mut live, 1, json!({"code": "print(1)"}));
+    assert_eq!(r["status"], "success", "{r:#}");
+    let (mut second, id) = zombie_host(&env, "b");
+    assert!(
+        eventually(Duration::from_secs(20), || !alloc.join(&id).exists()),
+        "the running host never swept the zombie host's allocation: {:?}",
+        allocations(&alloc)
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || records(&env).is_empty()),
+        "{:?}",
+        records(&env)
+    );
+    let _ = first.wait(LIMIT);
+    let _ = second.wait(LIMIT);
+    live.close_stdin();
+    assert!(live.wait(LIMIT).success());
+    assert!(allocations(&alloc).is_empty(), "{:?}", allocations(&alloc));
+}

@@ -697,7 +697,9 @@ fn now_secs() -> u64 {
 impl Record {
     /// Whether the host that wrote it is surely gone: it ran on this
     /// machine, in this pid namespace, and either the machine rebooted
-    /// since or its pid is not the same process any more. Anything that
+    /// since, or its pid is not the same process any more, or it is that
+    /// process but a zombie (killed, its parent not yet reaping it: it
+    /// runs nothing and will stop nothing). Anything that
     /// cannot be told (a record of another machine or namespace, an
     /// identity that cannot be read) counts as alive: a live host's
     /// allocations are never stopped on a guess.
@@ -713,6 +715,7 @@ impl Record {
         }
         self.boot_id != boot
             || toolcell_tools::process::start_time(self.pid) != Some(self.start_ticks)
+            || toolcell_tools::process::is_zombie(self.pid)
     }
 
     /// Whether `remote` is the remote this record was written for (same
@@ -1094,11 +1097,23 @@ impl Lifecycle {
     /// Stops what dead hosts left on `remotes` (see the module docs), on a
     /// thread of its own. The host's exit waits for it only briefly
     /// ([`SWEEP_WAIT_AT_EXIT`]): a record whose sweep did not finish stays
-    /// for the next host.
+    /// for the next host. Run when a registry starts, and again on the
+    /// reaper's period (a host that dies while this one runs is swept
+    /// too); a call while the last sweep still runs does nothing.
     pub fn sweep_dead_hosts(self: &Arc<Self>, remotes: &BTreeMap<String, Remote>) {
         let Some(dir) = self.records.clone() else {
             return;
         };
+        if self.closing()
+            || self
+                .sweeper
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .is_some_and(|h| !h.is_finished())
+        {
+            return;
+        }
         let sweepable: BTreeMap<String, Remote> = remotes
             .iter()
             .filter(|(_, r)| !r.stop.is_empty())

@@ -323,12 +323,17 @@ pub fn own_children() -> Vec<u32> {
     out
 }
 
-fn is_zombie(pid: u32) -> bool {
+/// Whether `pid` has exited but is not reaped yet: a zombie (`Z`, or the
+/// `X` of one being reaped) in its `/proc/<pid>/stat`. Its entry, start
+/// time included, lasts until its parent reaps it; it runs nothing.
+pub fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            s.rsplit_once(')').map(|(_, rest)| {
+                let rest = rest.trim_start();
+                rest.starts_with('Z') || rest.starts_with('X')
+            })
         })
         .unwrap_or(false)
 }
