@@ -743,6 +743,16 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))
 }
 
+/// [`private_dir`] for a default location under a shared parent that later
+/// processes must find again: when another user made `dir` first, the
+/// first private `<parent>/<prefix>XXXXXX` of ours, else a fresh one (see
+/// [`PrivateDir::ensure_or_reuse`]). Returns the directory used.
+pub fn private_dir_or_reuse(dir: &Path, parent: &Path, prefix: &str) -> std::io::Result<PathBuf> {
+    PrivateDir::ensure_or_reuse(dir, parent, prefix)
+        .map(|(d, _)| d.path().to_path_buf())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))
+}
+
 /// The bootstrap the interpreter runs (`python -u -c BOOTSTRAP <runner
 /// path> [code]`): it reads the runner from fd 4 — the file the host
 /// created with `O_EXCL | O_NOFOLLOW` in the verified kernel directory —

@@ -54,8 +54,10 @@ use session::{Slot, State, mark_differences};
 
 /// The kernels root, verified private (ours, 0700, no planted link). A
 /// configured root that is not safe is an error naming it; the default one
-/// under the shared temp dir (no `XDG_RUNTIME_DIR`) is replaced by a fresh
-/// private directory when another user got there first.
+/// under the shared temp dir (no `XDG_RUNTIME_DIR`) is replaced, when
+/// another user got there first, by a private `<tmp>/toolcell-<uid>-XXXXXX`
+/// of ours (the first by name, else a fresh one: the daemon's socket
+/// directory falls back the same way).
 fn verified_root(configured: Option<&Path>) -> Result<PathBuf, RegistryError> {
     use toolcell_rpc::private_dir::PrivateDir;
     let refused =
@@ -77,7 +79,7 @@ fn verified_root(configured: Option<&Path>) -> Result<PathBuf, RegistryError> {
     let tmp = std::env::temp_dir();
     let prefix = format!("toolcell-{}-", nix::unistd::getuid());
     let (dir, _) =
-        PrivateDir::ensure_or_fresh(&root, &tmp, &prefix).map_err(|e| refused(&root, e))?;
+        PrivateDir::ensure_or_reuse(&root, &tmp, &prefix).map_err(|e| refused(&root, e))?;
     if dir.path() == root {
         return Ok(root);
     }
