@@ -20,7 +20,8 @@
 //! that a later host can tell it is dead, and the ids of the allocations it
 //! has there (rewritten, by rename, whenever they change).
 //! [`Lifecycle::sweep_dead_hosts`] (run in the background when a registry
-//! starts) stops what each dead host left: with a `list` that names
+//! starts, and again on its reaper's period) stops what each dead host
+//! left: with a `list` that names
 //! `{host}`, everything it prints for that host — the engine's own account,
 //! through the labels or names `start` gave it, which also covers a `start`
 //! that timed out after the engine had made the allocation — and the ids

@@ -892,3 +892,48 @@ async fn review_11_files_a_remote_sends_are_capped_and_unlisted_ones_deleted() {
     assert!(r.warning.is_none(), "{}", show(&r));
     f.reg.shutdown_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_s1_a_remote_kernel_killed_mid_cell_warns_the_next_cell() {
+    let f = std::sync::Arc::new(fixture(local_launcher(), |_| {}));
+    let r = run(&f, req("x = 1\nprint('ready')")).await;
+    assert_success(&r);
+    // Through the local launcher the command is the remote runner itself.
+    let pid = f.reg.sessions()[0].pid;
+    let mark = f.tmp.path().join("started");
+    let cell = tokio::spawn({
+        let f = std::sync::Arc::clone(&f);
+        let code = format!("{}import time\ntime.sleep(60)", common::py_mark(&mark, "1"));
+        async move { f.reg.execute(req(&code)).await }
+    });
+    common::wait_file(&mark, Duration::from_secs(30)).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(20), cell)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status, Status::Error, "{}", show(&r));
+    assert!(
+        r.error.as_deref().unwrap_or("").contains("state is lost"),
+        "{}",
+        show(&r)
+    );
+    // The next cell runs in a new remote kernel and says why.
+    let r = run(&f, req("'x' in globals()")).await;
+    assert_eq!(r.output, "False\n", "{}", show(&r));
+    assert!(r.kernel.state_reset, "{}", show(&r));
+    let w = r.warning.clone().unwrap_or_default();
+    assert!(
+        w.contains("lost its remote kernel") && w.contains("connection to remote \"far\" was lost"),
+        "{}",
+        show(&r)
+    );
+    // Said once: the cell after it has no such warning.
+    let r = run(&f, req("1")).await;
+    assert!(r.warning.is_none(), "{}", show(&r));
+    f.reg.shutdown_all().await;
+}

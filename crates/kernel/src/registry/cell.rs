@@ -361,6 +361,11 @@ impl Inner {
                 .start_kernel(slot, token, req, plan, deadline, &mut ready)
                 .await?;
             **guard = Some(k);
+            if let Some(how) = slot.meta().lost.take() {
+                ready.notices.push(format!(
+                    "the previous cell of this session lost its remote kernel ({how}); this cell ran in a new one, with none of the old state."
+                ));
+            }
         }
         if !ready.reused && !plan.per_call {
             // A newcomer's trip: the same session name from another
@@ -531,6 +536,13 @@ impl Inner {
         {
             // Not a crash: the session was shut down under the cell.
             outcome.ending = Ending::ShutDown;
+        }
+        // A remote kernel lost under its cell: the cell that starts the
+        // next one says so too.
+        if let Ending::Died { how } = &outcome.ending
+            && guard.as_ref().is_some_and(|k| k.remote().is_some())
+        {
+            slot.meta().lost = Some(how.clone());
         }
         {
             let mut m = slot.meta();
