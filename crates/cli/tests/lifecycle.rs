@@ -1153,3 +1153,90 @@ fn review_12_a_killed_host_left_a_zombie_is_swept_at_start_and_on_a_later_period
     assert!(live.wait(LIMIT).success());
     assert!(allocations(&alloc).is_empty(), "{:?}", allocations(&alloc));
 }
+
+/// The fake engine, its `command` leaving the kernel's pid in the
+/// allocation and its `stop` noting (in `<id>.stop-saw`) whether that
+/// kernel was still running when the stop began.
+fn witnessing_remote(dir: &Path) -> String {
+    let [start, _, _, list] = fake_words(dir);
+    let a = dir.display();
+    let command = vec![
+        "sh".to_string(),
+        "-c".into(),
+        format!("test -d {a}/$0 || exit 9; echo $$ > {a}/$0/pid; exec \"$@\""),
+        "{id}".into(),
+    ];
+    let stop = vec![
+        "sh".to_string(),
+        "-c".into(),
+        format!(
+            "p=$(cat {a}/$0/pid); if grep -qs '^State:[[:space:]]*[RSD]' /proc/$p/status; then echo alive; else echo dead; fi > {a}/$0.stop-saw; rm -rf {a}/$0"
+        ),
+        "{id}".into(),
+    ];
+    let j = |v: &Vec<String>| serde_json::to_string(v).unwrap();
+    format!(
+        "\n[remotes.fake]\nstart = {}\ncommand = {}\nstop = {}\nlist = {}\n",
+        j(&start),
+        j(&command),
+        j(&stop),
+        j(&list)
+    )
+}
+
+#[test]
+fn review_s2_an_allocation_is_stopped_before_its_kernel_is_killed() {
+    let env = Env::new();
+    let alloc = env.path().join("alloc");
+    std::fs::create_dir(&alloc).unwrap();
+    let config = FAST_CONFIG.replace("[execution]\n", "[execution]\non_timeout = \"kill\"\n");
+    env.write(
+        "toolcell.toml",
+        &format!("{config}\n{}", witnessing_remote(&alloc)),
+    );
+    let saw = |id: &str| {
+        let f = alloc.join(format!("{id}.stop-saw"));
+        assert!(
+            eventually(Duration::from_secs(20), || f.exists()
+                && !alloc.join(id).exists()),
+            "{id} was not stopped"
+        );
+        std::fs::read_to_string(f).unwrap().trim().to_string()
+    };
+    let mut s = Serve::start(&env, &[]);
+    // The session's end (shutdown_session, an idle kernel).
+    let r = execute(
+        &mut s,
+        1,
+        json!({"session": "a", "remote": "fake", "code": "x = 1"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    let a = allocation_of(&mut s, 2, "a").unwrap();
+    s.call(3, "shutdown_session", json!({"session": "a"}));
+    assert_eq!(
+        saw(&a),
+        "alive",
+        "the kernel was killed before its stop ran"
+    );
+    // A cell killed at its timeout.
+    let r = execute(
+        &mut s,
+        4,
+        json!({"session": "b", "remote": "fake", "code": "x = 1"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    let b = allocation_of(&mut s, 5, "b").unwrap();
+    let r = execute(
+        &mut s,
+        6,
+        json!({"session": "b", "remote": "fake", "code": "while True: pass", "timeout": 1}),
+    );
+    assert_eq!(r["status"], "timeout", "{r:#}");
+    assert_eq!(
+        saw(&b),
+        "alive",
+        "the kernel was killed before its stop ran"
+    );
+    s.close_stdin();
+    assert!(s.wait(LIMIT).success());
+}

@@ -532,11 +532,21 @@ fn stop_now(mut alloc: Allocation) {
     alloc.id.clear();
 }
 
-impl Drop for Allocation {
-    fn drop(&mut self) {
-        if self.id.is_empty() {
-            return;
-        }
+impl Allocation {
+    /// Starts the `stop` now, on a thread of its own (as dropping does),
+    /// and returns what says when it is done: a kernel that ends runs its
+    /// allocation's `stop` before it kills the local command (an engine
+    /// whose client is killed first — SLURM's `srun` — can take seconds
+    /// to free the allocation's resources for the next one).
+    pub fn stop_in_background(mut self) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.spawn_stop(Some(tx));
+        // Stopped: the drop has nothing left to do.
+        self.id.clear();
+        rx
+    }
+
+    fn spawn_stop(&self, done: Option<tokio::sync::oneshot::Sender<()>>) {
         let argv = fill(&self.remote.stop, &self.vars());
         let timeout = secs(self.remote.stop_timeout);
         let what = format!("remote \"{}\" allocation {}", self.remote_name, self.id);
@@ -548,7 +558,19 @@ impl Drop for Allocation {
             if stop_one(&argv, timeout, &what) {
                 lc.note(&remote, &id, false);
             }
+            if let Some(tx) = done {
+                let _ = tx.send(());
+            }
         });
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        if self.id.is_empty() {
+            return;
+        }
+        self.spawn_stop(None);
     }
 }
 

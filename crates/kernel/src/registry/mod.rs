@@ -522,19 +522,33 @@ impl Registry {
     async fn kill_slots(&self, slots: Vec<Arc<Slot>>) -> usize {
         let mut n = 0;
         for slot in slots {
-            let tree = {
+            let (tree, allocation) = {
                 let mut m = slot.meta();
                 m.interrupt.cancel();
                 m.live = false;
                 m.shut_down = true;
-                m.tree.take()
+                (m.tree.take(), m.allocation.is_some())
             };
-            if let Some(t) = tree {
-                // Kill at once: a running cell sees the kernel die and returns.
-                t.signal(nix::sys::signal::Signal::SIGKILL);
+            // An idle kernel with an allocation (a lifecycle remote) goes
+            // through its shutdown, which stops the allocation before it
+            // kills the command (see `Kernel::shutdown`).
+            let idle = if allocation {
+                slot.kernel.try_lock().ok()
+            } else {
+                None
+            };
+            if let Some(t) = &tree {
+                if idle.is_none() {
+                    // Kill at once: a running cell sees the kernel die and returns.
+                    t.signal(nix::sys::signal::Signal::SIGKILL);
+                }
                 n += 1;
             }
-            if let Some(k) = slot.kernel.lock().await.take() {
+            let kernel = match idle {
+                Some(mut g) => g.take(),
+                None => slot.kernel.lock().await.take(),
+            };
+            if let Some(k) = kernel {
                 k.shutdown(Duration::from_millis(100)).await;
             }
         }
