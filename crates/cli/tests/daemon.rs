@@ -681,3 +681,66 @@ fn one_session_name_from_another_directory_is_another_kernel_and_both_say_so() {
         .unwrap();
     assert!(solo.get("differs").is_none(), "{json}");
 }
+
+#[test]
+fn review_13_a_squatted_runtime_dir_falls_back_and_exec_session_works() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // Needs root, to make a directory that belongs to another user.
+    if !nix::unistd::getuid().is_root() {
+        return;
+    }
+    let env = Env::fast();
+    let tmp = env.path().join("tmp");
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let uid = nix::unistd::getuid();
+    // Another user got to `<tmp>/toolcell-<uid>` first.
+    let squatted = tmp.join(format!("toolcell-{uid}"));
+    std::fs::create_dir(&squatted).unwrap();
+    std::fs::write(squatted.join("planted"), "x").unwrap();
+    for p in [&squatted, &squatted.join("planted")] {
+        nix::unistd::chown(p, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    }
+    std::fs::set_permissions(&squatted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let run = |args: &[&str]| {
+        let mut c = env.cmd();
+        c.env_remove("XDG_RUNTIME_DIR").args(args);
+        common::finish(
+            c.stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+            common::COMMAND_LIMIT,
+        )
+    };
+    run(&["exec", "--session", "t", "y = 2"]).expect_code(0);
+    // The next command finds the same daemon: the session's state is there.
+    let out = run(&["exec", "--session", "t", "y * 21"]);
+    out.expect_code(0);
+    assert_eq!(out.stdout.trim(), "42");
+    let st: serde_json::Value =
+        serde_json::from_str(&run(&["daemon", "status", "--json"]).stdout).unwrap();
+    let socket = std::path::PathBuf::from(st["socket"].as_str().unwrap());
+    let dir = socket.parent().unwrap();
+    assert_eq!(dir.parent(), Some(tmp.as_path()), "{st}");
+    assert!(
+        dir.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(&format!("toolcell-{uid}-")),
+        "{st}"
+    );
+    let md = std::fs::metadata(dir).unwrap();
+    assert_eq!((md.uid(), md.mode() & 0o7777), (uid.as_raw(), 0o700));
+    // The squatter's directory is as it was.
+    let md = std::fs::metadata(&squatted).unwrap();
+    assert_eq!((md.uid(), md.mode() & 0o7777), (65534, 0o777));
+    let names: Vec<String> = std::fs::read_dir(&squatted)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["planted"]);
+    let out = run(&["daemon", "stop"]);
+    out.expect_code(0);
+    assert!(out.stdout.contains("1 kernel killed"), "{}", out.stdout);
+}

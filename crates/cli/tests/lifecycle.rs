@@ -1091,3 +1091,152 @@ fn an_abandoned_start_keeps_its_room_until_it_lands() {
     assert!(s.wait(LIMIT).success());
     assert!(allocations(&alloc).is_empty(), "{:?}", allocations(&alloc));
 }
+
+/// `/proc/PID/stat`'s state letter.
+fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// A host with one allocation (session `session`) on the fake remote,
+/// then SIGKILLed and left a zombie (this test, its parent, does not reap
+/// it yet): its process entry, start time included, is still there.
+fn zombie_host(env: &Env, session: &str) -> (Serve, String) {
+    let mut s = Serve::start(env, &[]);
+    let r = execute(
+        &mut s,
+        1,
+        json!({"session": session, "remote": "fake", "code": "pass"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    let id = allocation_of(&mut s, 2, session).unwrap();
+    common::signal(s.pid(), nix::sys::signal::Signal::SIGKILL);
+    assert!(
+        eventually(Duration::from_secs(10), || proc_state(s.pid()) == Some('Z')),
+        "the killed host is not a zombie: {:?}",
+        proc_state(s.pid())
+    );
+    (s, id)
+}
+
+#[test]
+fn review_12_a_killed_host_left_a_zombie_is_swept_at_start_and_on_a_later_period() {
+    // A reaper period of 0.5 s: the running host sweeps about every second.
+    let (env, alloc) = env_with("idle_timeout = 2\n", "");
+    // At start: the next host (a one-shot exec) sweeps the zombie's.
+    let (mut first, id) = zombie_host(&env, "a");
+    env.run(&["exec", "print(1)"]).expect_code(0);
+    assert!(
+        eventually(Duration::from_secs(10), || !alloc.join(&id).exists()),
+        "the zombie host's allocation was not swept at start: {:?}",
+        allocations(&alloc)
+    );
+    // On a later period: a host that runs already sweeps what a host
+    // killed after its start left.
+    let mut live = Serve::start(&env, &[]);
+    let r = execute(&mut live, 1, json!({"code": "print(1)"}));
+    assert_eq!(r["status"], "success", "{r:#}");
+    let (mut second, id) = zombie_host(&env, "b");
+    assert!(
+        eventually(Duration::from_secs(20), || !alloc.join(&id).exists()),
+        "the running host never swept the zombie host's allocation: {:?}",
+        allocations(&alloc)
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || records(&env).is_empty()),
+        "{:?}",
+        records(&env)
+    );
+    let _ = first.wait(LIMIT);
+    let _ = second.wait(LIMIT);
+    live.close_stdin();
+    assert!(live.wait(LIMIT).success());
+    assert!(allocations(&alloc).is_empty(), "{:?}", allocations(&alloc));
+}
+
+/// The fake engine, its `command` leaving the kernel's pid in the
+/// allocation and its `stop` noting (in `<id>.stop-saw`) whether that
+/// kernel was still running when the stop began.
+fn witnessing_remote(dir: &Path) -> String {
+    let [start, _, _, list] = fake_words(dir);
+    let a = dir.display();
+    let command = vec![
+        "sh".to_string(),
+        "-c".into(),
+        format!("test -d {a}/$0 || exit 9; echo $$ > {a}/$0/pid; exec \"$@\""),
+        "{id}".into(),
+    ];
+    let stop = vec![
+        "sh".to_string(),
+        "-c".into(),
+        format!(
+            "p=$(cat {a}/$0/pid); if grep -qs '^State:[[:space:]]*[RSD]' /proc/$p/status; then echo alive; else echo dead; fi > {a}/$0.stop-saw; rm -rf {a}/$0"
+        ),
+        "{id}".into(),
+    ];
+    let j = |v: &Vec<String>| serde_json::to_string(v).unwrap();
+    format!(
+        "\n[remotes.fake]\nstart = {}\ncommand = {}\nstop = {}\nlist = {}\n",
+        j(&start),
+        j(&command),
+        j(&stop),
+        j(&list)
+    )
+}
+
+#[test]
+fn review_s2_an_allocation_is_stopped_before_its_kernel_is_killed() {
+    let env = Env::new();
+    let alloc = env.path().join("alloc");
+    std::fs::create_dir(&alloc).unwrap();
+    let config = FAST_CONFIG.replace("[execution]\n", "[execution]\non_timeout = \"kill\"\n");
+    env.write(
+        "toolcell.toml",
+        &format!("{config}\n{}", witnessing_remote(&alloc)),
+    );
+    let saw = |id: &str| {
+        let f = alloc.join(format!("{id}.stop-saw"));
+        assert!(
+            eventually(Duration::from_secs(20), || f.exists()
+                && !alloc.join(id).exists()),
+            "{id} was not stopped"
+        );
+        std::fs::read_to_string(f).unwrap().trim().to_string()
+    };
+    let mut s = Serve::start(&env, &[]);
+    // The session's end (shutdown_session, an idle kernel).
+    let r = execute(
+        &mut s,
+        1,
+        json!({"session": "a", "remote": "fake", "code": "x = 1"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    let a = allocation_of(&mut s, 2, "a").unwrap();
+    s.call(3, "shutdown_session", json!({"session": "a"}));
+    assert_eq!(
+        saw(&a),
+        "alive",
+        "the kernel was killed before its stop ran"
+    );
+    // A cell killed at its timeout.
+    let r = execute(
+        &mut s,
+        4,
+        json!({"session": "b", "remote": "fake", "code": "x = 1"}),
+    );
+    assert_eq!(r["status"], "success", "{r:#}");
+    let b = allocation_of(&mut s, 5, "b").unwrap();
+    let r = execute(
+        &mut s,
+        6,
+        json!({"session": "b", "remote": "fake", "code": "while True: pass", "timeout": 1}),
+    );
+    assert_eq!(r["status"], "timeout", "{r:#}");
+    assert_eq!(
+        saw(&b),
+        "alive",
+        "the kernel was killed before its stop ran"
+    );
+    s.close_stdin();
+    assert!(s.wait(LIMIT).success());
+}

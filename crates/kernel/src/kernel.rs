@@ -39,6 +39,11 @@ const EARLY_OUTPUT_CAP: usize = 64 * 1024;
 const SETTLE_LIMIT: Duration = Duration::from_millis(50);
 /// Quiet time after which a held-back marker prefix is released as output.
 const IDLE_RELEASE: Duration = Duration::from_millis(5);
+/// How long a lifecycle remote's kernel waits, when it ends, for its
+/// allocation's `stop` before its local command is killed.
+const STOP_FIRST: Duration = Duration::from_secs(2);
+/// How long, once that `stop` is done, the command has to end by itself.
+const EXIT_AFTER_STOP: Duration = Duration::from_millis(500);
 /// How long the `end` frame may lag behind the `result` frame.
 const END_LAG: Duration = Duration::from_secs(2);
 /// In-band tool calls running at once per kernel; past it the stdout
@@ -48,6 +53,13 @@ const INBAND_CALLS: usize = 64;
 const MAX_CELL_FILES: usize = 64;
 /// Largest file a remote cell may send back (as `figures.rs` accepts).
 const MAX_FILE_BYTES: usize = 16 << 20;
+
+/// Longest a write to a kernel's request channel may go without moving a
+/// byte before the channel is given up: a runner (or a remote) that stops
+/// reading cannot hold a writer — an in-band tool reply, an `interrupt` —
+/// for ever. The cell's own `execute` is bounded sooner, by the cell's
+/// deadline (see [`Kernel::execute`]).
+const WRITE_STALL: Duration = Duration::from_secs(30);
 
 /// The request channel to the runner (fd 3 for a local Python kernel,
 /// stdin for a remote, R or JavaScript kernel). Writers take turns:
@@ -65,15 +77,54 @@ impl RequestPipe {
     }
 
     /// Writes one whole request (or the bootstrap payload).
+    ///
+    /// The writer is out of the channel while it writes and goes back only
+    /// once the whole line is written: a write that fails, that stalls for
+    /// [`WRITE_STALL`], or whose future is dropped half-way (a caller's
+    /// timeout, a cell that gave up) may have left part of a line, so the
+    /// channel is closed instead — the runner sees EOF and ends, and no
+    /// later request is read glued to a torn one.
     pub(crate) async fn send(&self, bytes: &[u8]) -> std::io::Result<()> {
+        self.send_within(bytes, Some(WRITE_STALL)).await
+    }
+
+    /// [`RequestPipe::send`] with `stall` as the bound on a write that moves
+    /// nothing (`None`: no bound of its own; the caller bounds it, as a
+    /// cell's `execute` is by the cell's deadline).
+    async fn send_within(&self, bytes: &[u8], stall: Option<Duration>) -> std::io::Result<()> {
         let mut g = self.w.lock().await;
-        match g.as_mut() {
-            Some(w) => {
-                w.write_all(bytes).await?;
-                w.flush().await
+        let Some(mut w) = g.take() else {
+            return Err(std::io::ErrorKind::BrokenPipe.into());
+        };
+        let stalled = |limit: Duration| {
+            tracing::warn!(
+                "a kernel read nothing of a request for {limit:?}; its request channel is closed"
+            );
+            std::io::Error::from(std::io::ErrorKind::TimedOut)
+        };
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let wrote = match stall {
+                Some(limit) => tokio::time::timeout(limit, w.write(rest))
+                    .await
+                    .map_err(|_| stalled(limit))?,
+                None => w.write(rest).await,
+            };
+            match wrote {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => rest = rest.get(n..).unwrap_or_default(),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
-            None => Err(std::io::ErrorKind::BrokenPipe.into()),
         }
+        match stall {
+            Some(limit) => tokio::time::timeout(limit, w.flush())
+                .await
+                .map_err(|_| stalled(limit))??,
+            None => w.flush().await?,
+        }
+        *g = Some(w);
+        Ok(())
     }
 
     /// Closes the channel (the runner sees EOF and kills its group). A
@@ -292,6 +343,10 @@ pub struct KernelSpec {
     /// Runs a remote's `start` and `stop` ([`crate::lifecycle`]); needed
     /// for a remote with `start`.
     pub lifecycle: Option<Arc<crate::lifecycle::Lifecycle>>,
+    /// Bytes of the files (figures) the kernel's cells sent as `file`
+    /// frames that may be kept on this host at once (`[kernels]
+    /// remote_files_cap`); 0: no cap.
+    pub files_cap: u64,
 }
 
 impl KernelSpec {
@@ -438,6 +493,8 @@ pub struct CellOutcome {
     pub protocol_errors: u32,
     /// The execution count the cell had (or would have had).
     pub execution_count: u64,
+    /// Sentences for the result's `warning` (files refused).
+    pub notices: Vec<String>,
 }
 
 /// A live kernel.
@@ -481,6 +538,12 @@ pub struct Kernel {
     /// The files of its working directory after its last cell (SPEC §16).
     files: Option<Box<crate::watch::Watcher>>,
     pumps_busy: Arc<AtomicUsize>,
+    /// Bytes of the files cells sent (`file` frames) kept in the
+    /// artifacts directory now, under [`KernelSpec::files_cap`].
+    files_kept: u64,
+    /// The files the last cell sent that its result lists (name, bytes),
+    /// until [`Kernel::keep_files`] says which the host kept.
+    cell_files: Vec<(String, u64)>,
     /// A lifecycle remote's allocation: dropped last, after the kernel and
     /// its command are gone, which runs the remote's `stop`.
     allocation: Option<crate::lifecycle::Allocation>,
@@ -689,6 +752,16 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))
 }
 
+/// [`private_dir`] for a default location under a shared parent that later
+/// processes must find again: when another user made `dir` first, the
+/// first private `<parent>/<prefix>XXXXXX` of ours, else a fresh one (see
+/// [`PrivateDir::ensure_or_reuse`]). Returns the directory used.
+pub fn private_dir_or_reuse(dir: &Path, parent: &Path, prefix: &str) -> std::io::Result<PathBuf> {
+    PrivateDir::ensure_or_reuse(dir, parent, prefix)
+        .map(|(d, _)| d.path().to_path_buf())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))
+}
+
 /// The bootstrap the interpreter runs (`python -u -c BOOTSTRAP <runner
 /// path> [code]`): it reads the runner from fd 4 — the file the host
 /// created with `O_EXCL | O_NOFOLLOW` in the verified kernel directory —
@@ -842,6 +915,8 @@ impl Kernel {
             // thread's times on each read (~10 µs for a Python kernel).
             proc_stat: std::fs::File::open(format!("/proc/{pid}/task/{pid}/stat")).ok(),
             started: toolcell_tools::process::start_time(pid),
+            files_kept: 0,
+            cell_files: Vec::new(),
             allocation,
         };
         let hello = Request::Hello(Hello {
@@ -1421,6 +1496,9 @@ impl Kernel {
     /// local R and JavaScript kernels always do; remote ones get the
     /// in-band request, which their runner's reader turns into SIGINT).
     pub fn interrupt(&self) {
+        // A stopped kernel (a cell can SIGSTOP its own process) reads no
+        // request and takes no signal: it is continued first.
+        self.resume();
         if self.spec.language.inband() && self.spec.remote.is_none() {
             // A local R or JavaScript runner takes SIGINT itself (its relay
             // would only pass it on).
@@ -1455,6 +1533,20 @@ impl Kernel {
         }
     }
 
+    /// SIGCONT to the kernel: its process group (a local runner leads
+    /// one), and for a remote the local command's whole tree (a signal
+    /// that ends nothing: the connection stays).
+    fn resume(&self) {
+        if self.pid == 0 || self.dead {
+            return;
+        }
+        if self.spec.remote.is_some() {
+            self.tree().signal(Signal::SIGCONT);
+        } else if let Ok(p) = i32::try_from(self.pid) {
+            let _ = killpg(Pid::from_raw(p), Signal::SIGCONT);
+        }
+    }
+
     /// The kernel's language.
     pub fn language(&self) -> crate::language::Language {
         self.spec.language
@@ -1482,8 +1574,32 @@ impl Kernel {
         self.dead = true;
     }
 
+    /// A lifecycle remote's allocation is stopped before its kernel's
+    /// command is killed: its `stop` starts now; once it is done (within
+    /// [`STOP_FIRST`]) the command has [`EXIT_AFTER_STOP`] to end by itself
+    /// (an engine's client ends with its allocation) before anything is
+    /// signalled. Killing an engine's client first can hold the
+    /// allocation's resources for seconds: with SLURM, an `srun` killed
+    /// before `scancel` made the next `salloc` wait ~2.7 s instead of
+    /// ~10 ms. No-op without an allocation, or once it is stopped.
+    async fn stop_allocation_first(&mut self) {
+        let Some(alloc) = self.allocation.take() else {
+            return;
+        };
+        let done = alloc.stop_in_background();
+        let child = &mut self.child;
+        let stopped = tokio::select! {
+            r = tokio::time::timeout(STOP_FIRST, done) => matches!(r, Ok(Ok(()))),
+            _ = child.wait() => false,
+        };
+        if stopped {
+            let _ = tokio::time::timeout(EXIT_AFTER_STOP, self.child.wait()).await;
+        }
+    }
+
     /// Kills the whole tree (SIGTERM, then SIGKILL after `grace`) and reaps it.
     pub async fn kill(&mut self, grace: Duration) {
+        self.stop_allocation_first().await;
         if self.spec.remote.is_some() && !self.dead {
             // Closing stdin makes the remote runner kill its group; give
             // the command a moment to carry that EOF over, then kill it.
@@ -1500,9 +1616,11 @@ impl Kernel {
 
     /// Asks the runner to exit, then kills whatever is left after `grace`.
     pub async fn shutdown(mut self, grace: Duration) {
+        self.stop_allocation_first().await;
         if !self.dead
             && let Ok(line) = Request::Shutdown.to_line()
         {
+            self.resume();
             let _ = tokio::time::timeout(grace, self.requests.send(&line)).await;
             let _ = tokio::time::timeout(grace, self.child.wait()).await;
         }
@@ -1667,8 +1785,10 @@ impl Kernel {
         let mut timer = deadline;
         let mut end_wait: Option<Instant> = None;
         let mut died: Option<String> = None;
-        // Files a remote cell sent back (figures), by name.
-        let mut files: Vec<String> = Vec::new();
+        // Files a remote cell sent back (figures): name and bytes.
+        let mut files: Vec<(String, u64)> = Vec::new();
+        // How many were refused for the kernel's cap on them.
+        let mut over_cap = 0usize;
 
         let line = Request::Execute(Execute {
             id: id.clone(),
@@ -1683,15 +1803,23 @@ impl Kernel {
         {
             tracing::warn!(kernel = %self.spec.id, "cannot re-arm [limits] cpu_seconds: {e}");
         }
-        let sent = match line {
-            Ok(l) => {
-                !self.dead && self.eof == [false, false] && self.requests.send(&l).await.is_ok()
+        // The request is written while the cell's clock runs: a kernel that
+        // reads nothing (stopped by a cell, a remote that stopped reading)
+        // must not hold the cell, its interrupt or its session's shutdown
+        // past the deadline. The write goes on beside the events, the timer
+        // and the interrupt below; a cell that ends before it is done drops
+        // it, which closes the channel (a torn line is never followed).
+        let not_sent = "it was no longer running when the cell was sent";
+        let mut sending: Option<SendFuture> = match line {
+            Ok(l) if !self.dead && self.eof == [false, false] => {
+                let pipe = Arc::clone(&self.requests);
+                Some(Box::pin(async move { pipe.send_within(&l, None).await }))
             }
-            Err(_) => false,
+            _ => {
+                died = Some(not_sent.into());
+                None
+            }
         };
-        if !sent {
-            died = Some("it was no longer running when the cell was sent".into());
-        }
 
         while died.is_none() && !(result.is_some() && got_end) {
             let wake = match end_wait {
@@ -1709,9 +1837,13 @@ impl Kernel {
                     }
                     Some(Ev::Raw(s, b)) => streams[idx(s)].push(&b, opts),
                     Some(Ev::Frame(StreamKind::Stdout, body)) if is_frame_of(&body, "file") => {
-                        if let Err(e) = self.take_file(&body, &mut files) {
-                            protocol_errors += 1;
-                            tracing::warn!(kernel = %self.spec.id, "dropped a file frame: {e}");
+                        match self.take_file(&body, &mut files) {
+                            Ok(()) => {}
+                            Err(FileRefused::OverCap) => over_cap += 1,
+                            Err(FileRefused::Bad(e)) => {
+                                protocol_errors += 1;
+                                tracing::warn!(kernel = %self.spec.id, "dropped a file frame: {e}");
+                            }
                         }
                     }
                     Some(Ev::Frame(s, body)) => match (s, Reply::from_body(&body)) {
@@ -1733,6 +1865,17 @@ impl Kernel {
                             }
                             died = Some(self.exit_description().await);
                         }
+                    }
+                },
+                sent = async {
+                    match sending.as_mut() {
+                        Some(f) => f.await,
+                        None => std::future::pending().await,
+                    }
+                }, if sending.is_some() => {
+                    sending = None;
+                    if sent.is_err() && result.is_none() {
+                        died = Some(not_sent.into());
                     }
                 },
                 () = tokio::time::sleep_until(wake) => {
@@ -1775,6 +1918,14 @@ impl Kernel {
             }
         }
 
+        // A request still being written is torn off here: dropping its
+        // write closes the channel. Only a kill or a death ends a cell that
+        // early — or a runner that answered before reading its whole
+        // request, which cannot be trusted with another: it goes too.
+        if sending.take().is_some() && died.is_none() && !matches!(phase, Phase::Killed { .. }) {
+            tracing::warn!(kernel = %self.spec.id, "the kernel answered a cell it had not read whole; it is stopped");
+            self.kill(opts.kill_grace).await;
+        }
         if let Phase::Killed { .. } = phase {
             self.kill(opts.kill_grace).await;
             // Collect what is still in the pipes.
@@ -1822,10 +1973,31 @@ impl Kernel {
             // kernel. Other paths are left as they are (and dropped there).
             let artifacts = self.dir.join("artifacts");
             for d in &mut r.display {
-                if files.contains(&d.path) {
+                if files.iter().any(|(name, _)| *name == d.path) {
                     d.path = artifacts.join(&d.path).display().to_string();
                 }
             }
+        }
+        // What the result does not list is of no use to anyone: it goes
+        // now, not with the kernel (a runner could otherwise fill this
+        // host's disk with files nobody asked for).
+        let listed = |name: &str| {
+            result.as_ref().is_some_and(|r| {
+                r.display
+                    .iter()
+                    .any(|d| Path::new(&d.path).file_name() == Some(std::ffi::OsStr::new(name)))
+            })
+        };
+        let (kept, unlisted): (Vec<_>, Vec<_>) =
+            files.into_iter().partition(|(name, _)| listed(name));
+        self.remove_files(&unlisted);
+        self.cell_files = kept;
+        let mut notices = Vec::new();
+        if over_cap > 0 {
+            notices.push(format!(
+                "{over_cap} file(s) the kernel sent back (figures) were refused: the files of this kernel kept on the host would pass [kernels] remote_files_cap ({} bytes). Figures of earlier cells are freed when the session ends or is reset.",
+                self.spec.files_cap
+            ));
         }
         if let Some(r) = &result {
             self.execution_count = r.execution_count;
@@ -1859,6 +2031,42 @@ impl Kernel {
             alive: !self.dead,
             protocol_errors,
             execution_count: self.execution_count,
+            notices,
+        }
+    }
+
+    /// After the host checked the last cell's figures: the files that cell
+    /// sent which are not among `kept` (dropped by the check) are removed.
+    pub(crate) fn keep_files(&mut self, kept: &[crate::result::Display]) {
+        let sent = std::mem::take(&mut self.cell_files);
+        let (_, dropped): (Vec<_>, Vec<_>) = sent.into_iter().partition(|(name, _)| {
+            kept.iter()
+                .any(|d| Path::new(&d.path).file_name() == Some(std::ffi::OsStr::new(name)))
+        });
+        self.remove_files(&dropped);
+    }
+
+    /// Removes these files (sent by cells) from the artifacts directory.
+    fn remove_files(&mut self, files: &[(String, u64)]) {
+        if files.is_empty() {
+            return;
+        }
+        let dir = PrivateDir::ensure(&self.dir).and_then(|d| d.open_dir("artifacts"));
+        for (name, bytes) in files {
+            let gone = match &dir {
+                Ok(d) => nix::unistd::unlinkat(
+                    d.fd(),
+                    name.as_str(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                )
+                .is_ok(),
+                Err(_) => false,
+            };
+            if gone {
+                self.files_kept = self.files_kept.saturating_sub(*bytes);
+            } else {
+                tracing::warn!(kernel = %self.spec.id, "cannot remove a file a cell sent: {name}");
+            }
         }
     }
 
@@ -1879,8 +2087,13 @@ impl Kernel {
             .sum()
     }
 
-    /// Stores a `file` frame from a remote cell in the artifacts directory.
-    fn take_file(&self, body: &[u8], files: &mut Vec<String>) -> Result<(), String> {
+    /// Stores a `file` frame from a remote cell in the artifacts directory,
+    /// within the kernel's cap on such files.
+    fn take_file(
+        &mut self,
+        body: &[u8],
+        files: &mut Vec<(String, u64)>,
+    ) -> Result<(), FileRefused> {
         use base64::Engine as _;
         use std::io::Write as _;
         #[derive(serde::Deserialize)]
@@ -1888,9 +2101,10 @@ impl Kernel {
             name: String,
             data: String,
         }
-        let f: FileFrame = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+        let bad = |e: String| FileRefused::Bad(e);
+        let f: FileFrame = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
         if files.len() >= MAX_CELL_FILES {
-            return Err(format!("more than {MAX_CELL_FILES} files in one cell"));
+            return Err(bad(format!("more than {MAX_CELL_FILES} files in one cell")));
         }
         let ok_name = !f.name.is_empty()
             && f.name.len() <= 128
@@ -1899,23 +2113,35 @@ impl Kernel {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
         if !ok_name {
-            return Err("bad file name".into());
+            return Err(bad("bad file name".into()));
         }
         if f.data.len() > MAX_FILE_BYTES / 3 * 4 + 4 {
-            return Err("file too large".into());
+            return Err(bad("file too large".into()));
+        }
+        let cap = self.spec.files_cap;
+        // At least this many bytes once decoded: refused before decoding.
+        let least = (f.data.len() / 4 * 3).saturating_sub(2) as u64;
+        if cap > 0 && self.files_kept.saturating_add(least) > cap {
+            return Err(FileRefused::OverCap);
         }
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(f.data.as_bytes())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| bad(e.to_string()))?;
+        let len = bytes.len() as u64;
+        if cap > 0 && self.files_kept.saturating_add(len) > cap {
+            return Err(FileRefused::OverCap);
+        }
         let dir = PrivateDir::ensure(&self.dir)
             .and_then(|d| match d.open_dir("artifacts") {
                 Ok(a) => Ok(a),
                 Err(_) => d.create_dir("artifacts"),
             })
-            .map_err(|e| e.to_string())?;
-        let mut file = dir.create_file(&f.name).map_err(|e| e.to_string())?;
-        file.write_all(&bytes).map_err(|e| e.to_string())?;
-        files.push(f.name);
+            .map_err(|e| bad(e.to_string()))?;
+        let mut file = dir.create_file(&f.name).map_err(|e| bad(e.to_string()))?;
+        // Counted from here: a file half-written is on the disk too.
+        self.files_kept += len;
+        files.push((f.name, len));
+        file.write_all(&bytes).map_err(|e| bad(e.to_string()))?;
         Ok(())
     }
 
@@ -2106,6 +2332,17 @@ impl Family {
             || toolcell_tools::lineage::descends_from(pid, self.root)
     }
 }
+
+/// Why a `file` frame was not stored.
+enum FileRefused {
+    /// The kernel's files would pass [`KernelSpec::files_cap`].
+    OverCap,
+    /// The frame is malformed (a protocol error).
+    Bad(String),
+}
+
+/// A request being written to a kernel, polled beside the cell's events.
+type SendFuture = std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>>;
 
 /// A started child, before the handshake.
 struct Launched {

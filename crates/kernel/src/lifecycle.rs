@@ -20,7 +20,8 @@
 //! that a later host can tell it is dead, and the ids of the allocations it
 //! has there (rewritten, by rename, whenever they change).
 //! [`Lifecycle::sweep_dead_hosts`] (run in the background when a registry
-//! starts) stops what each dead host left: with a `list` that names
+//! starts, and again on its reaper's period) stops what each dead host
+//! left: with a `list` that names
 //! `{host}`, everything it prints for that host — the engine's own account,
 //! through the labels or names `start` gave it, which also covers a `start`
 //! that timed out after the engine had made the allocation — and the ids
@@ -531,11 +532,21 @@ fn stop_now(mut alloc: Allocation) {
     alloc.id.clear();
 }
 
-impl Drop for Allocation {
-    fn drop(&mut self) {
-        if self.id.is_empty() {
-            return;
-        }
+impl Allocation {
+    /// Starts the `stop` now, on a thread of its own (as dropping does),
+    /// and returns what says when it is done: a kernel that ends runs its
+    /// allocation's `stop` before it kills the local command (an engine
+    /// whose client is killed first — SLURM's `srun` — can take seconds
+    /// to free the allocation's resources for the next one).
+    pub fn stop_in_background(mut self) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.spawn_stop(Some(tx));
+        // Stopped: the drop has nothing left to do.
+        self.id.clear();
+        rx
+    }
+
+    fn spawn_stop(&self, done: Option<tokio::sync::oneshot::Sender<()>>) {
         let argv = fill(&self.remote.stop, &self.vars());
         let timeout = secs(self.remote.stop_timeout);
         let what = format!("remote \"{}\" allocation {}", self.remote_name, self.id);
@@ -547,7 +558,19 @@ impl Drop for Allocation {
             if stop_one(&argv, timeout, &what) {
                 lc.note(&remote, &id, false);
             }
+            if let Some(tx) = done {
+                let _ = tx.send(());
+            }
         });
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        if self.id.is_empty() {
+            return;
+        }
+        self.spawn_stop(None);
     }
 }
 
@@ -697,7 +720,9 @@ fn now_secs() -> u64 {
 impl Record {
     /// Whether the host that wrote it is surely gone: it ran on this
     /// machine, in this pid namespace, and either the machine rebooted
-    /// since or its pid is not the same process any more. Anything that
+    /// since, or its pid is not the same process any more, or it is that
+    /// process but a zombie (killed, its parent not yet reaping it: it
+    /// runs nothing and will stop nothing). Anything that
     /// cannot be told (a record of another machine or namespace, an
     /// identity that cannot be read) counts as alive: a live host's
     /// allocations are never stopped on a guess.
@@ -713,6 +738,7 @@ impl Record {
         }
         self.boot_id != boot
             || toolcell_tools::process::start_time(self.pid) != Some(self.start_ticks)
+            || toolcell_tools::process::is_zombie(self.pid)
     }
 
     /// Whether `remote` is the remote this record was written for (same
@@ -1094,11 +1120,23 @@ impl Lifecycle {
     /// Stops what dead hosts left on `remotes` (see the module docs), on a
     /// thread of its own. The host's exit waits for it only briefly
     /// ([`SWEEP_WAIT_AT_EXIT`]): a record whose sweep did not finish stays
-    /// for the next host.
+    /// for the next host. Run when a registry starts, and again on the
+    /// reaper's period (a host that dies while this one runs is swept
+    /// too); a call while the last sweep still runs does nothing.
     pub fn sweep_dead_hosts(self: &Arc<Self>, remotes: &BTreeMap<String, Remote>) {
         let Some(dir) = self.records.clone() else {
             return;
         };
+        if self.closing()
+            || self
+                .sweeper
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .is_some_and(|h| !h.is_finished())
+        {
+            return;
+        }
         let sweepable: BTreeMap<String, Remote> = remotes
             .iter()
             .filter(|(_, r)| !r.stop.is_empty())

@@ -100,6 +100,7 @@ max_kernels = 2
 idle_timeout = 60
 warm_pool = 2
 remote = "gpu"
+remote_files_cap = "8MiB"
 
 [remotes.gpu]
 command = ["ssh", "-T", "gpu.example", "--"]
@@ -174,6 +175,7 @@ path = "/var/toolcell/journal.db"
     assert_eq!(c.idle_timeout(), Duration::from_secs(60));
     assert_eq!(c.warm_pool(0), 2);
     assert_eq!(c.kernels.remote, "gpu");
+    assert_eq!(c.kernels.remote_files_cap, 8 << 20);
     assert!(c.remotes["gpu"].uses_shell());
     assert_eq!(c.output.max_stdout_bytes, 1000);
     assert_eq!(c.output.max_stderr_bytes, 500);
@@ -403,7 +405,7 @@ fn unknown_keys_list_the_known_ones_and_suggest_a_near_miss() {
     let (_, msg) = file_error("[kernels]\nbanana = 1\n");
     assert!(
         msg.ends_with(
-            "unknown key `kernels.banana` (known keys in [kernels]: max_kernels, idle_timeout, warm_pool, remote)"
+            "unknown key `kernels.banana` (known keys in [kernels]: max_kernels, idle_timeout, warm_pool, remote, remote_files_cap)"
         ),
         "{msg}"
     );

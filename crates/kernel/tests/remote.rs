@@ -679,9 +679,13 @@ async fn a_connection_that_stalls_mid_cell_times_out_and_the_host_serves_on() {
         o.interrupt_grace = Duration::from_millis(500);
         o.kill_grace = Duration::from_millis(500);
     });
-    // The runner stops itself: no byte moves either way, as on a stalled link.
+    // The runner stops itself, again each time it is continued (the host's
+    // interrupt sends SIGCONT), and ignores SIGINT: no byte moves either
+    // way, as on a stalled link.
     let mut r = req(
-        "import os, signal\nprint('pid=%d' % os.getpid(), flush=True)\nos.kill(os.getpid(), signal.SIGSTOP)",
+        "import os, signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n\
+         print('pid=%d' % os.getpid(), flush=True)\n\
+         while True:\n    os.kill(os.getpid(), signal.SIGSTOP)",
     );
     r.timeout = Some(Duration::from_secs(1));
     let t = Instant::now();
@@ -837,5 +841,99 @@ async fn r_and_javascript_through_a_real_sshd() {
     other_semantics(&f, &R_CELLS).await;
     r_remote_figure(&f).await;
     other_semantics(&f, &JS_CELLS).await;
+    f.reg.shutdown_all().await;
+}
+
+/// A cell that finds the runner's own `_send_file` (its frames carry the
+/// secret sentinel) and sends six 1 MB files no result will list.
+const UNLISTED_FILES_CELL: &str = r#"
+import os, sys
+f = sys._getframe()
+while f is not None and '_send_file' not in f.f_globals:
+    f = f.f_back
+send = f.f_globals['_send_file']
+for i in range(6):
+    path = 'junk-%d.png' % i
+    with open(path, 'wb') as out:
+        out.write(b'\x89PNG\r\n\x1a\n' + os.urandom(1000000 - 8))
+    send(path, 'image/png')
+print('sent')
+"#;
+
+/// The files in kernel `id`'s artifacts directory.
+fn artifacts(f: &Fixture, id: &str) -> Vec<PathBuf> {
+    common::entries(&f.kernels_root().join(id).join("artifacts"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_11_files_a_remote_sends_are_capped_and_unlisted_ones_deleted() {
+    let f = fixture(local_launcher(), |o| o.remote_files_cap = 4 << 20);
+    for round in 0..2 {
+        let r = run(&f, req(UNLISTED_FILES_CELL)).await;
+        assert_success(&r);
+        assert_eq!(r.output, "sent\n", "{}", show(&r));
+        assert!(r.display.is_empty(), "{}", show(&r));
+        // Four fit under the cap, two are refused, with a warning.
+        let w = r.warning.clone().unwrap_or_default();
+        assert!(
+            w.contains("2 file(s)") && w.contains("remote_files_cap"),
+            "round {round}: {}",
+            show(&r)
+        );
+        // None is listed: none is kept, so the next round has the room again.
+        let left = artifacts(&f, &r.kernel.id);
+        assert!(left.is_empty(), "round {round}: left behind: {left:?}");
+    }
+    // A figure the result lists is kept, and counted.
+    let r = run(&f, req(FIGURE_CELL)).await;
+    assert_success(&r);
+    assert_eq!(r.display.len(), 1, "{}", show(&r));
+    assert_eq!(artifacts(&f, &r.kernel.id).len(), 1);
+    assert!(r.warning.is_none(), "{}", show(&r));
+    f.reg.shutdown_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_s1_a_remote_kernel_killed_mid_cell_warns_the_next_cell() {
+    let f = std::sync::Arc::new(fixture(local_launcher(), |_| {}));
+    let r = run(&f, req("x = 1\nprint('ready')")).await;
+    assert_success(&r);
+    // Through the local launcher the command is the remote runner itself.
+    let pid = f.reg.sessions()[0].pid;
+    let mark = f.tmp.path().join("started");
+    let cell = tokio::spawn({
+        let f = std::sync::Arc::clone(&f);
+        let code = format!("{}import time\ntime.sleep(60)", common::py_mark(&mark, "1"));
+        async move { f.reg.execute(req(&code)).await }
+    });
+    common::wait_file(&mark, Duration::from_secs(30)).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(20), cell)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status, Status::Error, "{}", show(&r));
+    assert!(
+        r.error.as_deref().unwrap_or("").contains("state is lost"),
+        "{}",
+        show(&r)
+    );
+    // The next cell runs in a new remote kernel and says why.
+    let r = run(&f, req("'x' in globals()")).await;
+    assert_eq!(r.output, "False\n", "{}", show(&r));
+    assert!(r.kernel.state_reset, "{}", show(&r));
+    let w = r.warning.clone().unwrap_or_default();
+    assert!(
+        w.contains("lost its remote kernel") && w.contains("connection to remote \"far\" was lost"),
+        "{}",
+        show(&r)
+    );
+    // Said once: the cell after it has no such warning.
+    let r = run(&f, req("1")).await;
+    assert!(r.warning.is_none(), "{}", show(&r));
     f.reg.shutdown_all().await;
 }

@@ -196,32 +196,103 @@ impl PrivateDir {
             Ok(d) => Ok((d, None)),
             Err(refused) => {
                 tracing::warn!("{refused}; using a fresh private directory instead");
-                let base = Self::ensure_shared_parent(parent)?;
-                for _ in 0..16 {
-                    let mut b = [0u8; 6];
-                    getrandom::fill(&mut b).map_err(|e| PrivateDirError::Io {
-                        what: "drawing a random name under",
-                        path: parent.to_path_buf(),
-                        source: std::io::Error::other(e.to_string()),
-                    })?;
-                    let suffix: String = b
-                        .iter()
-                        .map(|x| {
-                            char::from(
-                                b"abcdefghijklmnopqrstuvwxyz0123456789"[usize::from(*x) % 36],
-                            )
-                        })
-                        .collect();
-                    match base.create_dir(&format!("{prefix}{suffix}")) {
-                        Ok(d) => return Ok((d, Some(refused))),
-                        Err(PrivateDirError::Io { source, .. })
-                            if source.kind() == std::io::ErrorKind::AlreadyExists => {}
-                        Err(e) => return Err(e),
-                    }
+                match Self::fresh(parent, prefix)? {
+                    Some(d) => Ok((d, Some(refused))),
+                    None => Err(refused),
                 }
-                Err(refused)
             }
         }
+    }
+
+    /// [`PrivateDir::ensure_or_fresh`] for a default location that later
+    /// processes must find again (the daemon's socket, which every
+    /// `exec --session` looks for): when `path` is refused, the first
+    /// directory by name among `<parent>/<prefix>XXXXXX` that is ours and
+    /// passes every check of [`PrivateDir::ensure`] is used — one an
+    /// earlier fallback made — and only when there is none is a fresh one
+    /// made (then the first by name is taken again, so that processes
+    /// making one at the same moment settle on the same). Entries of other
+    /// users under that prefix are never opened.
+    ///
+    /// # Errors
+    /// Only when no private directory can be found or made at all.
+    pub fn ensure_or_reuse(
+        path: &Path,
+        parent: &Path,
+        prefix: &str,
+    ) -> Result<(Self, Option<PrivateDirError>), PrivateDirError> {
+        let refused = match Self::ensure(path) {
+            Ok(d) => return Ok((d, None)),
+            Err(e) => e,
+        };
+        if let Some(d) = Self::first_own(parent, prefix) {
+            tracing::warn!("{refused}; using {} instead", d.path().display());
+            return Ok((d, Some(refused)));
+        }
+        tracing::warn!("{refused}; using a fresh private directory instead");
+        let Some(made) = Self::fresh(parent, prefix)? else {
+            return Err(refused);
+        };
+        Ok((
+            Self::first_own(parent, prefix).unwrap_or(made),
+            Some(refused),
+        ))
+    }
+
+    /// The first directory by name `<parent>/<prefix>XXXXXX` (six of
+    /// `[a-z0-9]`, as [`PrivateDir::fresh`] names them) that is ours and
+    /// passes [`PrivateDir::ensure`].
+    fn first_own(parent: &Path, prefix: &str) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let ours = our_uid();
+        let mut names: Vec<String> = std::fs::read_dir(parent)
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| {
+                n.strip_prefix(prefix).is_some_and(|rest| {
+                    rest.len() == 6
+                        && rest
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                })
+            })
+            .collect();
+        names.sort();
+        names.into_iter().find_map(|n| {
+            let candidate = parent.join(&n);
+            // Someone else's entry (or a link) is not even walked into.
+            let md = std::fs::symlink_metadata(&candidate).ok()?;
+            if !md.is_dir() || md.uid() != ours {
+                return None;
+            }
+            Self::ensure(&candidate).ok()
+        })
+    }
+
+    /// A fresh private directory `<parent>/<prefix>XXXXXX`; `None` when
+    /// sixteen random names were all taken.
+    fn fresh(parent: &Path, prefix: &str) -> Result<Option<Self>, PrivateDirError> {
+        let base = Self::ensure_shared_parent(parent)?;
+        for _ in 0..16 {
+            let mut b = [0u8; 6];
+            getrandom::fill(&mut b).map_err(|e| PrivateDirError::Io {
+                what: "drawing a random name under",
+                path: parent.to_path_buf(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            let suffix: String = b
+                .iter()
+                .map(|x| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[usize::from(*x) % 36]))
+                .collect();
+            match base.create_dir(&format!("{prefix}{suffix}")) {
+                Ok(d) => return Ok(Some(d)),
+                Err(PrivateDirError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
     }
 
     /// Opens an existing shared parent (like `/tmp`) after the ancestor
@@ -540,6 +611,33 @@ mod tests {
         let d = PrivateDir::ensure(&tmp.path().join("mine/k")).unwrap();
         assert!(target.join("k").is_dir());
         assert_eq!(d.path(), target.join("k"));
+    }
+
+    #[test]
+    fn review_13_the_reused_fallback_is_found_again_and_never_another_users() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let shared = tmp.path().join("tmp");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let planted = shared.join("toolcell-0");
+        std::fs::create_dir(&planted).unwrap();
+        nix::unistd::chown(&planted, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        // Another user's entry that would sort first is never taken.
+        let decoy = shared.join("toolcell-0-000000");
+        std::fs::create_dir(&decoy).unwrap();
+        nix::unistd::chown(&decoy, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        let (first, refused) =
+            PrivateDir::ensure_or_reuse(&planted, &shared, "toolcell-0-").unwrap();
+        assert!(refused.is_some());
+        assert_ne!(first.path(), decoy);
+        assert!(first.path().starts_with(&shared) && first.path() != planted);
+        assert_eq!(mode(first.path()), 0o700);
+        let (again, _) = PrivateDir::ensure_or_reuse(&planted, &shared, "toolcell-0-").unwrap();
+        assert_eq!(again.path(), first.path());
+        assert_eq!(std::fs::read_dir(&shared).unwrap().count(), 3);
     }
 
     #[test]

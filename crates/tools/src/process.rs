@@ -215,10 +215,20 @@ impl Tree {
 
     /// Sends `signal` to the group and every member.
     pub fn signal(&self, signal: Signal) {
-        self.signal_group(signal);
+        self.signal_each(&[signal]);
+    }
+
+    /// Sends each of `signals`, in order, to the group and every member
+    /// (one walk of `/proc`).
+    fn signal_each(&self, signals: &[Signal]) {
+        for &s in signals {
+            self.signal_group(s);
+        }
         for pid in self.members() {
             if let Ok(p) = i32::try_from(pid) {
-                let _ = kill(Pid::from_raw(p), signal);
+                for &s in signals {
+                    let _ = kill(Pid::from_raw(p), s);
+                }
             }
         }
     }
@@ -240,8 +250,9 @@ impl Tree {
         self.members().into_iter().any(alive)
     }
 
-    /// SIGTERM to everything, then SIGKILL after `grace` to whatever is
-    /// still there (members are looked up again, so late forks are caught).
+    /// SIGTERM to everything (and SIGCONT, so that a stopped member takes
+    /// it), then SIGKILL after `grace` to whatever is still there (members
+    /// are looked up again, so late forks are caught).
     pub async fn kill(&self, grace: Duration) {
         // One walk first: when nothing is left (the common case after a
         // SIGKILL or a clean exit) there is nothing to signal, and nothing
@@ -255,7 +266,8 @@ impl Tree {
             self.signal_group(Signal::SIGKILL);
             return;
         }
-        self.signal(Signal::SIGTERM);
+        // A stopped process keeps SIGTERM pending until it is continued.
+        self.signal_each(&[Signal::SIGTERM, Signal::SIGCONT]);
         let deadline = tokio::time::Instant::now() + grace;
         while tokio::time::Instant::now() < deadline && self.any_alive() {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -348,12 +360,17 @@ pub fn own_children() -> Vec<u32> {
     out
 }
 
-fn is_zombie(pid: u32) -> bool {
+/// Whether `pid` has exited but is not reaped yet: a zombie (`Z`, or the
+/// `X` of one being reaped) in its `/proc/<pid>/stat`. Its entry, start
+/// time included, lasts until its parent reaps it; it runs nothing.
+pub fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            s.rsplit_once(')').map(|(_, rest)| {
+                let rest = rest.trim_start();
+                rest.starts_with('Z') || rest.starts_with('X')
+            })
         })
         .unwrap_or(false)
 }

@@ -263,6 +263,16 @@ impl ToolContext {
         self.deadline
     }
 
+    /// When a tool that waits on someone else (an MCP server, a client)
+    /// should stop waiting: the cell's deadline less a tenth of the time
+    /// left now, at most a second, so that its `ToolError` still reaches a
+    /// cell that can handle it instead of landing as the cell times out.
+    pub fn answer_by(&self) -> Instant {
+        let now = Instant::now();
+        let left = self.deadline.saturating_duration_since(now);
+        now + (left - (left / 10).min(std::time::Duration::from_secs(1)))
+    }
+
     /// Fires when the calling cell settles.
     pub fn cancelled(&self) -> &CancellationToken {
         &self.cancel

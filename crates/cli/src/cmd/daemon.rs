@@ -3,7 +3,9 @@
 //!
 //! One daemon per user and configuration file: its socket and lock live in
 //! a private 0700 directory under `$XDG_RUNTIME_DIR/toolcell` (or
-//! `<tmp>/toolcell-<uid>`), named after a hash of the configuration path.
+//! `<tmp>/toolcell-<uid>`, or — when another user made that one first —
+//! the first private `<tmp>/toolcell-<uid>-XXXXXX` of ours, as for the
+//! kernels root), named after a hash of the configuration path.
 //! The daemon holds an exclusive `flock` on its lock file for its whole
 //! life, so two starters racing end with one daemon, and a socket file
 //! whose lock is free is stale (its daemon crashed) and is replaced.
@@ -75,11 +77,23 @@ struct Paths {
     log: PathBuf,
 }
 
-fn runtime_dir() -> PathBuf {
+/// The daemon's private directory, verified (ours, 0700, no planted
+/// link): `$XDG_RUNTIME_DIR/toolcell` (refused if unsafe: that directory is
+/// the user's own), else `<tmp>/toolcell-<uid>` — and when another user
+/// got there first, the same fallback the kernels root takes: a private
+/// `<tmp>/toolcell-<uid>-XXXXXX` of ours, the first by name, so every
+/// client finds the same one.
+fn runtime_dir() -> anyhow::Result<PathBuf> {
+    use toolcell_kernel::kernel::{private_dir, private_dir_or_reuse};
     if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
-        return PathBuf::from(x).join("toolcell");
+        let dir = PathBuf::from(x).join("toolcell");
+        private_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        return Ok(dir);
     }
-    std::env::temp_dir().join(format!("toolcell-{}", nix::unistd::getuid()))
+    let tmp = std::env::temp_dir();
+    let dir = tmp.join(format!("toolcell-{}", nix::unistd::getuid()));
+    let prefix = format!("toolcell-{}-", nix::unistd::getuid());
+    private_dir_or_reuse(&dir, &tmp, &prefix).with_context(|| format!("creating {}", dir.display()))
 }
 
 /// FNV-1a: a stable short name for a configuration path.
@@ -93,9 +107,7 @@ fn fnv(s: &str) -> String {
 }
 
 fn paths(config_file: Option<&Path>) -> anyhow::Result<Paths> {
-    let dir = runtime_dir();
-    toolcell_kernel::kernel::private_dir(&dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
+    let dir = runtime_dir()?;
     let meta = std::fs::metadata(&dir)?;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     if meta.uid() != nix::unistd::getuid().as_raw() || meta.permissions().mode() & 0o077 != 0 {

@@ -54,6 +54,8 @@ section! {
         warm_pool: Option<usize> = None, WarmPool;
         /// Where kernels run when a request names no remote: `""` here, or the name of a `[remotes.NAME]` table (a machine or container reached by its `command`).
         remote: String = String::new(), Text::RemoteName;
+        /// Bytes of the files (figures) a remote kernel's cells send back that this host keeps at once, per kernel, in the kernel's directory; past it a file is refused and the result's `warning` says so. A file no result lists is deleted when its cell ends; listed ones go with the kernel. 0: no cap.
+        remote_files_cap: u64 = crate::registry::DEFAULT_REMOTE_FILES_CAP, Size::CAP;
     }
 }
 

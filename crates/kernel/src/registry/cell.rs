@@ -123,7 +123,10 @@ impl Registry {
             &inner.redactor,
             inner.opts.journaling(),
         );
+        // Files the kernel sent that the check dropped go at once.
+        kernel.keep_files(&figures.display);
         let (files, files_notice) = inner.files_after(kernel, watcher).await;
+        let mut cell_notices = std::mem::take(&mut outcome.notices);
         if ready.refill {
             fill_pool(inner);
         }
@@ -174,6 +177,7 @@ impl Registry {
         let figure_warning = figures.warning();
         result.display = figures.display;
         ready.notices.extend(result.warning.take());
+        ready.notices.append(&mut cell_notices);
         ready.notices.extend(figure_warning);
         ready.notices.extend(files_notice);
         result.files = files;
@@ -360,6 +364,11 @@ impl Inner {
                 .start_kernel(slot, token, req, plan, deadline, &mut ready)
                 .await?;
             **guard = Some(k);
+            if let Some(how) = slot.meta().lost.take() {
+                ready.notices.push(format!(
+                    "the previous cell of this session lost its remote kernel ({how}); this cell ran in a new one, with none of the old state."
+                ));
+            }
         }
         if !ready.reused && !plan.per_call {
             // A newcomer's trip: the same session name from another
@@ -530,6 +539,13 @@ impl Inner {
         {
             // Not a crash: the session was shut down under the cell.
             outcome.ending = Ending::ShutDown;
+        }
+        // A remote kernel lost under its cell: the cell that starts the
+        // next one says so too.
+        if let Ending::Died { how } = &outcome.ending
+            && guard.as_ref().is_some_and(|k| k.remote().is_some())
+        {
+            slot.meta().lost = Some(how.clone());
         }
         {
             let mut m = slot.meta();

@@ -43,8 +43,8 @@ use crate::result::{ExecuteResult, round2};
 pub use extra::{ExtraTools, ToolSource};
 pub use mcp_source::McpSource;
 pub use options::{
-    KernelMode, ONE_CELL_INOTIFY_MIN_ENTRIES, RegistryOptions, default_kernels_root,
-    default_spill_dir,
+    DEFAULT_REMOTE_FILES_CAP, KernelMode, ONE_CELL_INOTIFY_MIN_ENTRIES, RegistryOptions,
+    default_kernels_root, default_spill_dir,
 };
 use pool::{Pool, fill_pool};
 use reaper::{prune_loop, reap_loop};
@@ -54,8 +54,10 @@ use session::{Slot, State, mark_differences};
 
 /// The kernels root, verified private (ours, 0700, no planted link). A
 /// configured root that is not safe is an error naming it; the default one
-/// under the shared temp dir (no `XDG_RUNTIME_DIR`) is replaced by a fresh
-/// private directory when another user got there first.
+/// under the shared temp dir (no `XDG_RUNTIME_DIR`) is replaced, when
+/// another user got there first, by a private `<tmp>/toolcell-<uid>-XXXXXX`
+/// of ours (the first by name, else a fresh one: the daemon's socket
+/// directory falls back the same way).
 fn verified_root(configured: Option<&Path>) -> Result<PathBuf, RegistryError> {
     use toolcell_rpc::private_dir::PrivateDir;
     let refused =
@@ -77,7 +79,7 @@ fn verified_root(configured: Option<&Path>) -> Result<PathBuf, RegistryError> {
     let tmp = std::env::temp_dir();
     let prefix = format!("toolcell-{}-", nix::unistd::getuid());
     let (dir, _) =
-        PrivateDir::ensure_or_fresh(&root, &tmp, &prefix).map_err(|e| refused(&root, e))?;
+        PrivateDir::ensure_or_reuse(&root, &tmp, &prefix).map_err(|e| refused(&root, e))?;
     if dir.path() == root {
         return Ok(root);
     }
@@ -519,19 +521,33 @@ impl Registry {
     async fn kill_slots(&self, slots: Vec<Arc<Slot>>) -> usize {
         let mut n = 0;
         for slot in slots {
-            let tree = {
+            let (tree, allocation) = {
                 let mut m = slot.meta();
                 m.interrupt.cancel();
                 m.live = false;
                 m.shut_down = true;
-                m.tree.take()
+                (m.tree.take(), m.allocation.is_some())
             };
-            if let Some(t) = tree {
-                // Kill at once: a running cell sees the kernel die and returns.
-                t.signal(nix::sys::signal::Signal::SIGKILL);
+            // An idle kernel with an allocation (a lifecycle remote) goes
+            // through its shutdown, which stops the allocation before it
+            // kills the command (see `Kernel::shutdown`).
+            let idle = if allocation {
+                slot.kernel.try_lock().ok()
+            } else {
+                None
+            };
+            if let Some(t) = &tree {
+                if idle.is_none() {
+                    // Kill at once: a running cell sees the kernel die and returns.
+                    t.signal(nix::sys::signal::Signal::SIGKILL);
+                }
                 n += 1;
             }
-            if let Some(k) = slot.kernel.lock().await.take() {
+            let kernel = match idle {
+                Some(mut g) => g.take(),
+                None => slot.kernel.lock().await.take(),
+            };
+            if let Some(k) = kernel {
                 k.shutdown(Duration::from_millis(100)).await;
             }
         }

@@ -141,6 +141,10 @@ pub struct RegistryOptions {
     pub remote_records: Option<PathBuf>,
     /// `[kernels] remote`: the remote of a request that names none; empty: local.
     pub remote: String,
+    /// `[kernels] remote_files_cap`: bytes of the files (figures) a remote
+    /// kernel's cells sent that are kept on this host at once, per kernel;
+    /// past it a file is refused with a warning. 0: no cap. Default 64 MiB.
+    pub remote_files_cap: u64,
     /// Local kernels take tool calls in-band (on the request pipe) instead
     /// of the socket. Off: the socket is faster locally (BENCHMARKS.md,
     /// issue 17); remote kernels always use the in-band channel.
@@ -230,6 +234,7 @@ impl Default for RegistryOptions {
             remotes: std::collections::BTreeMap::new(),
             remote_records: crate::lifecycle::default_records_dir(),
             remote: String::new(),
+            remote_files_cap: DEFAULT_REMOTE_FILES_CAP,
             inband_tools: false,
         }
     }
@@ -307,10 +312,14 @@ impl RegistryOptions {
             remotes: config.remotes.clone(),
             remote_records: crate::lifecycle::default_records_dir(),
             remote: config.kernels.remote.clone(),
+            remote_files_cap: config.kernels.remote_files_cap,
             inband_tools: false,
         })
     }
 }
+
+/// `[kernels] remote_files_cap` by default: 64 MiB per kernel.
+pub const DEFAULT_REMOTE_FILES_CAP: u64 = 64 << 20;
 
 /// `$XDG_CACHE_HOME/toolcell/spill` or `~/.cache/toolcell/spill`.
 pub fn default_spill_dir() -> PathBuf {

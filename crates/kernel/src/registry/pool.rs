@@ -80,6 +80,7 @@ pub(super) async fn spawn_kernel(
         language: shape.language,
         session: session.to_string(),
         lifecycle: Some(Arc::clone(&inner.lifecycle)),
+        files_cap: inner.opts.remote_files_cap,
     };
     // The first scan of the working directory (SPEC §16) runs while the
     // interpreter starts.

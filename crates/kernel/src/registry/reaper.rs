@@ -1,6 +1,8 @@
 //! Background upkeep: the idle reaper (kernels idle longer than
-//! `idle_timeout` go, not only when another cell arrives) and the spill
-//! pruner (see [`crate::spill`]). Both hold only a `Weak` to the registry.
+//! `idle_timeout` go, not only when another cell arrives; on the same
+//! period, what dead hosts left on lifecycle remotes is swept again) and
+//! the spill pruner (see [`crate::spill`]). Both hold only a `Weak` to the
+//! registry.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -21,8 +23,17 @@ pub(super) fn reapable(busy: usize, idle_for: Duration, idle_timeout: Duration) 
     busy == 0 && idle_for >= idle_timeout
 }
 
-/// Reaps idle kernels every [`reap_period`] until the registry is gone.
+/// Shortest time between two sweeps of dead hosts' records.
+const SWEEP_MIN_PERIOD: Duration = Duration::from_secs(1);
+
+/// Reaps idle kernels every [`reap_period`] until the registry is gone,
+/// and sweeps what dead hosts left on the remotes (as at the start) every
+/// [`reap_period`] too, at least [`SWEEP_MIN_PERIOD`] apart: a host killed
+/// while this one runs — or one whose killed process is a zombie its
+/// parent has not reaped, which only now counts as dead — is not left for
+/// the next start.
 pub(super) async fn reap_loop(inner: Weak<Inner>) {
+    let mut last_sweep = tokio::time::Instant::now();
     loop {
         let Some(strong) = inner.upgrade() else {
             return;
@@ -33,6 +44,10 @@ pub(super) async fn reap_loop(inner: Weak<Inner>) {
         let Some(strong) = inner.upgrade() else {
             return;
         };
+        if last_sweep.elapsed() >= period.max(SWEEP_MIN_PERIOD) {
+            last_sweep = tokio::time::Instant::now();
+            strong.lifecycle.sweep_dead_hosts(&strong.opts.remotes);
+        }
         let victims = take_idle(&strong);
         let reaped = !victims.is_empty();
         for slot in victims {

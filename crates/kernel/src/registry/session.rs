@@ -277,6 +277,10 @@ pub(super) struct SlotMeta {
     pub(super) execution_count: u64,
     /// Set when the session was shut down (the running cell's result says so).
     pub(super) shut_down: bool,
+    /// How the session's remote kernel was lost during its last cell (the
+    /// connection ended): said in a warning by the cell that starts the
+    /// next one.
+    pub(super) lost: Option<String>,
     /// Spill files its results reported (newest last, at most
     /// [`SPILLS_KEPT`]): kept by the spill pruner while the slot lives.
     pub(super) spills: VecDeque<OsString>,
@@ -300,6 +304,7 @@ impl SlotMeta {
             allocation: None,
             execution_count: 0,
             shut_down: false,
+            lost: None,
             spills: VecDeque::new(),
         }
     }

@@ -518,8 +518,9 @@ impl Server {
         Ok(Arc::new(made))
     }
 
-    /// Calls `tool` with `args`, bounded by the cell's deadline and ended
-    /// when the cell settles.
+    /// Calls `tool` with `args`, bounded by the cell's deadline (less a
+    /// margin, [`ToolContext::answer_by`], so the cell gets the `ToolError`
+    /// in time to handle it) and ended when the cell settles.
     async fn call(
         &self,
         tool: &str,
@@ -527,7 +528,7 @@ impl Server {
         args: Value,
         cx: ToolContext,
     ) -> Result<Value, ToolError> {
-        let deadline = cx.deadline();
+        let deadline = cx.answer_by();
         let cancel = cx.cancelled().clone();
         let work = async {
             let conn = self.ensure(false).await.map_err(ToolError::Failed)?;
@@ -551,8 +552,9 @@ impl Server {
         tokio::select! {
             r = work => r,
             () = tokio::time::sleep_until(deadline) => Err(ToolError::failed(format!(
-                "MCP server `{}` did not answer within the cell's time limit; the \
-                 call was cancelled",
+                "MCP server `{}` did not answer within the cell's time limit (less a \
+                 moment for the cell to handle this error); the call was cancelled and \
+                 its outcome is unknown",
                 self.spec.name
             ))),
             () = cancel.cancelled() => Err(ToolError::failed(format!(
