@@ -807,6 +807,104 @@ async fn flooding_the_rpc_socket_from_72_threads_is_refused_within_budget_and_th
     shut_down_and_check(&f).await;
 }
 
+/// A left-behind thread tries 2,000 connections to its own kernel's socket
+/// and holds every one it gets; prints how many were admitted and how many
+/// were refused on the spot (a refusal line, then end of stream).
+const HOLD: &str = r#"
+import json, os, select, socket, threading
+path = os.environ['TOOLCELL_RPC'][len('unix:'):]
+held = []
+def hold():
+    for _ in range(2000):
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(path)
+        except OSError:
+            s.close()
+            continue
+        held.append(s)
+t = threading.Thread(target=hold, daemon=True)
+t.start()
+t.join()
+refused, why = [], set()
+p = select.poll()
+for s in held:
+    p.register(s, select.POLLIN)
+by_fd = {s.fileno(): s for s in held}
+quiet = 0
+while quiet < 3:
+    ready = p.poll(300)
+    quiet = quiet + 1 if not ready else 0
+    for fd, _ in ready:
+        s = by_fd.pop(fd)
+        p.unregister(fd)
+        r = json.loads(s.recv(4096).decode())
+        why.add((r['code'], r['error']))
+        refused.append(s)
+        s.close()
+held = [s for s in held if s.fileno() != -1]
+print('held', len(held), 'refused', len(refused))
+print(sorted(why))
+"#;
+
+fn open_fds() -> usize {
+    common::entries(Path::new("/proc/self/fd")).len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_03_a_cell_holding_thousands_of_connections_is_capped_and_other_sessions_keep_their_tools()
+ {
+    let f = Fixture::new();
+    std::fs::write(f.work().join("small.txt"), "one line\n").unwrap();
+    // The bystander's kernel is up before the flood, so its socket and
+    // tool calls are what must keep working.
+    let r = f
+        .run_as("bystander", "print(read_file('small.txt')['content'], end='')")
+        .await;
+    assert_success(&r);
+    let before = open_fds();
+    let r = f.run(HOLD).await;
+    assert_success(&r);
+    assert_eq!(
+        r.output,
+        format!(
+            "held {} refused {}\n[('bad_token', 'connection refused: this kernel already has the most tool-call connections open at once; close some')]\n",
+            toolcell_rpc::DEFAULT_MAX_CONNECTIONS,
+            2000 - toolcell_rpc::DEFAULT_MAX_CONNECTIONS
+        ),
+        "{}",
+        show(&r)
+    );
+    // The host spent at most the cap on the flood, not 2,000 descriptors.
+    let during = open_fds();
+    assert!(
+        during < before + toolcell_rpc::DEFAULT_MAX_CONNECTIONS + 16,
+        "host fds {before} -> {during}"
+    );
+    // Another session's tools and a new kernel still work while the
+    // connections are held.
+    let r = f
+        .run_as("bystander", "print(read_file('small.txt')['content'], end='')")
+        .await;
+    assert_success(&r);
+    assert_eq!(r.output, "one line\n");
+    let r = f.run_as("newcomer", "print(6 * 7)").await;
+    assert_success(&r);
+    assert_eq!(r.output, "42\n");
+    // The flooding kernel's own tool call says why it cannot connect;
+    // closing what it holds gives its tools back.
+    let r = f
+        .run("try:\n    read_file('small.txt')\nexcept Exception as e:\n    print('refused:', 'close some' in str(e))")
+        .await;
+    assert_eq!(r.output, "refused: True\n", "{}", show(&r));
+    let r = f
+        .run("for s in held:\n    s.close()\nimport time; time.sleep(0.3)\nprint(read_file('small.txt')['content'], end='')")
+        .await;
+    assert_success(&r);
+    assert_eq!(r.output, "one line\n", "{}", show(&r));
+    shut_down_and_check(&f).await;
+}
+
 // ---------------------------------------------------------------------------
 // 9. Another kernel's socket
 // ---------------------------------------------------------------------------

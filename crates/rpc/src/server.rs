@@ -44,8 +44,9 @@ pub struct ServerConfig {
     /// kernel's cgroup is still refused.
     pub peer_check: Option<PeerCheck>,
     /// Most connections open at once; one more is closed at once with a
-    /// `bad_token` error line. A kernel needs a handful; the cap keeps a
-    /// cell from spending the host's file descriptors.
+    /// `bad_token` error line. A kernel needs one per thread that calls
+    /// tools at once (a thread pool of 64 callers is ordinary); the cap
+    /// keeps a cell from spending the host's file descriptors.
     pub max_connections: usize,
 }
 
@@ -71,7 +72,7 @@ impl std::fmt::Debug for PeerCheck {
 }
 
 /// Default cap on connections open at once to one server.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 impl Default for ServerConfig {
     fn default() -> Self {
