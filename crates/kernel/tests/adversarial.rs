@@ -859,7 +859,10 @@ async fn review_03_a_cell_holding_thousands_of_connections_is_capped_and_other_s
     // The bystander's kernel is up before the flood, so its socket and
     // tool calls are what must keep working.
     let r = f
-        .run_as("bystander", "print(read_file('small.txt')['content'], end='')")
+        .run_as(
+            "bystander",
+            "print(read_file('small.txt')['content'], end='')",
+        )
         .await;
     assert_success(&r);
     let before = open_fds();
@@ -884,7 +887,10 @@ async fn review_03_a_cell_holding_thousands_of_connections_is_capped_and_other_s
     // Another session's tools and a new kernel still work while the
     // connections are held.
     let r = f
-        .run_as("bystander", "print(read_file('small.txt')['content'], end='')")
+        .run_as(
+            "bystander",
+            "print(read_file('small.txt')['content'], end='')",
+        )
         .await;
     assert_success(&r);
     assert_eq!(r.output, "one line\n");

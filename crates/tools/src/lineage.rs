@@ -190,6 +190,36 @@ pub fn descends_from(pid: u32, root: u32) -> bool {
     false
 }
 
+/// Whether a strict ancestor of `pid` (by `/proc` parent links) runs a
+/// program whose name (`/proc/<pid>/comm`, readable even for a
+/// non-dumpable process) is `comm`. A process that left its kernel's
+/// cgroup, session and environment is re-parented to the toolcell host
+/// that adopted it as a subreaper, so its chain still passes through a
+/// process named like the host.
+pub fn has_ancestor_named(pid: u32, comm: &str) -> bool {
+    let mut p = pid;
+    for _ in 0..4096 {
+        match crate::process::parent(p) {
+            Some(pp) if pp > 0 => p = pp,
+            _ => return false,
+        }
+        if comm_of(p).is_some_and(|c| c == comm) {
+            return true;
+        }
+        if p <= 1 {
+            return false;
+        }
+    }
+    false
+}
+
+/// The program name of `pid` (`/proc/<pid>/comm`, without the newline).
+pub fn comm_of(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/comm")).ok()?;
+    let name = raw.strip_suffix(b"\n").unwrap_or(&raw);
+    Some(String::from_utf8_lossy(name).into_owned())
+}
+
 /// The proc connector socket: subscribe, then decode events.
 mod connector {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

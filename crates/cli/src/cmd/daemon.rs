@@ -319,6 +319,7 @@ fn run_daemon(cfg: toolcell_kernel::config::Config, p: &Paths) -> anyhow::Result
         let clients = Arc::new(AtomicUsize::new(0));
         let mut last_active = Instant::now();
         let me = nix::unistd::getuid().as_raw();
+        let own_name = toolcell_tools::lineage::comm_of(std::process::id());
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
@@ -338,6 +339,18 @@ fn run_daemon(cfg: toolcell_kernel::config::Config, p: &Paths) -> anyhow::Result
                                 tracing::warn!(
                                     "refused a daemon client running inside a toolcell kernel (pid {})",
                                     pid.unwrap_or(0)
+                                );
+                                continue;
+                            }
+                            // Nor does anything a toolcell host started, even
+                            // after it left its kernel's cgroup: orphans are
+                            // re-parented to the host (a subreaper), so the
+                            // chain still passes through a toolcell process.
+                            if let (Some(p), Some(name)) = (pid, own_name.as_deref())
+                                && toolcell_tools::lineage::has_ancestor_named(p, name)
+                            {
+                                tracing::warn!(
+                                    "refused a daemon client started by a toolcell process (pid {p})"
                                 );
                                 continue;
                             }
