@@ -109,8 +109,17 @@ def _call(tool, args):
     line = _json.dumps({"tool": tool, "args": args, "token": token},
                        ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
     try:
-        sock.sendall(line)
-        reply = rfile.readline()
+        try:
+            sock.sendall(line)
+        except (BrokenPipeError, ConnectionResetError):
+            # The host may have answered and closed before we sent (it
+            # refuses a connection over its cap that way): its reason is
+            # still buffered, and nothing of this call ran.
+            reply = rfile.readline()
+            if not reply:
+                raise
+        else:
+            reply = rfile.readline()
     except BaseException as e:
         # Whatever stops us between sending and reading (a lost connection,
         # KeyboardInterrupt) leaves this connection's next reply unaccounted
