@@ -364,7 +364,7 @@ pub fn exit_on_signals_after(
         };
         SIGNAL_EXIT.store(code, std::sync::atomic::Ordering::SeqCst);
         registry.shutdown_all().await;
-        toolcell_tools::process::kill_adopted(&[]);
+        toolcell_sys::process::kill_adopted(&[]);
         flush_journal(&registry);
         std::process::exit(i32::from(code));
     });

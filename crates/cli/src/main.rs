@@ -89,12 +89,12 @@ fn main() -> ExitCode {
     // Nothing of our uid but a privileged process may open our /proc
     // entries: our stdin and stdout (the client's protocol), our
     // environment (the host's secrets), our memory.
-    if let Err(e) = toolcell_tools::process::forbid_inspection() {
+    if let Err(e) = toolcell_sys::process::forbid_inspection() {
         tracing::warn!("cannot make this process non-dumpable: {e}");
     }
     // Orphans of cells (double fork, setsid) are re-parented to this host,
     // not init, so they can be found and killed with their kernels.
-    if let Err(e) = toolcell_tools::process::become_subreaper() {
+    if let Err(e) = toolcell_sys::process::become_subreaper() {
         tracing::warn!("cannot become a child subreaper: {e}");
     }
     let config = cli.config.as_deref();
@@ -113,7 +113,7 @@ fn main() -> ExitCode {
         Command::Export(args) => cmd::export::run(config, &args),
     };
     // Whatever cells started that escaped their kernels' trees ends with us.
-    toolcell_tools::process::kill_adopted(&[]);
+    toolcell_sys::process::kill_adopted(&[]);
     match result {
         Ok(code) => code,
         Err(e) => {

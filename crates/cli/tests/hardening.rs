@@ -131,7 +131,7 @@ print("orphan", open(out).read())
 
 #[test]
 fn a_confined_kernel_cannot_drive_a_daemon_socket() {
-    if toolcell_tools::cgroup::HostCgroup::get().is_none() {
+    if toolcell_sys::cgroup::HostCgroup::get().is_none() {
         // confine = true refuses to start without cgroups (tested below).
         let env = Env::with_config("[execution]\nmode = \"strict\"\nconfine = true\n");
         let out = env.run(&["exec", "print(1)"]);
@@ -193,7 +193,7 @@ fn cgroup2_mount() -> Option<String> {
 /// between cgroups); prints why not when it does not.
 fn root_with_cgroups(test: &str) -> Option<String> {
     let mount = cgroup2_mount().filter(|_| {
-        nix::unistd::getuid().is_root() && toolcell_tools::cgroup::HostCgroup::get().is_some()
+        nix::unistd::getuid().is_root() && toolcell_sys::cgroup::HostCgroup::get().is_some()
     });
     if mount.is_none() {
         println!("{test}: needs root and cgroup v2 (only there can a process change cgroups)");

@@ -161,7 +161,7 @@ impl Spill {
 fn open_spill(target: &SpillTarget) -> std::io::Result<(PathBuf, File)> {
     // The spill dir is verified private (ours, 0700, no planted link) and
     // the file made inside it through its fd (O_EXCL | O_NOFOLLOW, 0600).
-    let dir = toolcell_rpc::private_dir::PrivateDir::ensure(&target.dir)
+    let dir = toolcell_sys::private_dir::PrivateDir::ensure(&target.dir)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))?;
     let rand = toolcell_protocol::random_hex(4)
         .map_err(|e| std::io::Error::other(format!("no randomness for a spill file name: {e}")))?;

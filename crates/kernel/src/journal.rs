@@ -615,7 +615,7 @@ fn open_rw(path: &Path) -> Result<Connection, JournalError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         // Ours, 0700, no link another user planted (the fallback location is
         // under the shared temp dir).
-        toolcell_rpc::private_dir::PrivateDir::ensure(parent).map_err(|e| {
+        toolcell_sys::private_dir::PrivateDir::ensure(parent).map_err(|e| {
             io(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
                 e.to_string(),

@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use toolcell_rpc::private_dir::PrivateDir;
+use toolcell_sys::private_dir::PrivateDir;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -21,7 +21,8 @@ use toolcell_protocol::{CellResult, Decoder, Event, Execute, Hello, Reply, Reque
 use toolcell_redact::{Cleaner, Redactor};
 use toolcell_rpc::{CellReport, CellSpec, Dispatch, InbandCaller, Server, ServerConfig};
 use toolcell_tools::DynTool;
-use toolcell_tools::process::Tree;
+use toolcell_tools::schema::{self, OnTimeout};
+use toolcell_sys::process::Tree;
 
 use crate::capture::{Capture, Captured, SpillTarget};
 
@@ -369,16 +370,6 @@ impl std::fmt::Debug for KernelSpec {
     }
 }
 
-/// What a timeout does (SPEC §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TimeoutPolicy {
-    /// SIGINT first, kill after the grace.
-    #[default]
-    Interrupt,
-    /// Kill at once.
-    Kill,
-}
-
 /// The limits and hooks of one cell.
 #[derive(Clone)]
 pub struct CellOptions {
@@ -387,7 +378,7 @@ pub struct CellOptions {
     /// Tool-call budget.
     pub max_tool_calls: u32,
     /// What a timeout does.
-    pub on_timeout: TimeoutPolicy,
+    pub on_timeout: OnTimeout,
     /// How long an interrupted cell has to stop.
     pub interrupt_grace: Duration,
     /// Between SIGTERM and SIGKILL.
@@ -422,13 +413,13 @@ impl std::fmt::Debug for CellOptions {
 impl Default for CellOptions {
     fn default() -> Self {
         Self {
-            timeout: Duration::from_secs(300),
-            max_tool_calls: 50,
-            on_timeout: TimeoutPolicy::Interrupt,
-            interrupt_grace: Duration::from_secs(2),
+            timeout: Duration::from_secs_f64(schema::DEFAULT_TIMEOUT_SECS),
+            max_tool_calls: schema::DEFAULT_MAX_TOOL_CALLS,
+            on_timeout: OnTimeout::Interrupt,
+            interrupt_grace: Duration::from_secs_f64(schema::DEFAULT_INTERRUPT_GRACE_SECS),
             kill_grace: Duration::from_secs(2),
-            max_stdout_bytes: 50_000,
-            max_stderr_bytes: 10_000,
+            max_stdout_bytes: schema::DEFAULT_MAX_STDOUT_BYTES,
+            max_stderr_bytes: schema::DEFAULT_MAX_STDERR_BYTES,
             spill: None,
             live: None,
             fold: crate::fold::FoldOptions::auto(),
@@ -503,11 +494,11 @@ pub struct Kernel {
     /// The kernel's own cgroup, where the machine allows one: every process
     /// the cell starts stays in it, whatever it does to its session or
     /// environment, and dies with the kernel.
-    cgroup: Option<toolcell_tools::cgroup::KernelCgroup>,
+    cgroup: Option<toolcell_sys::cgroup::KernelCgroup>,
     /// Every process forked from the kernel since its spawn, where the host
     /// sees process events (root hosts): found and killed with the kernel
     /// even after leaving its cgroup.
-    lineage: Option<Arc<toolcell_tools::lineage::Lineage>>,
+    lineage: Option<Arc<toolcell_sys::lineage::Lineage>>,
     /// The fingerprint of the outside tools the stub module was last made
     /// for (0: none, the module written at spawn).
     stubs_for: u64,
@@ -745,7 +736,7 @@ async fn pump(
 
 /// Creates `dir` with mode 0700 (missing parents too), after checking that
 /// no other user can swap it or any of its ancestors (see
-/// [`toolcell_rpc::private_dir`]); the error says which path is unsafe and why.
+/// [`toolcell_sys::private_dir`]); the error says which path is unsafe and why.
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     PrivateDir::ensure(dir)
         .map(drop)
@@ -813,7 +804,7 @@ impl Kernel {
         // The root is walked and verified on every spawn (ours, 0700, no
         // link another user planted), and everything below it is made
         // through directory fds: nothing is re-resolved by path between the
-        // check and the use (see `toolcell_rpc::private_dir`).
+        // check and the use (see `toolcell_sys::private_dir`).
         let root = PrivateDir::ensure(&spec.root).map_err(|e| SpawnError::Io {
             what: "opening the kernels root".into(),
             source: std::io::Error::other(e.to_string()),
@@ -914,7 +905,7 @@ impl Kernel {
             // The leader thread's own stat: the process-wide one sums every
             // thread's times on each read (~10 µs for a Python kernel).
             proc_stat: std::fs::File::open(format!("/proc/{pid}/task/{pid}/stat")).ok(),
-            started: toolcell_tools::process::start_time(pid),
+            started: toolcell_sys::process::start_time(pid),
             files_kept: 0,
             cell_files: Vec::new(),
             allocation,
@@ -1050,7 +1041,7 @@ impl Kernel {
             )
         };
         let dir = dir.to_path_buf();
-        let mut cgroup = match toolcell_tools::cgroup::HostCgroup::get() {
+        let mut cgroup = match toolcell_sys::cgroup::HostCgroup::get() {
             Some(host) => Some(host.kernel(&spec.id).map_err(io_err(
                 "creating the kernel's cgroup (set TOOLCELL_CGROUP=off to do without)",
             ))?),
@@ -1189,7 +1180,7 @@ impl Kernel {
         drop(code);
         drop(confinement);
         let pid = child.id().unwrap_or(0);
-        let lineage = toolcell_tools::lineage::Lineage::adopt(pid).map(Arc::new);
+        let lineage = toolcell_sys::lineage::Lineage::adopt(pid).map(Arc::new);
         let _ = family.set(Family {
             root: pid,
             lineage: lineage.clone(),
@@ -1200,7 +1191,7 @@ impl Kernel {
         // cell code, and starts no process, before it has that.
         let joining = cgroup
             .as_mut()
-            .and_then(toolcell_tools::cgroup::KernelCgroup::take_procs)
+            .and_then(toolcell_sys::cgroup::KernelCgroup::take_procs)
             .map(|procs| {
                 tokio::task::spawn_blocking(move || {
                     use std::io::Write;
@@ -1884,7 +1875,7 @@ impl Kernel {
                         break;
                     }
                     match phase {
-                        Phase::Running if opts.on_timeout == TimeoutPolicy::Interrupt => {
+                        Phase::Running if opts.on_timeout == OnTimeout::Interrupt => {
                             self.interrupt();
                             phase = Phase::Interrupting { by_caller: false };
                             timer = Instant::now() + opts.interrupt_grace / 2;
@@ -2321,7 +2312,7 @@ impl StreamOut {
 /// A kernel's process and what was forked from it: who may use its socket.
 struct Family {
     root: u32,
-    lineage: Option<Arc<toolcell_tools::lineage::Lineage>>,
+    lineage: Option<Arc<toolcell_sys::lineage::Lineage>>,
 }
 
 impl Family {
@@ -2329,7 +2320,7 @@ impl Family {
     /// lineage (which survives re-parenting), or below it by parent links.
     fn admits(&self, pid: u32) -> bool {
         self.lineage.as_ref().is_some_and(|l| l.contains(pid))
-            || toolcell_tools::lineage::descends_from(pid, self.root)
+            || toolcell_sys::lineage::descends_from(pid, self.root)
     }
 }
 
@@ -2350,8 +2341,8 @@ struct Launched {
     pid: u32,
     requests: Arc<RequestPipe>,
     server: Server,
-    cgroup: Option<toolcell_tools::cgroup::KernelCgroup>,
-    lineage: Option<Arc<toolcell_tools::lineage::Lineage>>,
+    cgroup: Option<toolcell_sys::cgroup::KernelCgroup>,
+    lineage: Option<Arc<toolcell_sys::lineage::Lineage>>,
     /// `TOOLCELL_RPC` (local) or `TOOLCELL_REMOTE_KERNEL` (remote): every
     /// descendant's environment carries it (see [`Kernel::tree`]).
     marker: String,

@@ -108,8 +108,8 @@ pub mod watch;
 
 pub use kernel::{
     CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, SpawnError, StreamKind,
-    TimeoutPolicy,
 };
+pub use toolcell_tools::schema::{Mode, OnTimeout};
 pub use language::Language;
 pub use registry::{
     ExecuteRequest, ExtraTools, Guard, KernelMode, KeyInfo, ONE_CELL_INOTIFY_MIN_ENTRIES, Registry,

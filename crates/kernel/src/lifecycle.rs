@@ -737,8 +737,8 @@ impl Record {
             return false;
         }
         self.boot_id != boot
-            || toolcell_tools::process::start_time(self.pid) != Some(self.start_ticks)
-            || toolcell_tools::process::is_zombie(self.pid)
+            || toolcell_sys::process::start_time(self.pid) != Some(self.start_ticks)
+            || toolcell_sys::process::is_zombie(self.pid)
     }
 
     /// Whether `remote` is the remote this record was written for (same
@@ -870,7 +870,7 @@ impl Lifecycle {
             host: self.host.clone(),
             remote: name.to_string(),
             pid,
-            start_ticks: toolcell_tools::process::start_time(pid).unwrap_or(0),
+            start_ticks: toolcell_sys::process::start_time(pid).unwrap_or(0),
             boot_id: boot_id(),
             machine: machine_id(),
             pidns: pid_namespace(),
@@ -890,7 +890,7 @@ impl Lifecycle {
         let rec = self.record_of(remote_name, remote, ids);
         let remote = remote_name;
         let name = record_file(&self.host, remote);
-        let written = toolcell_rpc::private_dir::PrivateDir::ensure(dir)
+        let written = toolcell_sys::private_dir::PrivateDir::ensure(dir)
             .map_err(|e| e.to_string())
             .and_then(|d| {
                 let rand = toolcell_protocol::random_hex(4).map_err(|e| e.to_string())?;
@@ -1248,7 +1248,7 @@ impl Lifecycle {
 /// user with one link are read (a FIFO planted there cannot block), and
 /// leftovers of a record being written that are older than an hour go.
 fn read_records(dir: &Path) -> Vec<(String, Option<Record>)> {
-    let Ok(d) = toolcell_rpc::private_dir::PrivateDir::ensure(dir) else {
+    let Ok(d) = toolcell_sys::private_dir::PrivateDir::ensure(dir) else {
         return Vec::new();
     };
     let Ok(entries) = std::fs::read_dir(d.path()) else {
@@ -1282,7 +1282,7 @@ fn read_records(dir: &Path) -> Vec<(String, Option<Record>)> {
 
 /// One record file, if it is a regular file of this user with one link,
 /// at most [`RECORD_MAX_BYTES`], and parses.
-fn read_record(d: &toolcell_rpc::private_dir::PrivateDir, name: &str) -> Option<Record> {
+fn read_record(d: &toolcell_sys::private_dir::PrivateDir, name: &str) -> Option<Record> {
     use nix::fcntl::OFlag;
     use std::os::unix::fs::MetadataExt;
     let fd = nix::fcntl::openat(
@@ -1306,7 +1306,7 @@ fn read_record(d: &toolcell_rpc::private_dir::PrivateDir, name: &str) -> Option<
 }
 
 fn remove_record(dir: &Path, name: &str) {
-    if let Ok(d) = toolcell_rpc::private_dir::PrivateDir::ensure(dir) {
+    if let Ok(d) = toolcell_sys::private_dir::PrivateDir::ensure(dir) {
         let _ = nix::unistd::unlinkat(d.fd(), name, nix::unistd::UnlinkatFlags::NoRemoveDir);
     }
 }
@@ -1594,7 +1594,7 @@ mod tests {
             host: "tc0123456789".into(),
             remote: "r".into(),
             pid,
-            start_ticks: toolcell_tools::process::start_time(pid).unwrap_or(0),
+            start_ticks: toolcell_sys::process::start_time(pid).unwrap_or(0),
             boot_id: boot.into(),
             machine: machine.into(),
             pidns,
@@ -1630,7 +1630,7 @@ mod tests {
     fn a_fifo_among_the_records_is_not_opened_for_reading() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("records");
-        toolcell_rpc::private_dir::PrivateDir::ensure(&dir).unwrap();
+        toolcell_sys::private_dir::PrivateDir::ensure(&dir).unwrap();
         nix::unistd::mkfifo(
             &dir.join("tc0123456789.r"),
             nix::sys::stat::Mode::from_bits_truncate(0o600),

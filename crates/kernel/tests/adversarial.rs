@@ -981,7 +981,7 @@ async fn a_cell_cannot_use_another_kernels_socket_without_its_token_or_outside_i
     // With per-kernel cgroups, B's socket refuses every process outside B's
     // cgroup at connect (bad_token, whatever token it sends); without, the
     // token and the per-cell authority are the fences.
-    let fenced = toolcell_tools::cgroup::HostCgroup::get().is_some();
+    let fenced = toolcell_sys::cgroup::HostCgroup::get().is_some();
     assert_eq!(
         r.output,
         if fenced {

@@ -168,7 +168,7 @@ fn another_user_racing_the_kernels_root_never_gets_code_run() {
 /// (its cgroup, where the machine has cgroup v2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_env_cleared_setsid_orphan_dies_with_its_kernel() {
-    if toolcell_tools::cgroup::HostCgroup::get().is_none() {
+    if toolcell_sys::cgroup::HostCgroup::get().is_none() {
         println!(
             "skipped: no writable cgroup v2 here (the binary's subreaper path is tested in the cli)"
         );

@@ -319,7 +319,7 @@ async fn fork_bomb() {
     let gone = common::eventually(Duration::from_secs(10), || {
         kids.iter()
             .all(|k| !std::path::Path::new(&format!("/proc/{k}")).exists())
-            && toolcell_tools::process::with_env_marker("TOOLCELL_RPC", &marker).is_empty()
+            && toolcell_sys::process::with_env_marker("TOOLCELL_RPC", &marker).is_empty()
     })
     .await;
     assert!(gone, "processes left after the tree kill");

@@ -120,7 +120,6 @@ mod dispatch;
 pub mod fuzzing;
 mod handler;
 mod lines;
-pub mod private_dir;
 mod server;
 pub mod testing;
 mod token;

@@ -149,13 +149,10 @@
 //! Nothing lists the tools by hand.
 
 mod builtin;
-pub mod cgroup;
 mod fsutil;
 pub mod hints;
-pub mod lineage;
 #[cfg(feature = "mcp")]
 pub mod mcp;
-pub mod process;
 mod registry;
 pub mod schema;
 mod schema_tool;

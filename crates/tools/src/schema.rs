@@ -387,7 +387,20 @@ pub fn summary(tool: &dyn DynTool) -> &str {
     tool.doc().lines().next().unwrap_or("").trim()
 }
 
-/// Execution mode of a session (SPEC §4): where the kernel runs.
+/// Seconds a cell may run when nothing says otherwise (`[execution] timeout`).
+pub const DEFAULT_TIMEOUT_SECS: f64 = 300.0;
+/// Tool calls a cell may make when nothing says otherwise.
+pub const DEFAULT_MAX_TOOL_CALLS: u32 = toolcell_rpc::DEFAULT_BUDGET;
+/// Stdout bytes a result carries inline when nothing says otherwise.
+pub const DEFAULT_MAX_STDOUT_BYTES: usize = 50_000;
+/// Stderr bytes a result carries inline when nothing says otherwise.
+pub const DEFAULT_MAX_STDERR_BYTES: usize = 10_000;
+/// Seconds an interrupted cell gets to stop before its kernel is killed.
+pub const DEFAULT_INTERRUPT_GRACE_SECS: f64 = 2.0;
+
+/// Execution mode of a session (docs/configuration.md, `[execution] mode`):
+/// where the kernel runs. The one definition: configuration, requests,
+/// the registry and the `execute_code` description all use it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Mode {
@@ -398,7 +411,27 @@ pub enum Mode {
     Strict,
 }
 
-/// What the kernel does when a cell runs out of time (SPEC §4).
+impl Mode {
+    /// Every mode, in the order the docs list them.
+    pub const ALL: [Mode; 2] = [Mode::Project, Mode::Strict];
+
+    /// The name in configuration and on the wire: `project`, `strict`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Project => "project",
+            Mode::Strict => "strict",
+        }
+    }
+
+    /// The mode named `text`, if any.
+    pub fn from_name(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.as_str() == text)
+    }
+}
+
+/// What the kernel does when a cell runs out of time
+/// (`[execution] on_timeout`). The one definition: configuration, the
+/// registry and each kernel's cell all use it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum OnTimeout {
@@ -407,6 +440,24 @@ pub enum OnTimeout {
     Interrupt,
     /// Kill the kernel; state is lost.
     Kill,
+}
+
+impl OnTimeout {
+    /// Every policy, in the order the docs list them.
+    pub const ALL: [OnTimeout; 2] = [OnTimeout::Interrupt, OnTimeout::Kill];
+
+    /// The name in configuration: `interrupt`, `kill`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OnTimeout::Interrupt => "interrupt",
+            OnTimeout::Kill => "kill",
+        }
+    }
+
+    /// The policy named `text`, if any.
+    pub fn from_name(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.as_str() == text)
+    }
 }
 
 /// The configured limits and mode the `execute_code` description states.
@@ -442,13 +493,13 @@ pub struct ExecuteCodeOptions {
 impl Default for ExecuteCodeOptions {
     fn default() -> Self {
         Self {
-            timeout_secs: 300.0,
-            max_tool_calls: 50,
-            max_stdout_bytes: 50_000,
-            max_stderr_bytes: 10_000,
+            timeout_secs: DEFAULT_TIMEOUT_SECS,
+            max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
+            max_stdout_bytes: DEFAULT_MAX_STDOUT_BYTES,
+            max_stderr_bytes: DEFAULT_MAX_STDERR_BYTES,
             mode: Mode::Project,
             on_timeout: OnTimeout::Interrupt,
-            interrupt_grace_secs: 2.0,
+            interrupt_grace_secs: DEFAULT_INTERRUPT_GRACE_SECS,
             resource_limits: Vec::new(),
             confined: false,
             language: String::new(),

@@ -34,7 +34,7 @@ async fn run_with(
 }
 
 fn pid_alive(pid: u32) -> bool {
-    toolcell_tools::process::alive(pid)
+    toolcell_sys::process::alive(pid)
 }
 
 #[tokio::test]

@@ -319,7 +319,7 @@ fn run_daemon(cfg: toolcell_kernel::config::Config, p: &Paths) -> anyhow::Result
         let clients = Arc::new(AtomicUsize::new(0));
         let mut last_active = Instant::now();
         let me = nix::unistd::getuid().as_raw();
-        let own_name = toolcell_tools::lineage::comm_of(std::process::id());
+        let own_name = toolcell_sys::lineage::comm_of(std::process::id());
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
@@ -334,7 +334,7 @@ fn run_daemon(cfg: toolcell_kernel::config::Config, p: &Paths) -> anyhow::Result
                             // a cleared environment) never drives a host.
                             let pid = c.pid().and_then(|p| u32::try_from(p).ok());
                             if pid.is_some_and(|p| {
-                                toolcell_tools::cgroup::in_kernel_cgroup(p) == Some(true)
+                                toolcell_sys::cgroup::in_kernel_cgroup(p) == Some(true)
                             }) {
                                 tracing::warn!(
                                     "refused a daemon client running inside a toolcell kernel (pid {})",
@@ -347,7 +347,7 @@ fn run_daemon(cfg: toolcell_kernel::config::Config, p: &Paths) -> anyhow::Result
                             // re-parented to the host (a subreaper), so the
                             // chain still passes through a toolcell process.
                             if let (Some(p), Some(name)) = (pid, own_name.as_deref())
-                                && toolcell_tools::lineage::has_ancestor_named(p, name)
+                                && toolcell_sys::lineage::has_ancestor_named(p, name)
                             {
                                 tracing::warn!(
                                     "refused a daemon client started by a toolcell process (pid {p})"
@@ -505,7 +505,7 @@ async fn ensure_running(config: Option<&Path>, p: &Paths) -> anyhow::Result<u64>
     let log_start = std::fs::metadata(&p.log).map_or(0, |m| m.len());
     let mut child = cmd.spawn().context("starting the daemon")?;
     // It outlives this client on purpose.
-    toolcell_tools::process::detach(child.id());
+    toolcell_sys::process::detach(child.id());
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut exited_ok = false;
     let result = loop {

@@ -148,7 +148,7 @@ fn exit_on_termination(registry: Arc<Registry>, tty: Option<nix::sys::termios::T
             let _ = o.flush();
         }
         registry.shutdown_all().await;
-        toolcell_tools::process::kill_adopted(&[]);
+        toolcell_sys::process::kill_adopted(&[]);
         std::process::exit(code);
     });
 }

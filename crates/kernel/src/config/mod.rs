@@ -177,36 +177,23 @@ impl Named for crate::language::Language {
 }
 
 impl Named for Mode {
-    const NAMES: &'static [&'static str] = &["project", "strict"];
+    const NAMES: &'static [&'static str] = &[Mode::Project.as_str(), Mode::Strict.as_str()];
     fn name(self) -> &'static str {
-        match self {
-            Mode::Strict => "strict",
-            _ => "project",
-        }
+        self.as_str()
     }
     fn from_name(text: &str) -> Option<Self> {
-        match text {
-            "project" => Some(Mode::Project),
-            "strict" => Some(Mode::Strict),
-            _ => None,
-        }
+        Mode::from_name(text)
     }
 }
 
 impl Named for OnTimeout {
-    const NAMES: &'static [&'static str] = &["interrupt", "kill"];
+    const NAMES: &'static [&'static str] =
+        &[OnTimeout::Interrupt.as_str(), OnTimeout::Kill.as_str()];
     fn name(self) -> &'static str {
-        match self {
-            OnTimeout::Kill => "kill",
-            _ => "interrupt",
-        }
+        self.as_str()
     }
     fn from_name(text: &str) -> Option<Self> {
-        match text {
-            "interrupt" => Some(OnTimeout::Interrupt),
-            "kill" => Some(OnTimeout::Kill),
-            _ => None,
-        }
+        OnTimeout::from_name(text)
     }
 }
 

@@ -28,7 +28,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-use toolcell_rpc::private_dir::PrivateDir;
+use toolcell_sys::private_dir::PrivateDir;
 
 use super::disk::{DiskCache, identity};
 

@@ -148,7 +148,7 @@ impl DiskCache {
     fn load(&self) -> File {
         let path = self.dir.join(FILE_NAME);
         // Only from a directory nobody else can write.
-        if toolcell_rpc::private_dir::PrivateDir::ensure(&self.dir).is_err() {
+        if toolcell_sys::private_dir::PrivateDir::ensure(&self.dir).is_err() {
             return File::default();
         }
         match std::fs::symlink_metadata(&path) {
@@ -211,7 +211,7 @@ impl DiskCache {
 
     fn write(&self, text: &[u8]) -> std::io::Result<()> {
         use std::io::Write as _;
-        let dir = toolcell_rpc::private_dir::PrivateDir::ensure(&self.dir)
+        let dir = toolcell_sys::private_dir::PrivateDir::ensure(&self.dir)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         let rand =
             toolcell_protocol::random_hex(4).map_err(|e| std::io::Error::other(e.to_string()))?;

@@ -59,9 +59,9 @@ use session::{Slot, State, mark_differences};
 /// of ours (the first by name, else a fresh one: the daemon's socket
 /// directory falls back the same way).
 fn verified_root(configured: Option<&Path>) -> Result<PathBuf, RegistryError> {
-    use toolcell_rpc::private_dir::PrivateDir;
+    use toolcell_sys::private_dir::PrivateDir;
     let refused =
-        |path: &Path, e: toolcell_rpc::private_dir::PrivateDirError| RegistryError::Root {
+        |path: &Path, e: toolcell_sys::private_dir::PrivateDirError| RegistryError::Root {
             path: path.to_path_buf(),
             source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()),
         };
@@ -227,7 +227,7 @@ pub fn sweep_stale(root: &Path) -> usize {
             .ok()
             .and_then(|s| s.trim().parse::<u32>().ok());
         let stale = match owner {
-            Some(pid) => !toolcell_tools::process::alive(pid),
+            Some(pid) => !toolcell_sys::process::alive(pid),
             // A directory without an owner file is a spawn that crashed
             // half-way, or not ours; only remove our own naming pattern.
             None => entry.file_name().to_string_lossy().starts_with("k-"),
@@ -269,7 +269,7 @@ impl Registry {
             // Confined kernels must not reach a host's control socket (a
             // pathname socket, which Landlock does not cover): the daemon
             // refuses peers in a kernel's cgroup. Without cgroups, say so.
-            if toolcell_tools::cgroup::HostCgroup::get().is_none() {
+            if toolcell_sys::cgroup::HostCgroup::get().is_none() {
                 return Err(RegistryError::NoControlFence);
             }
         }

@@ -6,19 +6,9 @@ use std::time::Duration;
 
 use regex::Regex;
 use toolcell_tools::WebSettings;
-use toolcell_tools::schema::Mode;
+use toolcell_tools::schema::{self, Mode, OnTimeout};
 
-use crate::kernel::TimeoutPolicy;
-
-/// How cells map to kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum KernelMode {
-    /// One persistent kernel per session key.
-    #[default]
-    Session,
-    /// A fresh kernel for every cell, discarded afterwards.
-    PerCall,
-}
+pub use crate::config::KernelMode;
 
 /// The least [`RegistryOptions::watch_inotify_min_entries`] of a kernel
 /// that runs one cell. Unwatched, its tree is scanned as it starts (beside
@@ -48,7 +38,7 @@ pub struct RegistryOptions {
     /// The JavaScript interpreter (empty: `node` on `PATH`).
     pub node: String,
     /// What a timeout does.
-    pub on_timeout: TimeoutPolicy,
+    pub on_timeout: OnTimeout,
     /// Grace after SIGINT.
     pub interrupt_grace: Duration,
     /// Grace between SIGTERM and SIGKILL.
@@ -194,20 +184,20 @@ impl RegistryOptions {
 impl Default for RegistryOptions {
     fn default() -> Self {
         Self {
-            timeout: Duration::from_secs(300),
-            max_tool_calls: 50,
+            timeout: Duration::from_secs_f64(schema::DEFAULT_TIMEOUT_SECS),
+            max_tool_calls: schema::DEFAULT_MAX_TOOL_CALLS,
             mode: Mode::Project,
             python: String::new(),
             language: crate::language::Language::Python,
             r: String::new(),
             node: String::new(),
-            on_timeout: TimeoutPolicy::Interrupt,
-            interrupt_grace: Duration::from_secs(2),
+            on_timeout: OnTimeout::Interrupt,
+            interrupt_grace: Duration::from_secs_f64(schema::DEFAULT_INTERRUPT_GRACE_SECS),
             kill_grace: Duration::from_secs(2),
             max_kernels: 4,
             idle_timeout: Duration::from_secs(1800),
-            max_stdout_bytes: 50_000,
-            max_stderr_bytes: 10_000,
+            max_stdout_bytes: schema::DEFAULT_MAX_STDOUT_BYTES,
+            max_stderr_bytes: schema::DEFAULT_MAX_STDERR_BYTES,
             spill_dir: default_spill_dir(),
             spill_cap_bytes: 5_000_000,
             spill_retention: Some(Duration::from_secs(7 * 86_400)),
@@ -259,10 +249,7 @@ impl RegistryOptions {
             language: config.execution.language,
             r: config.execution.r.clone(),
             node: config.execution.node.clone(),
-            on_timeout: match config.execution.on_timeout {
-                toolcell_tools::schema::OnTimeout::Kill => TimeoutPolicy::Kill,
-                _ => TimeoutPolicy::Interrupt,
-            },
+            on_timeout: config.execution.on_timeout,
             interrupt_grace: config.interrupt_grace(),
             kill_grace: config.kill_grace(),
             max_kernels: config.kernels.max_kernels,
@@ -296,10 +283,7 @@ impl RegistryOptions {
             tools: config.tools.enabled.clone(),
             rpc_tcp: config.rpc.transport == config::Transport::Tcp,
             web: config.web_settings(|name| std::env::var_os(name)),
-            kernel_mode: match config.execution.kernel_mode {
-                config::KernelMode::PerCall => KernelMode::PerCall,
-                _ => KernelMode::Session,
-            },
+            kernel_mode: config.execution.kernel_mode,
             deny: config.guard_deny()?,
             default_cwd,
             limits: config.limits(),

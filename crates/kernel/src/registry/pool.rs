@@ -40,7 +40,7 @@ pub(super) async fn spawn_kernel(
 ) -> Result<Kernel, String> {
     let id = crate::ids::kernel_id().map_err(|e| format!("cannot name a new kernel: {e}"))?;
     let (kcwd, owned_cwd) = if shape.mode == Mode::Strict {
-        let dir = toolcell_rpc::private_dir::PrivateDir::ensure(&inner.root)
+        let dir = toolcell_sys::private_dir::PrivateDir::ensure(&inner.root)
             .and_then(|root| root.create_dir(&format!("{id}-work")))
             .map(|d| d.path().to_path_buf())
             .map_err(|e| format!("cannot create a private working directory: {e}"))?;

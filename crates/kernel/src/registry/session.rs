@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use toolcell_tools::process::Tree;
+use toolcell_sys::process::Tree;
 
 use super::Inner;
 use crate::kernel::Kernel;

@@ -411,13 +411,13 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::kernel::TimeoutPolicy;
+    use toolcell_tools::schema::OnTimeout;
 
     fn opts() -> CellOptions {
         CellOptions {
             timeout: Duration::from_secs(5),
             max_tool_calls: 50,
-            on_timeout: TimeoutPolicy::Interrupt,
+            on_timeout: OnTimeout::Interrupt,
             interrupt_grace: Duration::from_secs(2),
             kill_grace: Duration::from_secs(2),
             max_stdout_bytes: 1000,

@@ -14,7 +14,8 @@ use tokio::io::AsyncReadExt;
 
 use toolcell_redact::{HeadTail, Utf8Stream};
 
-use crate::{Tool, ToolContext, ToolError, process};
+use crate::{Tool, ToolContext, ToolError};
+use toolcell_sys::process;
 
 /// Arguments of `terminal`.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -123,7 +124,7 @@ impl Tool for Terminal {
             marker: Some((MARKER_VAR.to_string(), marker)),
             cgroup: None,
             started: process::start_time(pid),
-            lineage: crate::lineage::Lineage::adopt(pid).map(Arc::new),
+            lineage: toolcell_sys::lineage::Lineage::adopt(pid).map(Arc::new),
         };
 
         let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::{Value, json};
-use toolcell_rpc::private_dir::PrivateDir;
+use toolcell_sys::private_dir::PrivateDir;
 
 use super::MAX_RESULT_BYTES;
 use crate::tool::{ToolContext, ToolError};

@@ -17,7 +17,7 @@
 //! before.
 //!
 //! ```
-//! use toolcell_tools::lineage;
+//! use toolcell_sys::lineage;
 //!
 //! let me = std::process::id();
 //! assert!(lineage::descends_from(me, me));

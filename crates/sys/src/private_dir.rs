@@ -22,7 +22,7 @@
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use toolcell_rpc::private_dir::PrivateDir;
+//! use toolcell_sys::private_dir::PrivateDir;
 //! let tmp = tempfile::tempdir()?;
 //! let root = PrivateDir::ensure(&tmp.path().join("toolcell/kernels"))?;
 //! let k = root.create_dir("k-1")?;
