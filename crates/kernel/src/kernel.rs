@@ -20,9 +20,9 @@ use tokio_util::sync::CancellationToken;
 use toolcell_protocol::{CellResult, Decoder, Event, Execute, Hello, Reply, Request, Sentinel};
 use toolcell_redact::{Cleaner, Redactor};
 use toolcell_rpc::{CellReport, CellSpec, Dispatch, InbandCaller, Server, ServerConfig};
+use toolcell_sys::process::Tree;
 use toolcell_tools::DynTool;
 use toolcell_tools::schema::{self, OnTimeout};
-use toolcell_sys::process::Tree;
 
 use crate::capture::{Capture, Captured, SpillTarget};
 

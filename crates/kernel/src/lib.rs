@@ -109,7 +109,6 @@ pub mod watch;
 pub use kernel::{
     CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, SpawnError, StreamKind,
 };
-pub use toolcell_tools::schema::{Mode, OnTimeout};
 pub use language::Language;
 pub use registry::{
     ExecuteRequest, ExtraTools, Guard, KernelMode, KeyInfo, ONE_CELL_INOTIFY_MIN_ENTRIES, Registry,
@@ -118,3 +117,4 @@ pub use registry::{
 pub use result::{
     ChangedFile, Display, ExecuteResult, FileCounts, FilesChanged, KernelInfo, Status, Usage,
 };
+pub use toolcell_tools::schema::{Mode, OnTimeout};
