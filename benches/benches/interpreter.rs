@@ -1,9 +1,11 @@
-//! What resolving the interpreter and building a kernel's environment cost
-//! per spawn (SPEC §4): a cached resolution (the path every kernel spawn
-//! after the first takes), a cold probe through `python3` on PATH (a pyenv
-//! shim on the development machine) and through the real executable it
-//! names, against the bare start of that executable (`-I -S -c pass`), and
-//! `child_env` + `toolcell_vars` over a 60-variable host environment.
+//! What resolving the interpreter and building a kernel's environment cost per
+//! spawn (README.md, "Kernels and the warm pool"; SECURITY.md,
+//! "Host secrets stay out of the kernel's environment"): a cached resolution
+//! (the path every kernel spawn after the first takes), a cold probe through
+//! `python3` on PATH (a pyenv shim on the development machine) and through the
+//! real executable it names, against the bare start of that executable
+//! (`-I -S -c pass`), and `child_env` + `toolcell_vars` over a 60-variable host
+//! environment.
 //!
 //! `cargo bench -p toolcell-benches --bench interpreter`
 #![allow(clippy::unwrap_used, clippy::expect_used)]

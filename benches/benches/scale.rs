@@ -510,7 +510,8 @@ impl Server {
             .collect()
     }
 
-    /// Ends serve by EOF on stdin (SPEC §10); returns its exit status.
+    /// Ends serve by EOF on stdin (docs/serve.md, "End of input"); returns its
+    /// exit status.
     fn finish(self) -> Option<i32> {
         let Self {
             mut child, stdin, ..

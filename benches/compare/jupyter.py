@@ -4,7 +4,7 @@
 Measures the same workloads, in the same run, through
 
   (a) toolcell: one long-lived `toolcell serve` process driven over stdio with
-      JSON-RPC 2.0 (SPEC section 10) by the small client class below, and
+      JSON-RPC 2.0 (docs/serve.md) by the small client class below, and
   (b) Jupyter: `jupyter_client.KernelManager` + a blocking kernel client
       talking to an `ipykernel` kernel over ZeroMQ,
 
@@ -108,7 +108,7 @@ def fmt_time(seconds):
 
 
 class ServeClient:
-    """Drives one `toolcell serve` over its stdin/stdout (SPEC section 10).
+    """Drives one `toolcell serve` over its stdin/stdout (docs/serve.md).
 
     Single-threaded: requests are written as one JSON line each; `wait(id)`
     reads response lines until the one with that id arrives, keeping

@@ -148,8 +148,8 @@ pub fn tool_names() -> anyhow::Result<Vec<String>> {
     Ok(reg.names().map(str::to_string).collect())
 }
 
-/// Loads the configuration (SPEC §11 discovery) and applies CLI overrides;
-/// every problem is a [`UsageError`].
+/// Loads the configuration (found as docs/configuration.md says) and applies
+/// CLI overrides; every problem is a [`UsageError`].
 pub fn load_config(path: Option<&Path>, overrides: &Overrides) -> anyhow::Result<Config> {
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let mut config = Config::discover(path, &cwd).map_err(|e| usage(e.to_string()))?;

@@ -1,5 +1,5 @@
-//! The JSON-RPC 2.0 methods of SPEC §10, shared by `toolcell serve` (stdio)
-//! and the daemon (one Unix socket connection per client).
+//! The JSON-RPC 2.0 methods of docs/serve.md, shared by `toolcell serve`
+//! (stdio) and the daemon (one Unix socket connection per client).
 //!
 //! One message per line in, one per line out. Each line is parsed once;
 //! requests run concurrently (each in its own task) and responses may come
@@ -219,7 +219,8 @@ fn execute_params_for(
     accepted: &[&str],
 ) -> Result<ExecParams, BadParams> {
     let p = params_object(params, method)?;
-    // Misdirected calls first (SPEC §8): the most useful message wins.
+    // Misdirected calls first (docs/serve.md, "execute"): the most useful
+    // message wins.
     let code = match p.get("code") {
         None => {
             if p.contains_key("command") {

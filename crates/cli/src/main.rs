@@ -14,7 +14,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// Exit code for usage and configuration errors (SPEC §9).
+/// Exit code for usage and configuration errors (docs/result.md,
+/// "The `exec` status line and exit code").
 const EXIT_USAGE: u8 = 2;
 
 #[derive(Debug, Parser)]
@@ -78,8 +79,9 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            // clap prints help/version to stdout (exit 0) and errors to
-            // stderr; usage errors exit 2 as SPEC §9 says.
+            // clap prints help/version to stdout (exit 0) and errors to stderr;
+            // usage errors exit 2 as docs/result.md
+            // ("The `exec` status line and exit code") says.
             let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
             let _ = e.print();
             return ExitCode::from(code);

@@ -1,7 +1,7 @@
-//! R and JavaScript through the real binary (SPEC §15): `exec --language`,
-//! `serve`'s `execute {language}` with one session holding a kernel per
-//! language, and `schema --language`. A missing interpreter fails with the
-//! install command.
+//! R and JavaScript through the real binary (docs/languages.md):
+//! `exec --language`, `serve`'s `execute {language}` with one session holding a
+//! kernel per language, and `schema --language`. A missing interpreter fails
+//! with the install command.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Write};

@@ -173,7 +173,8 @@ async fn state_persists_and_sessions_are_separate() {
     .await;
     assert_eq!(structured(&r3)["output"], "False\n");
     assert_ne!(structured(&r3)["kernel"]["id"], s2["kernel"]["id"]);
-    // A failing cell: isError, the §6 fields, the traceback in the text.
+    // A failing cell: isError, the docs/result.md fields, the traceback in the
+    // text.
     let r4 = call(&client, "execute_code", json!({"code": "1/0"})).await;
     assert_eq!(r4.is_error, Some(true));
     assert_eq!(structured(&r4)["status"], "error");

@@ -1,8 +1,9 @@
-//! Remote kernels through the real binary (SPEC §14): `exec --remote` with
-//! stand-in `docker` and `kubectl` on PATH (they check their argv, then run
-//! the rest here), `remote` in serve's `execute` and MCP's `execute_code`,
-//! and `toolcell config` listing the remotes. The cell semantics over a
-//! real sshd are tested in crates/kernel/tests/remote.rs.
+//! Remote kernels through the real binary (README.md,
+//! "Kernels on other machines: ssh, Docker, Kubernetes"): `exec --remote` with
+//! stand-in `docker` and `kubectl` on PATH (they check their argv, then run the
+//! rest here), `remote` in serve's `execute` and MCP's `execute_code`, and
+//! `toolcell config` listing the remotes. The cell semantics over a real sshd
+//! are tested in crates/kernel/tests/remote.rs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -458,7 +458,7 @@ fn sessions_shutdown_session_and_schema() {
     assert_eq!(a["execution_count"], 2);
     assert!(a["idle_seconds"].as_f64().unwrap() >= 0.0);
     assert!(a.get("kernel_id").is_some() && a.get("mode").is_some());
-    // The session key of SPEC §1.
+    // The session key (docs/serve.md, "sessions").
     assert_eq!(a["key"]["owner"], "a");
     assert_eq!(a["key"]["mode"], "project");
     assert!(

@@ -9,9 +9,9 @@
 //! reset, plus invalid requests and unparsable lines. Asserted:
 //! - every request gets exactly one response; none for an unknown id, no
 //!   duplicate; unparsable lines get exactly one `id: null` error each;
-//! - every `execute` result is a well-formed SPEC §6 object, and a JSON-RPC
-//!   error comes only for the deliberately invalid requests (with the right
-//!   code);
+//! - every `execute` result is a well-formed execute result (docs/result.md),
+//!   and a JSON-RPC error comes only for the deliberately invalid requests
+//!   (with the right code);
 //! - the status fits the kind of cell; a cell whose kernel the chaos
 //!   thread killed may instead say the kernel died;
 //! - no stdout line carries the secret or an ANSI escape;
@@ -316,8 +316,8 @@ fn clip(s: &str) -> String {
     format!("{}… ({} bytes)", &s[..end], s.len())
 }
 
-/// Checks `r` is a SPEC §6 object: every required field with its type,
-/// optional fields typed when present, nothing else.
+/// Checks `r` is an execute result (docs/result.md): every required field with
+/// its type, optional fields typed when present, nothing else.
 fn check_result_shape(r: &Value) -> Result<(), String> {
     let o = r.as_object().ok_or("result is not an object")?;
     let want = |k: &str, ok: fn(&Value) -> bool| -> Result<(), String> {
@@ -368,7 +368,8 @@ fn check_result_shape(r: &Value) -> Result<(), String> {
             && f["deleted"].is_array()
             && f["truncated"].is_boolean()
     })?;
-    // `files` is SPEC §16; the folding counts appear only with `[output] fold`.
+    // `files` is docs/result.md ("files"); the folding counts appear only with
+    // `[output] fold`.
     const KNOWN: [&str; 27] = [
         "status",
         "output",

@@ -1,4 +1,4 @@
-"""toolcell kernel runner (SPEC section 2 and 3).
+"""toolcell kernel runner (docs/protocol.md).
 
 The Rust host writes this file into the kernel's private 0700 directory and
 starts it as ``<python> -u <kdir>/runner.py`` in its own process group, with
@@ -93,7 +93,8 @@ except Exception:  # another implementation: the json module
 # The file the runner's own code objects carry; frames from it are cut from
 # every traceback a user sees.
 _RUNNER_FILE = (lambda: None).__code__.co_filename
-# Set by the remote bootstrap (SPEC section 14): the stub module's source.
+# Set by the remote bootstrap (docs/protocol.md, "Remote kernels: the same
+# protocol over a command's stdio"): the stub module's source.
 # Then requests come on stdin, there is no kernel directory on this machine
 # (the runner makes a private temporary one), and figures travel in frames.
 _REMOTE_STUBS = globals().get("_TOOLCELL_INBAND")
@@ -354,7 +355,8 @@ def _make_remote_dir():
 
 
 # --------------------------------------------------------------------------
-# In-band tool calls and interrupts (SPEC section 14)
+# In-band tool calls and interrupts (docs/protocol.md, "Remote kernels: the
+# same protocol over a command's stdio")
 # --------------------------------------------------------------------------
 
 

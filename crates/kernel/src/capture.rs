@@ -1,7 +1,7 @@
-//! Output capture of SPEC §5: count everything, keep a head (40% of the
-//! cap) and a tail (60%), and once the cap is passed write the whole cleaned
-//! stream to a spill file as it goes. Memory is O(cap) whatever a cell
-//! prints.
+//! Output capture as docs/result.md ("output") describes it: count everything,
+//! keep a head (40% of the cap) and a tail (60%), and once the cap is passed
+//! write the whole cleaned stream to a spill file as it goes. Memory is O(cap)
+//! whatever a cell prints.
 
 use std::fs::File;
 use std::io::Write;

@@ -1,6 +1,7 @@
-//! The kernel's environment (SPEC §4): what of the host's environment a
-//! kernel sees, the variables toolcell adds, and the host secrets the
-//! redactor must mask.
+//! The kernel's environment (SECURITY.md,
+//! "Host secrets stay out of the kernel's environment"): what of the host's
+//! environment a kernel sees, the variables toolcell adds, and the host secrets
+//! the redactor must mask.
 //!
 //! The environment is frozen when a kernel spawns. It is built in two steps:
 //! [`child_env`] keeps the host variables a Python program plausibly needs
@@ -11,9 +12,9 @@
 //! the redactor masks them if a cell finds and prints them anyway.
 //!
 //! Matching rules, decided here and relied on by the tests:
-//! - the allowed prefixes ([`ALLOWED_PREFIXES`]) are matched
-//!   case-sensitively, as SPEC writes them (environment names are
-//!   case-sensitive; `path` is not `PATH`);
+//! - the allowed prefixes ([`ALLOWED_PREFIXES`]) are matched case-sensitively,
+//!   as SECURITY.md writes them (environment names are case-sensitive; `path`
+//!   is not `PATH`);
 //! - the secret words ([`SECRET_WORDS`]) are matched case-insensitively
 //!   anywhere in the name (`github_token` is as secret as `GITHUB_TOKEN`);
 //! - a passthrough entry is an exact name, or a prefix when it ends in `*`
@@ -108,10 +109,11 @@ fn is_passed_through(name: &OsStr, passthrough: &[String]) -> bool {
         })
 }
 
-/// The host variables a kernel inherits (SPEC §4): those whose names start
-/// with an allowed prefix and contain no secret word, plus those named in
-/// `passthrough` (which win, secret-named or not). The host's order is kept;
-/// a name given twice keeps its last value, as `Command::envs` would.
+/// The host variables a kernel inherits (SECURITY.md,
+/// "Host secrets stay out of the kernel's environment"): those whose names
+/// start with an allowed prefix and contain no secret word, plus those named in
+/// `passthrough` (which win, secret-named or not). The host's order is kept; a
+/// name given twice keeps its last value, as `Command::envs` would.
 pub fn child_env(
     host: impl IntoIterator<Item = (OsString, OsString)>,
     passthrough: &[String],

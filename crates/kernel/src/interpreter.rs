@@ -1,5 +1,6 @@
-//! Which Python a kernel runs (SPEC §4): resolution order, the one-time
-//! probe of each candidate, and an error naming every candidate tried.
+//! Which Python a kernel runs (docs/configuration.md, "[execution]";
+//! docs/mcp.md, "Setting it up"): resolution order, the one-time probe of each
+//! candidate, and an error naming every candidate tried.
 //!
 //! Order: an explicit interpreter (`[execution] python` or `--python`: a
 //! path, or a name looked up on PATH) is the only candidate when given.
@@ -450,9 +451,10 @@ pub fn resolve_for_host(
     )
 }
 
-/// Resolves the interpreter per SPEC §4 for the environment `env`, probing
-/// through `cache`. `explicit` (empty = none) is a path (relative ones
-/// against `cwd`; `~/` is `$HOME`) or a bare name looked up on PATH.
+/// Resolves the interpreter (order in the module docs) for the environment
+/// `env`, probing through `cache`. `explicit` (empty = none) is a path
+/// (relative ones against `cwd`; `~/` is `$HOME`) or a bare name looked up on
+/// PATH.
 pub fn resolve(
     explicit: &str,
     mode: Mode,
@@ -704,10 +706,11 @@ fn parse_probe_output(stdout: &str) -> Result<Probe, Reason> {
     })
 }
 
-/// The interpreter of an R or JavaScript kernel (SPEC §15): `explicit`
-/// (`[execution] r` / `node`) when set — a path, or a program name looked
-/// up on `PATH` — else the language's program (`Rscript`, `node`) on
-/// `PATH`. The version is empty here: the runner's `ready` says it.
+/// The interpreter of an R or JavaScript kernel (docs/languages.md,
+/// "Choosing the language"): `explicit` (`[execution] r` / `node`) when set — a
+/// path, or a program name looked up on `PATH` — else the language's program
+/// (`Rscript`, `node`) on `PATH`. The version is empty here: the runner's
+/// `ready` says it.
 ///
 /// # Errors
 /// A sentence naming what was looked for and how to install it.

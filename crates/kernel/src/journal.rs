@@ -1,8 +1,8 @@
 //! The session journal: every cell a [`Registry`](crate::Registry) returns,
 //! recorded durably in SQLite, for `toolcell history` and `toolcell export`.
 //!
-//! The journal sits at the very end of a cell's data flow, after the SPEC §6
-//! result is built:
+//! The journal sits at the very end of a cell's data flow, after the execute
+//! result (docs/result.md) is built:
 //!
 //! ```text
 //! Registry::execute ─▶ ExecuteResult ─▶ caller (serve, mcp, daemon, embedder)

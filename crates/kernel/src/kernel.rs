@@ -1,5 +1,6 @@
 //! One kernel: a Python child running the runner, its rpc server, its pipes,
-//! and the execution of one cell at a time (SPEC §2–§5).
+//! and the execution of one cell at a time (docs/protocol.md; the output rules
+//! of docs/result.md, "output").
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -26,7 +27,7 @@ use toolcell_tools::schema::{self, OnTimeout};
 
 use crate::capture::{Capture, Captured, SpillTarget};
 
-/// The runner script (SPEC §2–§3), written into each kernel's directory.
+/// The runner script (docs/protocol.md), written into each kernel's directory.
 pub const RUNNER: &str = crate::language::RUNNER_PY;
 
 /// Bytes read from a pipe at a time.
@@ -138,7 +139,8 @@ impl RequestPipe {
     }
 }
 
-/// Runs the `tool_call` frames a runner sends in-band (SPEC §14).
+/// Runs the `tool_call` frames a runner sends in-band: docs/protocol.md
+/// ("Remote kernels: the same protocol over a command's stdio").
 #[derive(Clone)]
 struct Inband {
     caller: InbandCaller,
@@ -308,7 +310,9 @@ pub struct KernelSpec {
     pub mode: String,
     /// Working directory of the kernel.
     pub cwd: PathBuf,
-    /// The scrubbed base environment (SPEC §4), without toolcell's own variables.
+    /// The scrubbed base environment (SECURITY.md,
+    /// "Host secrets stay out of the kernel's environment"), without toolcell's
+    /// own variables.
     pub env: Vec<(OsString, OsString)>,
     /// Directory under which the kernel's private directory is created.
     pub root: PathBuf,
@@ -330,8 +334,9 @@ pub struct KernelSpec {
     /// Confine the kernel with Landlock (`[execution] confine`): writes only
     /// beneath its private directory, `cwd` and the temp dir.
     pub confine: bool,
-    /// Run the kernel on a remote (SPEC §14): its name and how to reach it.
-    /// `[limits]` and `confine` apply to local kernels only.
+    /// Run the kernel on a remote (README.md,
+    /// "Kernels on other machines: ssh, Docker, Kubernetes"): its name and how
+    /// to reach it. `[limits]` and `confine` apply to local kernels only.
     pub remote: Option<(String, Arc<crate::remote::Remote>)>,
     /// Tool calls travel in-band on the request pipe instead of the socket
     /// (always so for a remote kernel).
@@ -526,7 +531,8 @@ pub struct Kernel {
     python: String,
     owned_cwd: Option<PathBuf>,
     watch: Vec<OwnedFd>,
-    /// The files of its working directory after its last cell (SPEC §16).
+    /// The files of its working directory after its last cell (docs/result.md,
+    /// "files").
     files: Option<Box<crate::watch::Watcher>>,
     pumps_busy: Arc<AtomicUsize>,
     /// Bytes of the files cells sent (`file` frames) kept in the
@@ -949,11 +955,13 @@ impl Kernel {
         })
     }
 
-    /// Starts a remote kernel's command (SPEC §14): `command + [python,
-    /// "-u", "-c", BOOTSTRAP]`, stdin the request channel, in its own
-    /// session so its whole tree can be killed. The bootstrap payload (runner
-    /// and stub module) goes first on stdin. `[limits]` and `confine` are
-    /// not applied: they would bind the local command, not the remote.
+    /// Starts a remote kernel's command (docs/protocol.md,
+    /// "Remote kernels: the same protocol over a command's stdio"):
+    /// `command + [python, "-u", "-c", BOOTSTRAP]`, stdin the request channel,
+    /// in its own session so its whole tree can be killed. The bootstrap
+    /// payload (runner and stub module) goes first on stdin. `[limits]` and
+    /// `confine` are not applied: they would bind the local command, not the
+    /// remote.
     fn launch_remote(
         spec: &KernelSpec,
         dir: &Path,
@@ -1726,7 +1734,7 @@ impl Kernel {
         };
 
         // Output written since the last cell (or before ready) comes first,
-        // under a one-line marker (SPEC §3).
+        // under a one-line marker (docs/protocol.md, "Output between cells").
         let mut between = [false; 2];
         let early = std::mem::take(&mut self.early);
         for (s, b) in early {

@@ -1,7 +1,7 @@
-//! The languages a kernel can run (SPEC §15): Python (the default), R and
-//! JavaScript. Each has its runner script, its stub module (generated from
-//! the same JSON Schemas) and its launch command; everything else — the
-//! wire protocol, the frames, the output pipeline, the result — is shared.
+//! The languages a kernel can run (docs/languages.md): Python (the default), R
+//! and JavaScript. Each has its runner script, its stub module (generated from
+//! the same JSON Schemas) and its launch command; everything else — the wire
+//! protocol, the frames, the output pipeline, the result — is shared.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use toolcell_tools::DynTool;
 use toolcell_tools::stubs::{self, StubError, Unavailable};
 
-/// The Python runner (SPEC §2–§3), written into each kernel's directory.
+/// The Python runner (docs/protocol.md), written into each kernel's directory.
 pub const RUNNER_PY: &str = include_str!("../runner/runner.py");
 /// The R runner (same protocol; `Rscript`, R 4.x).
 pub const RUNNER_R: &str = include_str!("../runner/runner.R");

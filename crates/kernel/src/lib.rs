@@ -1,11 +1,12 @@
-//! Persistent Python kernels: the heart of toolcell (SPEC §2–§6).
+//! Persistent Python kernels: the heart of toolcell (docs/protocol.md,
+//! docs/result.md, README.md "Kernels and the warm pool").
 //!
 //! A [`Registry`] owns kernels — one live Python process per session key
 //! `(owner, mode, interpreter, cwd, tools)` — and runs cells in them. A cell
 //! goes through admission (an embedder [`Guard`] and `[guard] deny`), then
 //! waits its turn in its kernel (strict FIFO), runs, and comes back as the
-//! SPEC §6 [`ExecuteResult`]: cleaned output, status, exit code, tool calls,
-//! hints, usage.
+//! [`ExecuteResult`] of docs/result.md: cleaned output, status, exit code, tool
+//! calls, hints, usage.
 //!
 //! ```text
 //! execute(req) ─▶ admit ─▶ slot (session key) ─▶ Kernel::execute
@@ -22,7 +23,8 @@
 //! - a private 0700 directory holding the runner (embedded from
 //!   `runner/runner.py`), the generated `toolcell_tools.py` stub module and
 //!   the rpc socket; removed when the kernel dies;
-//! - the scrubbed environment of SPEC §4 ([`env`]) and the interpreter
+//! - the scrubbed environment ([`env`]; SECURITY.md,
+//!   "Host secrets stay out of the kernel's environment") and the interpreter
 //!   resolved once per host ([`interpreter`]);
 //! - stdin `/dev/null`, stdout/stderr pipes read into frame decoders, and
 //!   the request pipe on fd 3 — whose EOF makes the runner kill its whole

@@ -1,6 +1,9 @@
-//! Remote kernels (SPEC §14): the runner's protocol carried over the stdio
-//! of any command that reaches a process elsewhere (`ssh`, `docker exec -i`,
-//! `kubectl exec -i POD --`), with tool calls multiplexed on the same pipe.
+//! Remote kernels (docs/protocol.md,
+//! "Remote kernels: the same protocol over a command's stdio"; README.md,
+//! "Kernels on other machines: ssh, Docker, Kubernetes"): the runner's protocol
+//! carried over the stdio of any command that reaches a process elsewhere
+//! (`ssh`, `docker exec -i`, `kubectl exec -i POD --`), with tool calls
+//! multiplexed on the same pipe.
 //!
 //! The host starts `command + [python, "-u", "-c", BOOTSTRAP]` (the last
 //! three words joined into one shell-quoted word when the far side parses

@@ -1,4 +1,4 @@
-//! The execute result of SPEC §6.
+//! The execute result: docs/result.md.
 
 use serde::{Deserialize, Serialize};
 
@@ -36,14 +36,15 @@ impl Status {
     }
 }
 
-/// Which kernel ran the cell (SPEC §6 `kernel`).
+/// Which kernel ran the cell: docs/result.md ("kernel").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct KernelInfo {
     /// The kernel's id.
     pub id: String,
     /// `project` or `strict`.
     pub mode: String,
-    /// `python`, `r` or `javascript` (SPEC §15): present in every result.
+    /// `python`, `r` or `javascript` (docs/languages.md): present in every
+    /// result.
     #[serde(default)]
     pub language: String,
     /// The interpreter's version, e.g. `3.11.7`.
@@ -120,8 +121,8 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-/// The SPEC §6 object. Field names and order are the contract; optional
-/// fields are omitted when empty.
+/// The execute result of docs/result.md. Field names and order are the
+/// contract; optional fields are omitted when empty.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecuteResult {
     /// How the cell ended.
@@ -256,8 +257,9 @@ impl ExecuteResult {
         self.kernel.id.is_empty()
     }
 
-    /// The exit code a CLI should use for this result (SPEC §9): 0
-    /// success, 1 cell error, 124 timeout, 130 interrupted.
+    /// The exit code a CLI should use for this result (docs/result.md,
+    /// "The `exec` status line and exit code"): 0 success, 1 cell error, 124
+    /// timeout, 130 interrupted.
     pub fn cli_exit_code(&self) -> u8 {
         match self.status {
             Status::Success => 0,

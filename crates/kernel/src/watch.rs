@@ -1,5 +1,5 @@
-//! What a cell did to the files (SPEC §16): the kernel's working directory
-//! before and after each cell, compared.
+//! What a cell did to the files (docs/result.md, "files"): the kernel's working
+//! directory before and after each cell, compared.
 //!
 //! A [`Snapshot`] holds every entry the scan saw: relative path, kind, and
 //! for files size, modification time and inode number (a replace-by-rename

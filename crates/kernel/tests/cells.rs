@@ -1,6 +1,6 @@
-//! Cell semantics through `Registry::execute` with real Python (SPEC §3,
-//! §6): state, reset, echo, top-level await, shell lines, tracebacks,
-//! `SystemExit`, stdin, per-call kernels.
+//! Cell semantics through `Registry::execute` with real Python (docs/result.md;
+//! docs/protocol.md, "Runner → host (frames)"): state, reset, echo, top-level
+//! await, shell lines, tracebacks, `SystemExit`, stdin, per-call kernels.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
-//! Interpreter resolution (SPEC §4) with real interpreters: venvs, `.venv`,
-//! PATH, shims, too-old Pythons, and the once-per-host probe cache.
+//! Interpreter resolution (docs/configuration.md, "[execution]"; docs/mcp.md,
+//! "Setting it up") with real interpreters: venvs, `.venv`, PATH, shims,
+//! too-old Pythons, and the once-per-host probe cache.
 //!
 //! Fake "interpreters" for failure modes are small shell scripts; every
 //! success case runs a real Python.

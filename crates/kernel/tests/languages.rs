@@ -1,8 +1,8 @@
-//! R and JavaScript kernels (SPEC §15) through `Registry::execute`, next to
-//! Python where a case applies: state, echo, errors with the cell line,
-//! stdin refused (and a subprocess's stdin empty), interrupt and timeout,
-//! tool calls (parallel where the language allows), figures (R), each
-//! language's own cases, and a host killed mid-cell.
+//! R and JavaScript kernels (docs/languages.md) through `Registry::execute`,
+//! next to Python where a case applies: state, echo, errors with the cell line,
+//! stdin refused (and a subprocess's stdin empty), interrupt and timeout, tool
+//! calls (parallel where the language allows), figures (R), each language's own
+//! cases, and a host killed mid-cell.
 //!
 //! A missing interpreter fails the test with the install command: these
 //! tests never skip (scripts/test-deps.sh installs R from Debian packages).

@@ -1,6 +1,7 @@
-//! Kernel lifecycle with real Python (SPEC §4, §12): caller interrupts,
-//! timeouts that keep or kill, whole-tree kills (setsid'd and forked
-//! descendants), kernels that die mid-cell, and a host killed with SIGKILL.
+//! Kernel lifecycle with real Python (docs/result.md, "kernel" and "error";
+//! SECURITY.md, "Kernels never outlive the host"): caller interrupts, timeouts
+//! that keep or kill, whole-tree kills (setsid'd and forked descendants),
+//! kernels that die mid-cell, and a host killed with SIGKILL.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

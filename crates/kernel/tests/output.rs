@@ -1,8 +1,8 @@
-//! The output pipeline with real cells (SPEC §5, §6): a cell printing
-//! 200 MB keeps the host's memory bounded, counts every byte and spills to
-//! a capped file; head/tail truncation; ANSI and progress bars cleaned;
-//! stderr after stdout; live chunks while the cell runs; output written
-//! between cells.
+//! The output pipeline with real cells (docs/result.md, "output" and the fields
+//! after it): a cell printing 200 MB keeps the host's memory bounded, counts
+//! every byte and spills to a capped file; head/tail truncation; ANSI and
+//! progress bars cleaned; stderr after stdout; live chunks while the cell runs;
+//! output written between cells.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 mod common;

@@ -1,6 +1,7 @@
-//! The registry with real kernels (SPEC §4): isolation under concurrency,
-//! LRU eviction, idle reaping, the `sessions` listing, and admission (guard
-//! and `[guard] deny`) before any kernel is touched.
+//! The registry with real kernels (README.md, "Kernels and the warm pool"):
+//! isolation under concurrency, LRU eviction, idle reaping, the `sessions`
+//! listing, and admission (guard and `[guard] deny`) before any kernel is
+//! touched.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -1,12 +1,13 @@
-//! Remote kernels (SPEC §14) with real processes: the cell-semantics suite
-//! through a real `sshd` on 127.0.0.1 (started here with its own host key,
-//! user key and config in a temporary directory), through a plain local
-//! launcher (`sh -c 'exec "$@"'`), and inside fresh user, mount and network
-//! namespaces (`unshare`, standing in for a container); stand-in `docker`
-//! and `kubectl` scripts that check their argv; and the lifecycle over a
-//! connection: interrupt, timeout kill, a dropped connection, a command
-//! that cannot connect or stalls, and a host killed with SIGKILL. R and
-//! JavaScript kernels (state, tools in-band, stdin refused, an in-band
+//! Remote kernels (README.md,
+//! "Kernels on other machines: ssh, Docker, Kubernetes") with real processes:
+//! the cell-semantics suite through a real `sshd` on 127.0.0.1 (started here
+//! with its own host key, user key and config in a temporary directory),
+//! through a plain local launcher (`sh -c 'exec "$@"'`), and inside fresh user,
+//! mount and network namespaces (`unshare`, standing in for a container);
+//! stand-in `docker` and `kubectl` scripts that check their argv; and the
+//! lifecycle over a connection: interrupt, timeout kill, a dropped connection,
+//! a command that cannot connect or stalls, and a host killed with SIGKILL. R
+//! and JavaScript kernels (state, tools in-band, stdin refused, an in-band
 //! interrupt that keeps the state, a crash, R figures as bytes) through the
 //! local launcher and the real sshd.
 //!
@@ -220,7 +221,9 @@ plt.close = lambda num=None: _figs.pop(num, None)
 sys.modules['matplotlib.pyplot'] = plt
 "#;
 
-/// Every cell semantic of SPEC §3, §5 and §6 through the remote `far`.
+/// Every cell semantic, output rule and result field (README.md,
+/// "Kernels on other machines: ssh, Docker, Kubernetes") through the remote
+/// `far`.
 async fn semantics(f: &Fixture) {
     // State, echo, `kernel.remote`.
     let r = run(f, req("import os\nx = 41\nprint('pid=%d' % os.getpid())")).await;

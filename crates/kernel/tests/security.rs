@@ -1,7 +1,8 @@
-//! What a cell cannot do to the host (SPEC §2, §4, §5): forge frames (with
-//! a guessed sentinel, or the real one dug out of the runner's memory) to
-//! change another cell's result, see the host's secret-named variables, or
-//! get a secret value past the redactor into the output or the spill file.
+//! What a cell cannot do to the host (SECURITY.md, "What is protected"): forge
+//! frames (with a guessed sentinel, or the real one dug out of the runner's
+//! memory) to change another cell's result, see the host's secret-named
+//! variables, or get a secret value past the redactor into the output or the
+//! spill file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

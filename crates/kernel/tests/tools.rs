@@ -1,7 +1,7 @@
 //! Tool calls from real cells through the generated stub, the kernel's rpc
-//! socket and the built-in tools (SPEC §7, §8): every built-in that works
-//! offline, `web_extract` against a loopback server this test starts, the
-//! per-cell budget, and a thread left behind after its cell.
+//! socket and the built-in tools (docs/protocol.md, "The tool socket"): every
+//! built-in that works offline, `web_extract` against a loopback server this
+//! test starts, the per-cell budget, and a thread left behind after its cell.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

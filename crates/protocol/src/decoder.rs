@@ -1,4 +1,4 @@
-//! The sans-IO incremental frame decoder (SPEC §2 "Decoder rules").
+//! The sans-IO incremental frame decoder: docs/protocol.md ("Decoder rules").
 
 use std::borrow::Cow;
 use std::fmt;
@@ -7,10 +7,11 @@ use memchr::memmem;
 
 use crate::sentinel::Sentinel;
 
-/// Default largest frame body the decoder accepts: 64 MiB (SPEC §2).
+/// Default largest frame body the decoder accepts: 64 MiB (docs/protocol.md,
+/// "Decoder rules").
 pub const DEFAULT_MAX_FRAME_LEN: usize = 64 * 1024 * 1024;
 
-/// Most decimal digits a frame header may carry (SPEC §2).
+/// Most decimal digits a frame header may carry: docs/protocol.md ("Frames").
 pub const MAX_HEADER_DIGITS: usize = 20;
 
 /// One thing the decoder found in the byte stream.
@@ -142,7 +143,7 @@ enum State {
     Body { remaining: usize },
 }
 
-/// Incremental decoder for the sentinel framing of SPEC §2.
+/// Incremental decoder for the sentinel framing of docs/protocol.md ("Frames").
 ///
 /// Push chunks with [`Decoder::feed`] and drain the returned iterator; call
 /// [`Decoder::finish`] at end of stream. The events, once adjacent raw runs

@@ -1,4 +1,5 @@
-//! Sentinel framing between a toolcell host and its Python runner (SPEC §2).
+//! Sentinel framing between a toolcell host and its Python runner
+//! (docs/protocol.md, "Frames").
 //!
 //! A kernel's stdout and stderr carry two things at once: whatever the cell
 //! prints (raw output, passed to the user) and, now and then, a *frame* the

@@ -1,5 +1,6 @@
-//! The messages of SPEC §2: requests the host writes to the runner's fd 3
-//! (one JSON object per line) and the frame bodies the runner writes back.
+//! The messages of docs/protocol.md ("Messages"): requests the host writes to
+//! the runner's fd 3 (one JSON object per line) and the frame bodies the runner
+//! writes back.
 
 use serde::{Deserialize, Serialize};
 
@@ -17,8 +18,9 @@ pub enum Request {
     Execute(Execute),
     /// Exit cleanly.
     Shutdown,
-    /// Interrupt the running cell (in-band, SPEC §14): the runner sends
-    /// SIGINT to its own process group. Ignored between cells.
+    /// Interrupt the running cell (in-band): the runner sends SIGINT to its own
+    /// process group. Ignored between cells. See docs/protocol.md
+    /// ("Remote kernels: the same protocol over a command's stdio").
     Interrupt,
 }
 
@@ -29,9 +31,10 @@ pub struct Hello {
     pub sentinel: String,
     /// Protocol version, [`PROTOCOL_VERSION`].
     pub protocol: u32,
-    /// Tool calls travel in-band (SPEC §14): the stub sends a `tool_call`
-    /// frame on stdout and the host answers with a `tool_reply` line on the
-    /// request channel, instead of the socket.
+    /// Tool calls travel in-band: the stub sends a `tool_call` frame on stdout
+    /// and the host answers with a `tool_reply` line on the request channel,
+    /// instead of the socket. See docs/protocol.md
+    /// ("Remote kernels: the same protocol over a command's stdio").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inband_tools: bool,
     /// The directory the runner changes to before its first cell (a remote
@@ -134,7 +137,8 @@ pub struct Display {
     pub path: String,
 }
 
-/// `{"type":"result","id","status",…}` (SPEC §2).
+/// `{"type":"result","id","status",…}`: docs/protocol.md
+/// ("Runner → host (frames)").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellResult {
     /// The id of the execute request.

@@ -1,4 +1,4 @@
-//! Decoder behaviour: every rule of SPEC §2 "Decoder rules", split
+//! Decoder behaviour: every rule of docs/protocol.md ("Decoder rules"), split
 //! invariance against a deliberately simple reference decoder, and bounds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,7 +11,8 @@ fn sentinel() -> Sentinel {
 }
 
 /// The reference: looks at the whole input at once, one position at a time,
-/// straight from the SPEC's wording. Slow and obviously right.
+/// straight from the wording of docs/protocol.md ("Decoder rules"). Slow and
+/// obviously right.
 fn reference(input: &[u8], sentinel: &Sentinel, max: usize) -> Vec<Norm> {
     let marker = sentinel.marker();
     let m = marker.len();
@@ -164,7 +165,7 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------
-// One test per edge case of SPEC §2.
+// One test per edge case of docs/protocol.md ("Decoder rules").
 
 #[test]
 fn raw_bytes_are_released_at_once_when_no_marker_can_start() {

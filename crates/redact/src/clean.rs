@@ -83,9 +83,10 @@ impl Redactor {
     }
 }
 
-/// Words that make an environment variable name secret (SPEC §4: such
-/// variables are scrubbed from a kernel's environment, and their values are
-/// redacted wherever they appear).
+/// Words that make an environment variable name secret: such variables are
+/// scrubbed from a kernel's environment, and their values are redacted wherever
+/// they appear. See SECURITY.md
+/// ("Host secrets stay out of the kernel's environment").
 pub const SECRET_ENV_WORDS: &[&str] = &[
     "KEY",
     "TOKEN",

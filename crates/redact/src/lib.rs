@@ -1,5 +1,7 @@
 //! Cleaning what a kernel prints before anyone sees it: ANSI stripping,
-//! progress-line collapsing and code-safe secret redaction (SPEC §5).
+//! progress-line collapsing and code-safe secret redaction. For users:
+//! docs/result.md ("output") and SECURITY.md
+//! ("Secrets are redacted from everything toolcell returns, stores or writes").
 //!
 //! Everything a cell writes to stdout or stderr reaches the host as raw
 //! bytes. Before those bytes are counted, truncated, spilled to disk, logged

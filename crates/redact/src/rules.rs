@@ -656,8 +656,9 @@ pub(crate) fn is_placeholder_word(v: &str) -> bool {
     )
 }
 
-/// Credential-shaped per SPEC §5: at least 16 chars, printable ASCII without
-/// spaces, mixed character classes, not an expression, path or URL.
+/// Credential-shaped: at least 16 chars, printable ASCII without spaces, mixed
+/// character classes, not an expression, path or URL. See SECURITY.md
+/// ("Secrets are redacted from everything toolcell returns, stores or writes").
 pub(crate) fn credential_shaped(v: &str) -> bool {
     if v.len() < 16 || v.len() > 1024 {
         return false;

@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 use crate::dispatch::{CellContext, Dispatch};
 use crate::wire::ErrorCode;
 
-/// Default tool-call budget per cell (SPEC §11 `max_tool_calls`).
+/// Default tool-call budget per cell: `max_tool_calls` in docs/configuration.md
+/// ("[execution]").
 pub const DEFAULT_BUDGET: u32 = 50;
 
 /// What the owner knows about a cell when it starts it.
@@ -147,7 +148,8 @@ impl CellReport {
     pub fn calls(&self) -> &[CallRecord] {
         &self.calls
     }
-    /// Number of calls dispatched, i.e. budget units used (SPEC §6 `tool_calls_made`).
+    /// Number of calls dispatched, i.e. budget units used: the result's
+    /// `tool_calls_made` (docs/result.md, "tool_calls_made").
     pub fn dispatched(&self) -> u32 {
         u32::try_from(self.calls.len()).unwrap_or(u32::MAX)
     }

@@ -77,10 +77,11 @@ impl ToolFailure {
 /// tool; the owner hands it one `Arc<dyn Dispatch>` (the tools crate
 /// implements this over its registry).
 ///
-/// The server calls the methods in SPEC §7 order: [`knows`](Dispatch::knows),
-/// then (after the cell's enabled set) [`blocked_params`](Dispatch::blocked_params),
-/// then the budget check, then [`validate`](Dispatch::validate), then
-/// [`call`](Dispatch::call). Only `call` consumes budget.
+/// The server calls the methods in the order of docs/protocol.md
+/// ("Checks, in order"): [`knows`](Dispatch::knows), then (after the cell's
+/// enabled set) [`blocked_params`](Dispatch::blocked_params), then the budget
+/// check, then [`validate`](Dispatch::validate), then [`call`](Dispatch::call).
+/// Only `call` consumes budget.
 pub trait Dispatch: Send + Sync + 'static {
     /// Whether `tool` exists at all (unknown → `unknown_tool`).
     fn knows(&self, tool: &str) -> bool;

@@ -3,12 +3,12 @@
 //! (`crates/rpc/tests/data/rpc_request/`).
 //!
 //! Input layout: the first byte picks the server state (bit 0: a cell is
-//! active; bits 1–2: its budget is 0, 1, 2 or 5; bit 3: `echo` is enabled;
-//! bits 4-7: line cap `64 << n` bytes, 16 meaning the default), the rest is fed
-//! to the connection's line splitter as if read from a socket. Every line
-//! must get exactly one reply that is one well-formed JSON line whose code
-//! is a SPEC §7 code, and refusals must follow the SPEC §7 check order as
-//! computed independently here from a `serde_json::Value`.
+//! active; bits 1–2: its budget is 0, 1, 2 or 5; bit 3: `echo` is enabled; bits
+//! 4-7: line cap `64 << n` bytes, 16 meaning the default), the rest is fed to
+//! the connection's line splitter as if read from a socket. Every line must get
+//! exactly one reply that is one well-formed JSON line whose code is one of the
+//! codes of docs/protocol.md ("Checks, in order"), and refusals must follow
+//! that check order as computed independently here from a `serde_json::Value`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -171,8 +171,8 @@ enum Expect {
     ExactlyOrBadRequest(Option<ErrorCode>),
 }
 
-/// The SPEC §7 check order, computed from a `serde_json::Value`.
-/// `None` means the call should be dispatched.
+/// The check order of docs/protocol.md ("Checks, in order"), computed from a
+/// `serde_json::Value`. `None` means the call should be dispatched.
 /// serde_json's private key for raw values (see `expected_code`).
 const RAW_VALUE_TOKEN: &[u8] = b"$serde_json::private::RawValue";
 

@@ -1,5 +1,6 @@
-//! The per-line logic, free of I/O: one request line in, checks in SPEC §7
-//! order, one reply line out (after an `await` on the tool for a dispatch).
+//! The per-line logic, free of I/O: one request line in, checks in the order of
+//! docs/protocol.md ("Checks, in order"), one reply line out (after an `await`
+//! on the tool for a dispatch).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -75,9 +76,10 @@ fn refuse(
 }
 
 impl Core {
-    /// Runs checks 1–8 of SPEC §7 on one line (without its `\n`): size,
-    /// JSON, token, active cell, tool known and enabled, blocked parameters,
-    /// budget, argument validation; then takes one budget unit.
+    /// Runs checks 1–8 of docs/protocol.md ("Checks, in order") on one line
+    /// (without its `\n`): size, JSON, token, active cell, tool known and
+    /// enabled, blocked parameters, budget, argument validation; then takes one
+    /// budget unit.
     pub(crate) fn check<'a>(&self, line: &'a [u8], out: &mut Vec<u8>) -> Step<'a> {
         if line.len() > self.max_line {
             refuse(
@@ -132,10 +134,11 @@ impl Core {
         self.check_call(&req.tool, args, id, out)
     }
 
-    /// Checks 4–8 of SPEC §7 on a parsed call whose channel is already
-    /// trusted (the socket's token matched, or the private in-band pipe):
-    /// an active cell, tool known and enabled, blocked parameters, budget,
-    /// argument validation, deadline; then takes one budget unit.
+    /// Checks 4–8 of docs/protocol.md ("Checks, in order") on a parsed call
+    /// whose channel is already trusted (the socket's token matched, or the
+    /// private in-band pipe): an active cell, tool known and enabled, blocked
+    /// parameters, budget, argument validation, deadline; then takes one budget
+    /// unit.
     pub(crate) fn check_call<'a>(
         &self,
         tool_name: &str,

@@ -1,5 +1,5 @@
 //! The token-checked socket server through which Python cells call host tools
-//! (SPEC §7).
+//! (docs/protocol.md, "The tool socket").
 //!
 //! # Where it sits
 //!
@@ -18,13 +18,13 @@
 //! ← {"ok":false,"code":"bad_token","error":"wrong token (use TOOLCELL_RPC_TOKEN from the environment)"}
 //! ```
 //!
-//! The server knows no tool. It checks each request in SPEC §7 order —
-//! size, JSON, token (constant-time), an active cell, tool known
-//! ([`Dispatch::knows`]) and enabled for the cell, blocked parameters
-//! ([`Dispatch::blocked_params`]), budget, argument validation
-//! ([`Dispatch::validate`]) — and only then takes one unit of the cell's
-//! budget and runs [`Dispatch::call`], bounded by the cell's deadline. The
-//! tools crate implements [`Dispatch`] over its registry.
+//! The server knows no tool. It checks each request in the order of
+//! docs/protocol.md ("Checks, in order") — size, JSON, token (constant-time),
+//! an active cell, tool known ([`Dispatch::knows`]) and enabled for the cell,
+//! blocked parameters ([`Dispatch::blocked_params`]), budget, argument
+//! validation ([`Dispatch::validate`]) — and only then takes one unit of the
+//! cell's budget and runs [`Dispatch::call`], bounded by the cell's deadline.
+//! The tools crate implements [`Dispatch`] over its registry.
 //!
 //! # Example
 //!
@@ -92,27 +92,27 @@
 //!   arrives, never buffered whole, and answered `too_large` when its `\n`
 //!   comes. Bytes after the last `\n` when a client disconnects are never
 //!   executed, so a request cut short in transit never runs.
-//! - **Cells.** One cell is active per server at a time. A call arriving
-//!   with no active cell is refused `no_active_cell`. A call still running
-//!   when its cell settles is dropped and answered `no_active_cell` with a
-//!   message that the cell ended and the call was cancelled (its outcome is
-//!   unknown); the closest SPEC code, since the caller is exactly the
-//!   "thread left behind" that code exists for. A call whose deadline passes
-//!   gets `timeout`. Refusals never take budget; the unit is taken
-//!   atomically just before dispatch, so concurrent callers can never
-//!   exceed the budget.
+//! - **Cells.** One cell is active per server at a time. A call arriving with
+//!   no active cell is refused `no_active_cell`. A call still running when its
+//!   cell settles is dropped and answered `no_active_cell` with a message that
+//!   the cell ended and the call was cancelled (its outcome is unknown); the
+//!   closest documented code, since the caller is exactly the "thread left
+//!   behind" that code exists for. A call whose deadline passes gets `timeout`.
+//!   Refusals never take budget; the unit is taken atomically just before
+//!   dispatch, so concurrent callers can never exceed the budget.
 //! - **Blocked parameters** are refused when present with any value other
 //!   than `null` or `false` (asking explicitly for the default is harmless).
 //! - `"args"` may be omitted (read as `{}`); a non-object `"args"` is a
 //!   `bad_request`. A missing `"token"` is a `bad_token`. A line that is not
 //!   UTF-8 is a `bad_request`.
 //! - **For the owner.** The server's tasks run on the tokio runtime it was
-//!   created in. [`CellReport::dispatched`] is SPEC §6 `tool_calls_made`;
+//!   created in. [`CellReport::dispatched`] is the result's `tool_calls_made`
+//!   (docs/result.md, "tool_calls_made");
 //!   `report.refused(ErrorCode::BudgetExhausted) > 0` tells the cell hit its
-//!   budget (for the §8 hint). Memory per connection is bounded by the line
-//!   cap plus 64 KiB while a line is arriving, and by the largest reply.
-//!   TCP endpoints accept any local user's connection (the token still
-//!   applies); prefer the Unix socket.
+//!   budget (for the budget hint of docs/result.md, "hint"). Memory per
+//!   connection is bounded by the line cap plus 64 KiB while a line is
+//!   arriving, and by the largest reply. TCP endpoints accept any local user's
+//!   connection (the token still applies); prefer the Unix socket.
 
 mod cell;
 mod dispatch;

@@ -17,17 +17,20 @@ use crate::lines::{LineBuf, Next};
 use crate::token::{Token, TokenError};
 use crate::wire::{self, ErrorCode};
 
-/// Default cap on one request line: 16 MiB (SPEC §7).
+/// Default cap on one request line: 16 MiB, as docs/protocol.md
+/// ("Request and reply") says.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
-/// File name of the socket inside the kernel's directory (SPEC §7).
+/// File name of the socket inside the kernel's directory: docs/protocol.md
+/// ("Endpoint and credentials").
 pub const SOCKET_NAME: &str = "rpc.sock";
 
 /// Longest socket path the kernel accepts: `sun_path` is 108 bytes
 /// including the terminating NUL.
 pub const MAX_SOCKET_PATH_BYTES: usize = 107;
 
-/// Server settings. `Default` gives the SPEC values.
+/// Server settings. `Default` gives the documented values (the 16 MiB line cap
+/// of docs/protocol.md, "Request and reply").
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServerConfig {
@@ -207,9 +210,9 @@ pub enum OpenCellError {
     },
 }
 
-/// A running tool-call server (SPEC §7). Dropping it stops accepting,
-/// closes every connection (calls in flight are abandoned) and removes the
-/// socket file.
+/// A running tool-call server: docs/protocol.md ("The tool socket"). Dropping
+/// it stops accepting, closes every connection (calls in flight are abandoned)
+/// and removes the socket file.
 #[derive(Debug)]
 pub struct Server {
     core: Arc<Core>,
@@ -469,10 +472,11 @@ impl Server {
         Ok(CellHandle::new(Arc::clone(&self.core.active), cell))
     }
 
-    /// A handle that runs tool calls arriving over a private channel of
-    /// the kernel's own (the in-band pipe of SPEC §14) through the same
-    /// checks as the socket, without the token: the channel is private.
-    /// It stays usable after the server is dropped (calls are then refused
+    /// A handle that runs tool calls arriving over a private channel of the
+    /// kernel's own (the in-band pipe of docs/protocol.md,
+    /// "Remote kernels: the same protocol over a command's stdio") through the
+    /// same checks as the socket, without the token: the channel is private. It
+    /// stays usable after the server is dropped (calls are then refused
     /// `no_active_cell`, as every cell has settled).
     pub fn inband(&self) -> InbandCaller {
         InbandCaller {
@@ -519,11 +523,12 @@ pub struct InbandCaller {
 }
 
 impl InbandCaller {
-    /// Runs one call — active cell, tool known and enabled, blocked
-    /// parameters, budget, argument validation, dispatch bounded by the
-    /// cell's deadline, in SPEC §7 order — and returns the reply object
-    /// exactly as the socket would send it (`{"ok":true,"result":…}` or
-    /// `{"ok":false,"code","error"}`), without the trailing newline.
+    /// Runs one call — active cell, tool known and enabled, blocked parameters,
+    /// budget, argument validation, dispatch bounded by the cell's deadline, in
+    /// the order of docs/protocol.md ("Checks, in order") — and returns the
+    /// reply object exactly as the socket would send it
+    /// (`{"ok":true,"result":…}` or `{"ok":false,"code","error"}`), without the
+    /// trailing newline.
     pub async fn call(&self, tool: &str, args: serde_json::Value) -> Vec<u8> {
         let mut out = Vec::with_capacity(256);
         let args = match args {

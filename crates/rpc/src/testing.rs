@@ -113,10 +113,10 @@ impl Dispatch for EchoDispatch {
     }
 }
 
-/// A client connection speaking the SPEC §7 line protocol, over an
-/// in-memory pipe ([`Connection::open`]) or a real socket
-/// ([`Connection::connect`]). Requests are answered in order, so each
-/// method sends one line and reads one reply line.
+/// A client connection speaking the line protocol of docs/protocol.md
+/// ("Request and reply"), over an in-memory pipe ([`Connection::open`]) or a
+/// real socket ([`Connection::connect`]). Requests are answered in order, so
+/// each method sends one line and reads one reply line.
 pub struct Connection {
     reader: BufReader<Box<dyn AsyncRead + Unpin + Send>>,
     writer: Box<dyn AsyncWrite + Unpin + Send>,

@@ -12,7 +12,8 @@ const TOKEN_BYTES: usize = 32;
 #[error("could not read random bytes from the operating system for the RPC token: {0}")]
 pub struct TokenError(getrandom::Error);
 
-/// The secret a client must send as `"token"` in every request (SPEC §7).
+/// The secret a client must send as `"token"` in every request:
+/// docs/protocol.md ("Endpoint and credentials").
 ///
 /// 256 bits from the operating system's random source, as lowercase hex.
 /// Comparison is constant-time, and neither `Debug` nor `Display` print the

@@ -1,4 +1,5 @@
-//! Request parsing and reply encoding for the SPEC §7 line protocol.
+//! Request parsing and reply encoding for the tool socket's line protocol:
+//! docs/protocol.md ("Request and reply").
 
 use std::borrow::Cow;
 use std::fmt;
@@ -6,8 +7,9 @@ use std::fmt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// The `code` of a refused or failed request (SPEC §7). The string forms are
-/// the contract; [`ErrorCode::as_str`] gives them.
+/// The `code` of a refused or failed request; docs/protocol.md
+/// ("Checks, in order") lists them all. The string forms are the contract;
+/// [`ErrorCode::as_str`] gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum ErrorCode {
@@ -37,7 +39,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    /// Every code, in SPEC §7 order.
+    /// Every code, in the order of docs/protocol.md ("Checks, in order").
     pub const ALL: [ErrorCode; 11] = [
         ErrorCode::BadRequest,
         ErrorCode::TooLarge,

@@ -113,7 +113,8 @@ fn every_error_code_from_a_real_client_on_one_connection() {
         report.calls()[0].outcome(),
         CallOutcome::Failed(ErrorCode::Timeout)
     );
-    // Every SPEC code has now been seen on this one connection, which is still open.
+    // Every code of docs/protocol.md ("Checks, in order") has now been seen on
+    // this one connection, which is still open.
     assert_eq!(code(&c.call("echo", json!({}))), "no_active_cell");
 }
 

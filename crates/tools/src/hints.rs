@@ -1,8 +1,8 @@
-//! Recovery hints for well-known failures (SPEC §8 "Hints").
+//! Recovery hints for well-known failures: docs/result.md ("hint").
 //!
-//! [`hint`] looks at a cell's traceback and what the host knows about the
-//! cell, and returns one actionable sentence or two — or nothing. Rules are
-//! tried in SPEC order and the first match wins:
+//! [`hint`] looks at a cell's traceback and what the host knows about the cell,
+//! and returns one actionable sentence or two — or nothing. Rules are tried in
+//! the order docs/result.md lists them and the first match wins:
 //!
 //! 1. a name imported from `toolcell_tools` that it lacks (lists what is importable);
 //! 2. a helper (`json_parse`, `shell_quote`, `retry`) imported from the wrong place or called wrongly;
@@ -76,7 +76,8 @@ static JS_NO_MODULE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"Cannot find module '([^'./][^']*)'").unwrap_or_else(|_| unreachable_regex())
 });
 
-/// Hints for an R or JavaScript kernel's well-known failures (SPEC §15).
+/// Hints for an R or JavaScript kernel's well-known failures
+/// (docs/languages.md, "R" and "JavaScript").
 fn language_hint(traceback: &str, cx: &HintContext) -> Option<String> {
     match cx.language.as_str() {
         "r" => {

@@ -1,6 +1,6 @@
-//! JSON Schemas: one per tool (arguments and result), and the
-//! `execute_code` tool definition in OpenAI, Anthropic and MCP shapes
-//! (SPEC §8).
+//! JSON Schemas: one per tool (arguments and result), and the `execute_code`
+//! tool definition in OpenAI, Anthropic and MCP shapes (README.md,
+//! "A short tour": `toolcell schema`; docs/mcp.md, "The `execute_code` tool").
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -1,7 +1,8 @@
-//! The generated Python stub module `toolcell_tools` (SPEC §8).
+//! The generated Python stub module `toolcell_tools` (docs/protocol.md,
+//! "The Python side").
 //!
-//! The module is the static prelude (`stub/prelude.py`: `ToolError`, the
-//! SPEC §7 client, `json_parse`, `shell_quote`, `retry`) followed by one
+//! The module is the static prelude (`stub/prelude.py`: `ToolError`, the tool
+//! socket client, `json_parse`, `shell_quote`, `retry`) followed by one
 //! function per enabled tool, whose signature, type hints, defaults and
 //! docstring come from the tool's JSON Schema and doc.
 

@@ -1,9 +1,10 @@
-//! The generated JavaScript stub module (`toolcell_tools.js`, SPEC §15):
-//! the prelude (`stub/prelude.js`: `ToolError`, the in-band call,
-//! `json_parse`, `shell_quote`, `retry`) and one async function per enabled
-//! tool taking one object of arguments: `await read_file({path: "x"})`
-//! resolves to the result object. Tools of an outside source `NAME` are
-//! the methods of an object `NAME` (`await NAME.tool({...})`).
+//! The generated JavaScript stub module (`toolcell_tools.js`;
+//! docs/languages.md, "JavaScript"): the prelude (`stub/prelude.js`:
+//! `ToolError`, the in-band call, `json_parse`, `shell_quote`, `retry`) and one
+//! async function per enabled tool taking one object of arguments:
+//! `await read_file({path: "x"})` resolves to the result object. Tools of an
+//! outside source `NAME` are the methods of an object `NAME`
+//! (`await NAME.tool({...})`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;

@@ -1,9 +1,9 @@
-//! The generated R stub module (`toolcell_tools.R`, SPEC §15): the prelude
-//! (`stub/prelude.R`: `ToolError`, the in-band call, `json_parse`,
-//! `shell_quote`, `retry`) and one function per enabled tool, its formals
-//! and defaults from the tool's JSON Schema: `read_file(path = "x")`
-//! returns the result as a list. Tools of an outside source `NAME` are the
-//! members of an environment `NAME` (`NAME$tool(...)`).
+//! The generated R stub module (`toolcell_tools.R`; docs/languages.md, "R"):
+//! the prelude (`stub/prelude.R`: `ToolError`, the in-band call, `json_parse`,
+//! `shell_quote`, `retry`) and one function per enabled tool, its formals and
+//! defaults from the tool's JSON Schema: `read_file(path = "x")` returns the
+//! result as a list. Tools of an outside source `NAME` are the members of an
+//! environment `NAME` (`NAME$tool(...)`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;

@@ -95,8 +95,10 @@ pub struct ToolSettings {
     pub max_output_bytes: usize,
     /// Web search settings (`[web]` in the configuration).
     pub web: WebSettings,
-    /// The environment for processes tools start (`terminal`): the
-    /// kernel's scrubbed environment (SPEC §4). `None` inherits the host's.
+    /// The environment for processes tools start (`terminal`): the kernel's
+    /// scrubbed environment (SECURITY.md,
+    /// "Host secrets stay out of the kernel's environment"). `None` inherits
+    /// the host's.
     pub env: Option<Arc<Vec<(std::ffi::OsString, std::ffi::OsString)>>>,
     /// The host's redactor (its built-in rules plus the host's secret env
     /// values). Tools that bring outside text in (`web_extract`) redact it

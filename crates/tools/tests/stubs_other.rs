@@ -1,4 +1,4 @@
-//! The R and JavaScript stub modules (SPEC §15): golden files of every
+//! The R and JavaScript stub modules (docs/languages.md): golden files of every
 //! built-in tool, and each module parsed by its own interpreter (a missing
 //! interpreter fails the test with the install command).
 #![allow(clippy::unwrap_used, clippy::expect_used)]

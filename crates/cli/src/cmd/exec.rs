@@ -1,4 +1,4 @@
-//! `toolcell exec`: run one cell (SPEC §9).
+//! `toolcell exec`: run one cell (README.md, "A short tour").
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -197,8 +197,9 @@ fn check_interpreter(opts: &RegistryOptions, flag: bool) -> anyhow::Result<()> {
     }
 }
 
-/// Prints a result: the JSON object, or (human mode) what was not streamed
-/// plus one status line on stderr. Returns the SPEC §9 exit code.
+/// Prints a result: the JSON object, or (human mode) what was not streamed plus
+/// one status line on stderr. Returns the exit code of docs/result.md
+/// ("The `exec` status line and exit code").
 pub fn report(result: &ExecuteResult, json: bool, streamed: bool) -> anyhow::Result<ExitCode> {
     if json {
         let mut out = std::io::stdout().lock();

@@ -1,5 +1,6 @@
-//! `toolcell frames --sentinel S`: decode a byte stream (as a kernel writes
-//! it on stdout or stderr) into JSON events, one per line (SPEC §9).
+//! `toolcell frames --sentinel S`: decode a byte stream (as a kernel writes it
+//! on stdout or stderr) into JSON events, one per line (docs/protocol.md,
+//! "Frames").
 //!
 //! Output lines are `{"event":"raw"|"frame"|"eof_in_frame","data_b64":…}`.
 //! Adjacent raw bytes are merged into one event, and a raw run is cut only
@@ -126,8 +127,8 @@ impl Printer {
 }
 
 fn print_line(out: &mut impl Write, kind: &str, data: &[u8]) -> io::Result<()> {
-    // Field order as SPEC §9 writes it; both values need no JSON escaping
-    // (a fixed word and base64), so the line is written directly.
+    // Field order as docs/protocol.md ("Frames") writes it; both values need no
+    // JSON escaping (a fixed word and base64), so the line is written directly.
     writeln!(
         out,
         "{{\"event\":\"{kind}\",\"data_b64\":\"{}\"}}",

@@ -8,12 +8,12 @@
 //! `toolcell mcp` process serves one client): cells without `session` share
 //! the kernel of session `"default"`; a `session` name selects another.
 //!
-//! - The result of `execute_code` is the SPEC §6 object as
-//!   `structuredContent`, and a text block with the output followed by a
-//!   status line (then one `files:` line when the cell changed files, and
-//!   the error, hint and warning when present), so a
-//!   client that shows only text still gives the model everything.
-//!   `isError` is true unless the status is `success`.
+//! - The result of `execute_code` is the execute result (docs/result.md) as
+//!   `structuredContent`, and a text block with the output followed by a status
+//!   line (then one `files:` line when the cell changed files, and the error,
+//!   hint and warning when present), so a client that shows only text still
+//!   gives the model everything. `isError` is true unless the status is
+//!   `success`.
 //! - While a cell runs, each output chunk is sent as a
 //!   `notifications/progress` message (the chunk in `message`, the bytes
 //!   seen so far in `progress`) when the request carried a progress token.
@@ -315,8 +315,8 @@ async fn forward_progress(
     }
 }
 
-/// The MCP shape of a cell result: text for the model, the §6 object as
-/// structured content.
+/// The MCP shape of a cell result (docs/mcp.md, "The result"): text for the
+/// model, the execute result object (docs/result.md) as structured content.
 fn cell_result(r: &ExecuteResult) -> CallToolResult {
     let mut text = if r.output.is_empty() {
         "(no output)".to_string()

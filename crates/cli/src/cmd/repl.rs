@@ -1,4 +1,4 @@
-//! `toolcell repl`: an interactive session (SPEC §9).
+//! `toolcell repl`: an interactive session (README.md, "A short tour").
 //!
 //! One kernel (owner `--session`, default `repl`) lives as long as the
 //! REPL. Lines are read with rustyline on the main thread; a complete input

@@ -1,4 +1,4 @@
-//! `toolcell serve`: JSON-RPC 2.0 over stdio (SPEC §10).
+//! `toolcell serve`: JSON-RPC 2.0 over stdio (docs/serve.md).
 
 use std::path::Path;
 use std::process::ExitCode;

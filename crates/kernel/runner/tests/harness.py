@@ -1,6 +1,6 @@
 """A small host for the toolcell runner, used by the tests and the benchmark.
 
-It starts ``runner.py`` exactly as the Rust host does (SPEC section 2): a
+It starts ``runner.py`` exactly as the Rust host does (docs/protocol.md): a
 private 0700 kernel directory holding a copy of the runner (and optionally a
 ``toolcell_tools.py``), ``<python> -u <kdir>/runner.py`` in its own session,
 stdin on /dev/null, stdout/stderr pipes, the read end of the request pipe on
@@ -30,7 +30,7 @@ def test_python():
 
 
 class Decoder:
-    """Incremental sentinel-frame decoder (SPEC section 2 rules).
+    """Incremental sentinel-frame decoder (docs/protocol.md, "Decoder rules").
 
     ``feed`` returns events ``("raw", bytes)`` and ``("frame", bytes)``;
     ``finish`` returns what is left at EOF.

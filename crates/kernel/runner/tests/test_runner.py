@@ -1,4 +1,4 @@
-"""Behaviour of the toolcell runner (SPEC section 2 and 3), with real processes.
+"""Behaviour of the toolcell runner (docs/protocol.md), with real processes.
 
 Every test starts a real runner with the harness (as the Rust host does) and
 talks to it over real pipes. Run from the repository root:

@@ -10,7 +10,8 @@ use super::{CellRecord, DisplayFile, MAX_DISPLAY_BYTES, rfc3339};
 use crate::figures::ALLOWED_MIMES;
 use crate::result::Status;
 
-/// The separator between stdout and stderr in a result's `output` (SPEC §6).
+/// The separator between stdout and stderr in a result's `output`:
+/// docs/result.md ("output").
 const STDERR_SEP: &str = "\n--- stderr ---\n";
 
 /// What [`export`] writes.
@@ -47,7 +48,7 @@ pub fn export(rows: &[CellRecord], format: Format) -> String {
     }
 }
 
-/// A cell's output split as SPEC §6 joins it.
+/// A cell's output split as docs/result.md ("output") joins it.
 struct Parts<'a> {
     stdout: &'a str,
     /// Stderr text before the traceback.

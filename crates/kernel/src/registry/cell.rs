@@ -1,8 +1,8 @@
-//! One cell, from admission to result: admit and resolve the session key,
-//! enter the slot (busy, so never evicted or reaped), wait for the kernel
-//! (strict FIFO), make sure there is a live kernel (a dead one replaced, a
-//! reset honoured, a pooled or fresh one started within `max_kernels`),
-//! run, settle the slot, and assemble the SPEC §6 result.
+//! One cell, from admission to result: admit and resolve the session key, enter
+//! the slot (busy, so never evicted or reaped), wait for the kernel (strict
+//! FIFO), make sure there is a live kernel (a dead one replaced, a reset
+//! honoured, a pooled or fresh one started within `max_kernels`), run, settle
+//! the slot, and assemble the execute result (docs/result.md).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -583,7 +583,8 @@ impl Inner {
     /// ran while the kernel started, `spawn_kernel`). `None`: not watching.
     async fn files_before(&self, kernel: &mut Kernel) -> Option<Box<watch::Watcher>> {
         // A remote kernel's files are on the remote: the local working
-        // directory says nothing about what its cells changed (SPEC §14).
+        // directory says nothing about what its cells changed (README.md,
+        // "Kernels on other machines: ssh, Docker, Kubernetes").
         if !self.opts.watch_files || kernel.remote().is_some() {
             return None;
         }

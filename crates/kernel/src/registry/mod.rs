@@ -1,5 +1,6 @@
-//! The registry: one kernel per session key, bounded, reaped when idle,
-//! cells in FIFO order per kernel, concurrently across kernels (SPEC §4).
+//! The registry: one kernel per session key, bounded, reaped when idle, cells
+//! in FIFO order per kernel, concurrently across kernels (README.md,
+//! "Kernels and the warm pool"; docs/serve.md, "Ordering and concurrency").
 //!
 //! A cell goes through: admit → guard → acquire kernel → execute → capture
 //! → result. The parts:
@@ -375,8 +376,8 @@ impl Registry {
             .redactor(self.inner.redactor.clone())
     }
 
-    /// Runs one cell and returns its SPEC §6 result. Never panics on input;
-    /// every failure is a result.
+    /// Runs one cell and returns its execute result (docs/result.md). Never
+    /// panics on input; every failure is a result.
     ///
     /// With [`RegistryOptions::journal`] set, every result returned here —
     /// success, error, timeout, interrupted, refused, or a request that

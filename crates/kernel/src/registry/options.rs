@@ -1,5 +1,5 @@
-//! [`RegistryOptions`]: what a configuration (SPEC §11) says a registry
-//! does, and the default directories.
+//! [`RegistryOptions`]: what a configuration (docs/configuration.md) says a
+//! registry does, and the default directories.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -29,9 +29,11 @@ pub struct RegistryOptions {
     pub max_tool_calls: u32,
     /// Default mode.
     pub mode: Mode,
-    /// Explicit interpreter (empty: resolve per SPEC §4).
+    /// Explicit interpreter (empty: resolve by mode, as docs/configuration.md
+    /// ("[execution]") and docs/mcp.md ("Setting it up") describe).
     pub python: String,
-    /// The language of a cell that names none (SPEC §15).
+    /// The language of a cell that names none: docs/languages.md
+    /// ("Choosing the language").
     pub language: crate::language::Language,
     /// The R interpreter (`Rscript`; empty: `Rscript` on `PATH`).
     pub r: String,
@@ -123,7 +125,8 @@ pub struct RegistryOptions {
     /// Only with the `journal` feature (on by default).
     #[cfg(feature = "journal")]
     pub journal: Option<crate::journal::Journal>,
-    /// `[remotes.NAME]`: where kernels can run besides here (SPEC §14).
+    /// `[remotes.NAME]`: where kernels can run besides here
+    /// (docs/configuration.md, "[remotes.NAME]").
     pub remotes: std::collections::BTreeMap<String, crate::remote::Remote>,
     /// Where this host records the remotes it starts allocations on, so a
     /// later host can sweep them if this one dies (`None`: no records). By
@@ -231,8 +234,8 @@ impl Default for RegistryOptions {
 }
 
 impl RegistryOptions {
-    /// The options a configuration file (SPEC §11) describes, for a host
-    /// whose project-mode sessions default to `default_cwd`.
+    /// The options a configuration file (docs/configuration.md) describes, for
+    /// a host whose project-mode sessions default to `default_cwd`.
     ///
     /// # Errors
     /// A `[guard] deny` pattern that is not a valid regex.

@@ -82,8 +82,8 @@ pub(super) async fn spawn_kernel(
         lifecycle: Some(Arc::clone(&inner.lifecycle)),
         files_cap: inner.opts.remote_files_cap,
     };
-    // The first scan of the working directory (SPEC §16) runs while the
-    // interpreter starts.
+    // The first scan of the working directory (docs/result.md, "files") runs
+    // while the interpreter starts.
     // A strict kernel's own working directory goes with a failed start,
     // and with a start abandoned midway (its future dropped on a cancel).
     let mut cwd_guard = OwnedCwd(owned_cwd);

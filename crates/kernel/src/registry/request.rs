@@ -128,7 +128,7 @@ impl ExecuteRequest {
         self
     }
 
-    /// Sets the language (SPEC §15).
+    /// Sets the language (docs/languages.md, "Choosing the language").
     #[must_use]
     pub fn language(mut self, language: crate::language::Language) -> Self {
         self.language = Some(language);

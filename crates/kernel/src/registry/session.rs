@@ -18,14 +18,15 @@ use crate::kernel::Kernel;
 /// Keys remembered after their kernel is gone, for `state_reset`.
 pub(super) const RETIRED_MEMORY: usize = 4096;
 
-/// A session key (SPEC §1): `(owner, mode, interpreter, cwd, sorted tools)`.
+/// A session key (docs/serve.md, "sessions"):
+/// `(owner, mode, interpreter, cwd, sorted tools)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionKey {
     /// The owner.
     pub owner: String,
     /// The mode.
     pub mode: &'static str,
-    /// The language (SPEC §15).
+    /// The language (docs/languages.md, "Choosing the language").
     pub language: crate::language::Language,
     /// The interpreter.
     pub interpreter: PathBuf,
@@ -188,8 +189,8 @@ pub(super) fn mark_differences(list: &mut [SessionInfo]) {
     }
 }
 
-/// A session key as `sessions` shows it (SPEC §1: owner, mode,
-/// interpreter, cwd, sorted tools).
+/// A session key as `sessions` shows it (docs/serve.md, "sessions": owner,
+/// mode, interpreter, cwd, sorted tools).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct KeyInfo {
     /// The owner (session name).

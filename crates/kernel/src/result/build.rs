@@ -1,7 +1,7 @@
-//! Assembling the SPEC §6 result from a cell's outcome: status, exit code
-//! and the one-sentence `error` from how the cell ended, `output` (stdout,
-//! then stderr and the capped traceback), the hint for a failure, and the
-//! truncation warnings.
+//! Assembling the execute result (docs/result.md) from a cell's outcome:
+//! status, exit code and the one-sentence `error` from how the cell ended,
+//! `output` (stdout, then stderr and the capped traceback), the hint for a
+//! failure, and the truncation warnings.
 
 use toolcell_protocol::{CellResult, RunnerStatus};
 use toolcell_rpc::ErrorCode;
@@ -292,7 +292,9 @@ fn verdict(
 fn died(how: &str, stderr: &str) -> String {
     let tail = last_lines(stderr, 5);
     let mut e = if how.starts_with("the connection to remote") {
-        // A remote kernel (SPEC §14): `how` already says the state is lost.
+        // A remote kernel (README.md,
+        // "Kernels on other machines: ssh, Docker, Kubernetes"): `how` already
+        // says the state is lost.
         format!("{how}; the next cell starts a new remote kernel")
     } else {
         format!(
@@ -320,8 +322,8 @@ fn assemble_output(stdout: &str, stderr: &str, traceback: &str, cap: usize) -> S
     output
 }
 
-/// The SPEC §6 result of `outcome`. `hint_cx` builds the hint context; it
-/// is called only when the cell failed.
+/// The execute result (docs/result.md) of `outcome`. `hint_cx` builds the hint
+/// context; it is called only when the cell failed.
 pub(crate) fn build_result(
     outcome: CellOutcome,
     mut kernel: KernelInfo,

@@ -1,8 +1,8 @@
-//! The `files` field of a result (SPEC §16): what a cell (and the tools it
-//! called) created, modified and deleted under the kernel's working
-//! directory. [`crate::watch`] finds the changes; this module holds the
-//! shape, the cut to [`MAX_LISTED`] per kind and the short summaries the
-//! `exec` status line, the MCP text, `history` and the export use.
+//! The `files` field of a result (docs/result.md, "files"): what a cell (and
+//! the tools it called) created, modified and deleted under the kernel's
+//! working directory. [`crate::watch`] finds the changes; this module holds the
+//! shape, the cut to [`MAX_LISTED`] per kind and the short summaries the `exec`
+//! status line, the MCP text, `history` and the export use.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,4 +1,6 @@
-"""Reference client for the toolcell tool RPC (SPEC section 7). Standard library only.
+"""Reference client for the toolcell tool RPC. Standard library only.
+
+The protocol is described in docs/protocol.md ("The tool socket").
 
 The generated stub module ``toolcell_tools`` follows the same rules:
 
@@ -26,7 +28,7 @@ __all__ = ["ToolError", "call"]
 
 
 class ToolError(Exception):
-    """A tool call was refused or failed; ``code`` is the SPEC code, if any."""
+    """A tool call was refused or failed; ``code`` is the documented code, if any."""
 
     def __init__(self, message, code=None):
         super().__init__(message)

@@ -1,6 +1,6 @@
-//! MCP servers as tool sources: the client side of the Model Context
-//! Protocol (rmcp), turning every tool of a configured server into a
-//! [`DynTool`] named `SERVER.tool` (SPEC §13).
+//! MCP servers as tool sources: the client side of the Model Context Protocol
+//! (rmcp), turning every tool of a configured server into a [`DynTool`] named
+//! `SERVER.tool` (docs/mcp-servers.md).
 //!
 //! A host builds one [`McpHub`] from its `[mcp_servers.NAME]` entries and
 //! shares it (it is `Send + Sync`, behind an `Arc`) among its kernels:

@@ -1,7 +1,7 @@
-//! An MCP `tools/call` result as the value a cell gets (SPEC §13):
-//! `structuredContent` as it is; text content only as the texts joined;
-//! anything else as a list of items, images (and other binary content)
-//! saved as files and named by path. `isError` is a [`ToolError`].
+//! An MCP `tools/call` result as the value a cell gets (docs/mcp-servers.md,
+//! "What a call returns"): `structuredContent` as it is; text content only as
+//! the texts joined; anything else as a list of items, images (and other binary
+//! content) saved as files and named by path. `isError` is a [`ToolError`].
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
-//! The web tools of SPEC §8: `web_extract` (fetch pages, HTML → markdown)
-//! and `web_search` (the search provider configured in `[web]`).
+//! The web tools: `web_extract` (fetch pages, HTML → markdown) and `web_search`
+//! (the search provider configured in `[web]`: docs/configuration.md, "[web]").
 //!
 //! Both share one HTTP client per process ([`client`]): `reqwest` over
 //! rustls, redirects followed up to [`MAX_REDIRECTS`]. Every request is
