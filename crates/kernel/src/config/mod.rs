@@ -1048,8 +1048,9 @@ impl Config {
         }
     }
 
-    /// Rules involving two keys.
-    /// The `[mcp_servers]` as specs for [`crate::registry::McpSource`].
+    /// The `[mcp_servers]` as specs for [`crate::registry::McpSource`]
+    /// (with the `mcp` feature, on by default).
+    #[cfg(feature = "mcp")]
     pub fn mcp_specs(&self) -> Vec<toolcell_tools::mcp::McpServerSpec> {
         mcp::specs(&self.mcp_servers)
     }
@@ -1059,6 +1060,7 @@ impl Config {
         self.mcp_servers.keys().cloned().collect()
     }
 
+    /// Rules involving two keys.
     fn check_cross(&self) -> Result<(), ConfigError> {
         let file_origin = || {
             self.file

@@ -18,6 +18,7 @@
 
 mod cell;
 mod extra;
+#[cfg(feature = "mcp")]
 mod mcp_source;
 mod options;
 mod pool;
@@ -41,6 +42,7 @@ use toolcell_tools::{ToolRegistry, ToolSettings};
 use crate::result::{ExecuteResult, round2};
 
 pub use extra::{ExtraTools, ToolSource};
+#[cfg(feature = "mcp")]
 pub use mcp_source::McpSource;
 pub use options::{
     DEFAULT_REMOTE_FILES_CAP, KernelMode, ONE_CELL_INOTIFY_MIN_ENTRIES, RegistryOptions,
