@@ -124,4 +124,4 @@ pub use registry::{
 pub use result::{
     ChangedFile, Display, ExecuteResult, FileCounts, FilesChanged, KernelInfo, Status, Usage,
 };
-pub use toolcell_tools::schema::{Mode, OnTimeout};
+pub use toolcell_stubs::{Mode, OnTimeout};

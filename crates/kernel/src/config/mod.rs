@@ -164,7 +164,7 @@ pub trait Named: Sized + Copy + 'static {
     fn from_name(text: &str) -> Option<Self>;
 }
 
-pub use toolcell_tools::schema::{Mode, OnTimeout};
+pub use toolcell_stubs::{Mode, OnTimeout};
 
 impl Named for crate::language::Language {
     const NAMES: &'static [&'static str] = &["python", "r", "javascript"];
@@ -814,8 +814,8 @@ impl Config {
     }
 
     /// The limits the `execute_code` tool description states.
-    pub fn execute_code_options(&self) -> toolcell_tools::schema::ExecuteCodeOptions {
-        toolcell_tools::schema::ExecuteCodeOptions {
+    pub fn execute_code_options(&self) -> toolcell_stubs::ExecuteCodeOptions {
+        toolcell_stubs::ExecuteCodeOptions {
             timeout_secs: self.execution.timeout,
             max_tool_calls: self.execution.max_tool_calls,
             max_stdout_bytes: self.output.max_stdout_bytes,

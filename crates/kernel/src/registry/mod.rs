@@ -36,7 +36,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use toolcell_redact::Redactor;
-use toolcell_tools::schema::Mode;
+use toolcell_stubs::Mode;
 use toolcell_tools::{ToolRegistry, ToolSettings};
 
 use crate::result::{ExecuteResult, round2};
