@@ -30,7 +30,15 @@ fi
 step "cargo test --workspace"
 cargo test --workspace
 
-# The kernel crate without its default `journal` feature (no SQLite).
+# The kernel crate without its default features (`journal`, `mcp`, `web`):
+# an embedder's kernel pulls no SQLite, no MCP client, no HTTP/TLS stack.
+step "cargo tree -p toolcell-kernel --no-default-features: no rmcp, reqwest, rustls, rusqlite"
+heavy=$(cargo tree -p toolcell-kernel --no-default-features -e normal --prefix none \
+    | awk '{print $1}' | grep -xE 'rmcp|reqwest|rustls|rusqlite' | sort -u || true)
+if [ -n "$heavy" ]; then
+    echo "test-all: toolcell-kernel --no-default-features still depends on: $heavy" >&2
+    exit 1
+fi
 step "cargo test -p toolcell-kernel --no-default-features"
 cargo test -p toolcell-kernel --no-default-features
 

@@ -230,9 +230,9 @@ impl Link {
                     t.name()
                 ));
             }
-            let names = toolcell_tools::stubs::top_level_names(t.name());
+            let names = toolcell_tools::names::top_level_names(t.name());
             for src in &self.sources {
-                let modules = toolcell_tools::stubs::top_level_names(src);
+                let modules = toolcell_tools::names::top_level_names(src);
                 if let Some((language, ident)) = names.iter().find(|n| modules.contains(n)) {
                     return Err(format!(
                         "{M}: tool `{}` maps to the {language} name `{ident}`, which is the module of the MCP server `{src}`; choose another name",

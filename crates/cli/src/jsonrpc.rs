@@ -29,7 +29,7 @@ use toolcell_kernel::{ExecuteRequest, Registry, StreamKind};
 use toolcell_tools::ToolRegistry;
 
 use crate::client_tools::Link;
-use toolcell_tools::schema::{self, Mode, SchemaFormat};
+use toolcell_stubs::{Mode, SchemaFormat};
 
 /// Longest accepted request line.
 pub const MAX_LINE: usize = 64 * 1024 * 1024;
@@ -451,7 +451,7 @@ impl Service {
                         .unwrap_or_default();
                     tools.extend(link.definitions(&session));
                     tools.extend(self.registry.source_tools().await.tools);
-                    Ok(schema::execute_code_tool(
+                    Ok(toolcell_stubs::execute_code_tool(
                         &tools,
                         &self.config.execute_code_options(),
                         format,

@@ -23,7 +23,7 @@ use toolcell_redact::{Cleaner, Redactor};
 use toolcell_rpc::{CellReport, CellSpec, Dispatch, InbandCaller, Server, ServerConfig};
 use toolcell_sys::process::Tree;
 use toolcell_tools::DynTool;
-use toolcell_tools::schema::{self, OnTimeout};
+use toolcell_stubs::OnTimeout;
 
 use crate::capture::{Capture, Captured, SpillTarget};
 
@@ -237,7 +237,7 @@ pub enum SpawnError {
     Rpc(#[from] toolcell_rpc::BindError),
     /// The stub module could not be generated.
     #[error("cannot generate the tool stub module: {0}")]
-    Stub(#[from] toolcell_tools::stubs::StubError),
+    Stub(#[from] toolcell_tools::names::StubError),
     /// The kernel did not start while `[limits]` were set (likely too low).
     #[error(
         "kernel failed to start under [limits] {limits} (a limit may be too low for the interpreter to start, or above the hard limit the host itself runs under): {source}"
@@ -418,13 +418,13 @@ impl std::fmt::Debug for CellOptions {
 impl Default for CellOptions {
     fn default() -> Self {
         Self {
-            timeout: Duration::from_secs_f64(schema::DEFAULT_TIMEOUT_SECS),
-            max_tool_calls: schema::DEFAULT_MAX_TOOL_CALLS,
+            timeout: Duration::from_secs_f64(toolcell_stubs::DEFAULT_TIMEOUT_SECS),
+            max_tool_calls: toolcell_stubs::DEFAULT_MAX_TOOL_CALLS,
             on_timeout: OnTimeout::Interrupt,
-            interrupt_grace: Duration::from_secs_f64(schema::DEFAULT_INTERRUPT_GRACE_SECS),
+            interrupt_grace: Duration::from_secs_f64(toolcell_stubs::DEFAULT_INTERRUPT_GRACE_SECS),
             kill_grace: Duration::from_secs(2),
-            max_stdout_bytes: schema::DEFAULT_MAX_STDOUT_BYTES,
-            max_stderr_bytes: schema::DEFAULT_MAX_STDERR_BYTES,
+            max_stdout_bytes: toolcell_stubs::DEFAULT_MAX_STDOUT_BYTES,
+            max_stderr_bytes: toolcell_stubs::DEFAULT_MAX_STDERR_BYTES,
             spill: None,
             live: None,
             fold: crate::fold::FoldOptions::auto(),
@@ -1633,7 +1633,7 @@ impl Kernel {
     ///
     /// A tool whose name (or a parameter's) would clash in the stub module
     /// of any language with one that comes earlier — the kernel's own tools
-    /// first — is left out ([`toolcell_tools::stubs::screen`]), so one
+    /// first — is left out ([`toolcell_tools::screen::screen`]), so one
     /// source's tool list never costs more than its own tools. Returns the
     /// warnings for the cell when the tools changed: those left-out tools
     /// and the set's own [`notices`](crate::registry::ExtraTools::notices);
@@ -1655,7 +1655,7 @@ impl Kernel {
             Some(e) => {
                 let mut all = self.spec.tools.clone();
                 all.extend(e.tools.iter().cloned());
-                let screened = toolcell_tools::stubs::screen(&all, &e.unavailable);
+                let screened = toolcell_tools::screen::screen(&all, &e.unavailable);
                 let kept: std::collections::HashSet<&str> =
                     screened.tools.iter().map(|t| t.name()).collect();
                 let tools: Vec<Arc<dyn toolcell_tools::DynTool>> = e

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use toolcell_tools::DynTool;
-use toolcell_tools::stubs::{self, StubError, Unavailable};
+use toolcell_tools::names::{StubError, Unavailable};
 
 /// The Python runner (docs/protocol.md), written into each kernel's directory.
 pub const RUNNER_PY: &str = include_str!("../runner/runner.py");
@@ -149,9 +149,9 @@ impl Language {
         unavailable: &[Unavailable],
     ) -> Result<String, StubError> {
         match self {
-            Language::Python => stubs::stub_module_with(tools, unavailable),
-            Language::R => toolcell_tools::stubs_r::stub_module(tools, unavailable),
-            Language::JavaScript => toolcell_tools::stubs_js::stub_module(tools, unavailable),
+            Language::Python => toolcell_stubs::python::stub_module_with(tools, unavailable),
+            Language::R => toolcell_stubs::r::stub_module(tools, unavailable),
+            Language::JavaScript => toolcell_stubs::js::stub_module(tools, unavailable),
         }
     }
 

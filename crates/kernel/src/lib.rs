@@ -48,6 +48,13 @@
 //!   (bundled SQLite via `rusqlite`), and `RegistryOptions::journal`.
 //!   Without it the crate builds without a C compiler or SQLite, and
 //!   `[journal]` keys are still read but nothing is recorded.
+//! - `mcp` (default): `registry::McpSource` and `Config::mcp_specs`, the
+//!   `[mcp_servers]` as tool sources (rmcp's client over stdio or HTTP).
+//! - `web` (default): the web tools (`web_extract`, `web_search`) in the
+//!   default tool set.
+//!
+//! With `default-features = false` the crate pulls none of SQLite, rmcp,
+//! reqwest or rustls: one kernel with the file and process tools.
 //!
 //! # Embedding
 //!
@@ -119,4 +126,4 @@ pub use registry::{
 pub use result::{
     ChangedFile, Display, ExecuteResult, FileCounts, FilesChanged, KernelInfo, Status, Usage,
 };
-pub use toolcell_tools::schema::{Mode, OnTimeout};
+pub use toolcell_stubs::{Mode, OnTimeout};

@@ -13,8 +13,8 @@ use common::{Fixture, assert_success, show};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use toolcell_kernel::config::Config;
-use toolcell_tools::schema::{self, SchemaFormat};
-use toolcell_tools::{Tool, ToolContext, ToolError, ToolRegistry, stubs};
+use toolcell_stubs::SchemaFormat;
+use toolcell_tools::{Tool, ToolContext, ToolError, ToolRegistry};
 
 // ---- the whole tool: -------------------------------------------------------
 
@@ -99,7 +99,7 @@ fn stubs_schema_and_tools_show_it() {
 
     // `toolcell stubs`
     let tools = reg.select(&config.tools.enabled).unwrap();
-    let module = stubs::stub_module(&tools).unwrap();
+    let module = toolcell_stubs::python::stub_module(&tools).unwrap();
     assert!(
         module.contains("def count_words(text: str) -> Dict[str, Any]:"),
         "{module}"
@@ -112,7 +112,7 @@ fn stubs_schema_and_tools_show_it() {
         SchemaFormat::Anthropic,
         SchemaFormat::Mcp,
     ] {
-        let def = schema::execute_code_tool(&tools, &config.execute_code_options(), format);
+        let def = toolcell_stubs::execute_code_tool(&tools, &config.execute_code_options(), format);
         let text = def.to_string();
         assert!(
             text.contains("count_words(text: str) -> {words: int}: Count the words of a text."),
@@ -127,8 +127,8 @@ fn stubs_schema_and_tools_show_it() {
         .map(|t| {
             format!(
                 "{}\n    {}",
-                schema::signature(t.as_ref()),
-                schema::summary(t.as_ref())
+                toolcell_stubs::signature(t.as_ref()),
+                toolcell_stubs::summary(t.as_ref())
             )
         })
         .collect();
@@ -145,7 +145,7 @@ fn stubs_schema_and_tools_show_it() {
     config
         .set_override_as("tools.enabled", "shy_tool,read_file", "--tools")
         .unwrap();
-    let module = stubs::stub_module(&reg.select(&config.tools.enabled).unwrap()).unwrap();
+    let module = toolcell_stubs::python::stub_module(&reg.select(&config.tools.enabled).unwrap()).unwrap();
     assert!(module.contains("def shy_tool(") && !module.contains("def count_words("));
 }
 

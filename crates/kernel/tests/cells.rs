@@ -287,7 +287,7 @@ async fn a_missing_module_gets_a_pip_hint_and_pip_lines_use_the_kernels_interpre
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strict_mode_runs_in_a_private_directory_removed_with_the_kernel() {
-    use toolcell_tools::schema::Mode;
+    use toolcell_stubs::Mode;
     let f = Fixture::new();
     let r = f
         .reg

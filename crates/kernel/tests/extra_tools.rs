@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::{Fixture, assert_success, show};
 use serde_json::{Value, json};
 use toolcell_kernel::{ExecuteRequest, ExtraTools};
-use toolcell_tools::stubs::Unavailable;
+use toolcell_tools::names::Unavailable;
 use toolcell_tools::{DynTool, SchemaTool};
 
 fn ticket_tool() -> Arc<dyn DynTool> {

@@ -376,7 +376,7 @@ async fn a_cell_that_finds_every_kernel_busy_until_its_deadline_is_not_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_name_reused_with_other_key_parts_warns_and_sessions_shows_the_difference() {
-    use toolcell_tools::schema::Mode;
+    use toolcell_stubs::Mode;
     let f = Fixture::new();
     let r = f.run_as("cw", "x = 1").await;
     assert_success(&r);

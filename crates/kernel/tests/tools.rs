@@ -46,6 +46,7 @@ print('terminal', t['exit_code'], repr(t['output']))
 }
 
 /// A one-page HTTP server on 127.0.0.1; returns its base URL.
+#[cfg(feature = "web")]
 async fn loopback_server(page: &'static str) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -76,6 +77,9 @@ async fn loopback_server(page: &'static str) -> String {
     format!("http://{addr}")
 }
 
+// The web tools are in the kernel's default tool set only with its `web`
+// feature (on by default).
+#[cfg(feature = "web")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_tools_extract_from_a_loopback_server_and_search_without_a_provider_fails_clearly() {
     let f = Fixture::new();

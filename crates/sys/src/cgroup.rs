@@ -128,7 +128,7 @@ fn sweep_stale(base: &Path) {
             continue;
         };
         if pid == i32::try_from(std::process::id()).unwrap_or(0)
-            || crate::process::alive(pid as u32)
+            || crate::procfs::alive(pid as u32)
         {
             continue;
         }

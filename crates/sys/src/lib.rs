@@ -16,6 +16,8 @@
 //! - [`lineage`]: the processes forked from a kernel, recorded at their fork
 //!   from the kernel's process-event connector (root hosts), so one that
 //!   left every other trace is still found.
+//! - [`procfs`]: what `/proc/<pid>/stat` says (alive, parent, start time),
+//!   read in one place.
 //! - [`private_dir`]: directories opened from `/` one component at a time
 //!   with `O_NOFOLLOW` descriptors, and files made `O_EXCL` inside them.
 //!
@@ -41,4 +43,5 @@
 pub mod cgroup;
 pub mod lineage;
 pub mod private_dir;
+pub mod procfs;
 pub mod process;

@@ -182,7 +182,7 @@ pub fn descends_from(pid: u32, root: u32) -> bool {
         if p <= 1 {
             return false;
         }
-        match crate::process::parent(p) {
+        match crate::procfs::parent(p) {
             Some(pp) => p = pp,
             None => return false,
         }
@@ -199,7 +199,7 @@ pub fn descends_from(pid: u32, root: u32) -> bool {
 pub fn has_ancestor_named(pid: u32, comm: &str) -> bool {
     let mut p = pid;
     for _ in 0..4096 {
-        match crate::process::parent(p) {
+        match crate::procfs::parent(p) {
             Some(pp) if pp > 0 => p = pp,
             _ => return false,
         }

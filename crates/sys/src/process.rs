@@ -14,59 +14,8 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
-/// One process seen in `/proc`: its parent and when it started (clock
-/// ticks since boot, field 22 of `stat`).
-struct Proc {
-    pid: i32,
-    ppid: i32,
-    start: u64,
-}
-
-/// Every process visible in `/proc` (one read of each `stat`).
-fn proc_table() -> Vec<Proc> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // The command name is in parentheses and may contain spaces or
-        // parentheses itself: the fields after the last ')' are fixed
-        // (state, ppid, …, starttime the 20th).
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().take(20).collect();
-        let (Some(ppid), Some(start)) = (
-            fields.get(1).and_then(|p| p.parse::<i32>().ok()),
-            fields.get(19).and_then(|p| p.parse::<u64>().ok()),
-        ) else {
-            continue;
-        };
-        out.push(Proc { pid, ppid, start });
-    }
-    out
-}
-
-/// The parent of `pid` now (field 4 of its `stat`).
-pub fn parent(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// When `pid` started (clock ticks since boot, field 22 of its `stat`).
-pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
+use crate::procfs::{Proc, proc_table};
+pub use crate::procfs::{alive, is_zombie, parent, start_time};
 
 /// Parent pid → children, from a table.
 fn children_of(table: &[Proc]) -> HashMap<i32, Vec<i32>> {
@@ -276,17 +225,6 @@ impl Tree {
     }
 }
 
-/// Whether `pid` exists and is not a zombie.
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
-}
-
 /// Makes this process non-dumpable (`PR_SET_DUMPABLE` 0): another process
 /// of the same uid without `CAP_SYS_PTRACE` can then neither open its
 /// `/proc/<pid>/fd/*` (its stdin and stdout: a cell could forge or read the
@@ -358,21 +296,6 @@ pub fn own_children() -> Vec<u32> {
     out.sort_unstable();
     out.dedup();
     out
-}
-
-/// Whether `pid` has exited but is not reaped yet: a zombie (`Z`, or the
-/// `X` of one being reaped) in its `/proc/<pid>/stat`. Its entry, start
-/// time included, lasts until its parent reaps it; it runs nothing.
-pub fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')').map(|(_, rest)| {
-                let rest = rest.trim_start();
-                rest.starts_with('Z') || rest.starts_with('X')
-            })
-        })
-        .unwrap_or(false)
 }
 
 /// Reaps children that were zombies at the previous scan too (`before`);

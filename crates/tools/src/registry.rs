@@ -114,10 +114,10 @@ impl ToolRegistry {
         if self.tools.contains_key(&name) {
             return Err(RegistryError::Duplicate(name));
         }
-        let keys: Vec<(&'static str, String, String)> = crate::stubs::Lang::ALL
+        let keys: Vec<(&'static str, String, String)> = crate::names::Lang::ALL
             .iter()
-            .map(|lang| {
-                let (module, ident) = lang.tool_name(tool.as_ref());
+            .map(|&lang| {
+                let (module, ident) = crate::screen::tool_name(lang, tool.as_ref());
                 (lang.label(), module, ident)
             })
             .collect();

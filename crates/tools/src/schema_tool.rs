@@ -11,7 +11,7 @@ use toolcell_rpc::BoxFuture;
 
 use crate::registry::RegistryError;
 use crate::schema;
-use crate::stubs;
+use crate::screen;
 use crate::tool::{DynTool, ToolContext, ToolError};
 
 type Handler =
@@ -35,7 +35,7 @@ const MAX_VALUE: usize = 80;
 /// ```
 /// use serde_json::{Value, json};
 /// use std::sync::Arc;
-/// use toolcell_tools::{SchemaTool, ToolError, ToolRegistry, stubs};
+/// use toolcell_tools::{SchemaTool, ToolError, ToolRegistry};
 ///
 /// let lookup = SchemaTool::new(
 ///     "get-user",
@@ -67,7 +67,7 @@ const MAX_VALUE: usize = 80;
 /// assert_eq!(err, r#"/id: "x" is not of type "integer""#);
 ///
 /// // In Python: a mapped name, `from` → `from_`, the original keys sent.
-/// let module = stubs::stub_module(&registry.select(&["get-user"])?)?;
+/// let module = toolcell_stubs::python::stub_module(&registry.select(&["get-user"])?)?;
 /// assert!(module.contains(
 ///     "def get_user(id: int, from_: Optional[str] = None) -> Dict[str, Any]:"
 /// ));
@@ -164,7 +164,7 @@ impl SchemaTool {
                 ),
             ));
         }
-        stubs::check_params(&name, &schema::params_of(&input_schema))
+        screen::check_params(&name, &schema::params_of(&input_schema))
             .map_err(|e| bad_schema(&name, e.to_string()))?;
         let handler: Handler = Arc::new(move |args, cx| Box::pin(handler(args, cx)));
         Ok(Self {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -14,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 use toolcell_redact::Redactor;
 use toolcell_rpc::{BoxFuture, CellContext};
 
-use crate::schema;
 
 /// A host function callable from Python cells.
 ///
@@ -361,11 +361,11 @@ impl<T: Tool> DynTool for Erased<T> {
     }
 
     fn args_schema(&self) -> Value {
-        schema::schema_of::<T::Args>()
+        schema_of::<T::Args>()
     }
 
     fn output_schema(&self) -> Value {
-        schema::schema_of::<T::Output>()
+        schema_of::<T::Output>()
     }
 
     fn blocked_params(&self) -> &[&'static str] {
@@ -428,4 +428,20 @@ macro_rules! register_tool {
     ($tool:ty) => {
         $crate::inventory::submit! { $crate::ToolEntry::of::<$tool>() }
     };
+}
+
+/// The JSON Schema of `T`, subschemas inlined, without `$schema`.
+pub fn schema_of<T: JsonSchema>() -> Value {
+    let generator = SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let schema = generator.into_root_schema_for::<T>();
+    let mut v = schema.to_value();
+    if let Some(obj) = v.as_object_mut() {
+        obj.remove("$schema");
+    }
+    v
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolcell_tools::schema::{self, ExecuteCodeOptions, SchemaFormat};
-use toolcell_tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSettings, erase, stubs};
+use toolcell_stubs::{ExecuteCodeOptions, SchemaFormat};
+use toolcell_tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSettings, erase};
 
 // ---- the whole tool: ------------------------------------------------------
 
@@ -79,19 +79,19 @@ fn the_new_tool_is_in_the_registry_next_to_the_builtins() {
 fn the_new_tool_is_in_the_stub_and_the_schemas() {
     let reg = ToolRegistry::builtin().unwrap();
     let tools = reg.select(&["shout", "read_file"]).unwrap();
-    let module = stubs::stub_module(&tools).unwrap();
+    let module = toolcell_stubs::python::stub_module(&tools).unwrap();
     assert!(
         module.contains("def shout(text: str, marks: int = 3) -> Dict[str, Any]:"),
         "{module}"
     );
     assert!(module.contains("Say something loudly."));
-    let def = schema::execute_code_tool(&tools, &ExecuteCodeOptions::default(), SchemaFormat::Mcp);
+    let def = toolcell_stubs::execute_code_tool(&tools, &ExecuteCodeOptions::default(), SchemaFormat::Mcp);
     let desc = def["description"].as_str().unwrap();
     assert!(
         desc.contains("shout(text: str, marks: int = 3) -> {loud: str}: Say something loudly."),
         "{desc}"
     );
-    let own = schema::tool_definition(reg.get("shout").unwrap().as_ref());
+    let own = toolcell_stubs::tool_definition(reg.get("shout").unwrap().as_ref());
     assert_eq!(own["inputSchema"]["properties"]["marks"]["default"], 3);
     assert_eq!(own["inputSchema"]["required"], serde_json::json!(["text"]));
 }

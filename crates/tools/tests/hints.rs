@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use toolcell_tools::hints::{HintContext, hint};
-use toolcell_tools::{ToolRegistry, stubs};
+use toolcell_tools::ToolRegistry;
 
 /// Runs `code` with the generated stub module importable; returns stderr.
 fn traceback_of(code: &str) -> String {
@@ -13,7 +13,7 @@ fn traceback_of(code: &str) -> String {
     let tools = reg.select(&["read_file", "terminal"]).unwrap();
     std::fs::write(
         tmp.path().join("toolcell_tools.py"),
-        stubs::stub_module(&tools).unwrap(),
+        toolcell_stubs::python::stub_module(&tools).unwrap(),
     )
     .unwrap();
     let out = Command::new("python3")

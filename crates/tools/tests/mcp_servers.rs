@@ -873,11 +873,11 @@ async fn review_06_a_servers_tool_list_passes_the_redactor_before_any_stub() {
     let failures: String = tools.failed.iter().map(|f| f.message.clone()).collect();
     assert!(failures.contains("left out"), "{failures}");
     assert_no_secret("failures", &failures);
-    let py = toolcell_tools::stubs::stub_module(&tools.tools).unwrap();
-    let r = toolcell_tools::stubs_r::stub_module(&tools.tools, &[]).unwrap();
-    let js = toolcell_tools::stubs_js::stub_module(&tools.tools, &[]).unwrap();
-    let def = toolcell_tools::schema::tool_definition(tools.tools[0].as_ref()).to_string();
-    let desc = toolcell_tools::schema::execute_code_description(&tools.tools, &Default::default());
+    let py = toolcell_stubs::python::stub_module(&tools.tools).unwrap();
+    let r = toolcell_stubs::r::stub_module(&tools.tools, &[]).unwrap();
+    let js = toolcell_stubs::js::stub_module(&tools.tools, &[]).unwrap();
+    let def = toolcell_stubs::tool_definition(tools.tools[0].as_ref()).to_string();
+    let desc = toolcell_stubs::execute_code_description(&tools.tools, &Default::default());
     for (what, text) in [
         ("Python", &py),
         ("R", &r),

@@ -714,7 +714,7 @@ fn search_then_patch_from_python_through_the_stub() {
     let tools = reg.select(&["patch", "search_files"]).unwrap();
     std::fs::write(
         moddir.join("toolcell_tools.py"),
-        toolcell_tools::stubs::stub_module(&tools).unwrap(),
+        toolcell_stubs::python::stub_module(&tools).unwrap(),
     )
     .unwrap();
     let code = r#"

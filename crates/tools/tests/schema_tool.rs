@@ -19,7 +19,6 @@ use serde_json::{Value, json};
 use toolcell_rpc::{CellSpec, Server, ServerConfig};
 use toolcell_tools::{
     DynTool, RegistryError, SchemaTool, ToolContext, ToolError, ToolRegistry, ToolSettings, schema,
-    stubs,
 };
 
 fn echo(name: &str, description: &str, input: Value) -> SchemaTool {
@@ -190,8 +189,8 @@ fn python(dir: &Path, code: &str, envs: &[(&str, &str)]) -> std::process::Output
 
 #[test]
 fn stubs_for_hard_schemas_match_their_golden_file() {
-    let src = stubs::stub_module(&hard_tools()).unwrap();
-    let functions = &src[stubs::PRELUDE.len()..];
+    let src = toolcell_stubs::python::stub_module(&hard_tools()).unwrap();
+    let functions = &src[toolcell_stubs::python::PRELUDE.len()..];
     check_golden("schema_tools.py", functions);
 }
 
@@ -199,7 +198,7 @@ fn stubs_for_hard_schemas_match_their_golden_file() {
 fn the_generated_module_compiles_and_its_signatures_say_what_the_schemas_say() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("toolcell_tools.py");
-    std::fs::write(&path, stubs::stub_module(&hard_tools()).unwrap()).unwrap();
+    std::fs::write(&path, toolcell_stubs::python::stub_module(&hard_tools()).unwrap()).unwrap();
     let out = Command::new("python3")
         .args(["-m", "py_compile"])
         .arg(&path)
@@ -343,7 +342,7 @@ fn the_stub_sends_original_names_and_omits_unset_optionals() {
     std::fs::create_dir(&moddir).unwrap();
     std::fs::write(
         moddir.join("toolcell_tools.py"),
-        stubs::stub_module(&reg.select(&["get-user", "ordering"]).unwrap()).unwrap(),
+        toolcell_stubs::python::stub_module(&reg.select(&["get-user", "ordering"]).unwrap()).unwrap(),
     )
     .unwrap();
     let token = server.token().expose().to_string();
@@ -464,7 +463,7 @@ fn bad_args_reach_no_handler_and_spend_no_budget() {
         .unwrap();
     std::fs::write(
         tmp.path().join("toolcell_tools.py"),
-        stubs::stub_module(&reg.select(&["store"]).unwrap()).unwrap(),
+        toolcell_stubs::python::stub_module(&reg.select(&["store"]).unwrap()).unwrap(),
     )
     .unwrap();
     let token = server.token().expose().to_string();
@@ -596,14 +595,14 @@ fn names_that_map_to_one_python_name_are_errors_naming_both() {
     assert!(matches!(err, RegistryError::BadName(_)), "{err}");
     // The description names the tool as a cell calls it.
     let tools = reg.select(&["get-user"]).unwrap();
-    let d = schema::execute_code_description(&tools, &Default::default());
+    let d = toolcell_stubs::execute_code_description(&tools, &Default::default());
     assert!(d.contains("- get_user() -> Any"), "{d}");
 }
 
 #[test]
 fn every_name_the_prelude_defines_is_reserved() {
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(tmp.path().join("prelude.py"), stubs::PRELUDE).unwrap();
+    std::fs::write(tmp.path().join("prelude.py"), toolcell_stubs::python::PRELUDE).unwrap();
     let out = python(
         tmp.path(),
         "import ast; t = ast.parse(open('prelude.py').read())\n\
@@ -624,7 +623,7 @@ fn every_name_the_prelude_defines_is_reserved() {
     assert!(names.lines().count() > 10, "{names}");
     for name in names.lines() {
         assert_ne!(
-            stubs::python_function_name(name),
+            toolcell_tools::names::python_function_name(name),
             name,
             "{name} is not reserved"
         );
@@ -693,11 +692,11 @@ mod arbitrary_names {
                     continue;
                 };
                 if reg.add(Arc::new(tool)).is_ok() {
-                    expected.push((stubs::python_function_name(&name), count));
+                    expected.push((toolcell_tools::names::python_function_name(&name), count));
                 }
             }
             let names: Vec<String> = reg.names().map(str::to_string).collect();
-            let module = stubs::stub_module(&reg.select(&names).unwrap()).unwrap();
+            let module = toolcell_stubs::python::stub_module(&reg.select(&names).unwrap()).unwrap();
             let tmp = tempfile::tempdir().unwrap();
             std::fs::write(tmp.path().join("toolcell_tools.py"), &module).unwrap();
             let out = python(
@@ -724,7 +723,7 @@ mod arbitrary_names {
 /// name, a source that is down, and a top-level tool.
 fn sourced_tools() -> (
     Vec<Arc<dyn toolcell_tools::DynTool>>,
-    Vec<stubs::Unavailable>,
+    Vec<toolcell_tools::names::Unavailable>,
 ) {
     let search = |ns: &str| -> Arc<dyn toolcell_tools::DynTool> {
         Arc::new(
@@ -753,7 +752,7 @@ fn sourced_tools() -> (
     ));
     (
         vec![search("docs"), search("web-archive"), odd, top],
-        vec![stubs::Unavailable {
+        vec![toolcell_tools::names::Unavailable {
             namespace: "billing".into(),
             message: "MCP server \"billing\" failed to start: exit status 1".into(),
         }],
@@ -763,8 +762,8 @@ fn sourced_tools() -> (
 #[test]
 fn outside_sources_are_submodules_with_the_same_local_names() {
     let (tools, down) = sourced_tools();
-    let src = stubs::stub_module_with(&tools, &down).unwrap();
-    check_golden("sources.py", &src[stubs::PRELUDE.len()..]);
+    let src = toolcell_stubs::python::stub_module_with(&tools, &down).unwrap();
+    check_golden("sources.py", &src[toolcell_stubs::python::PRELUDE.len()..]);
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("toolcell_tools.py"), &src).unwrap();
     let out = python(
@@ -813,7 +812,7 @@ except t.ToolError as e:
     );
     let mut with_clash = tools.clone();
     with_clash.push(clash);
-    let err = stubs::stub_module_with(&with_clash, &[])
+    let err = toolcell_stubs::python::stub_module_with(&with_clash, &[])
         .unwrap_err()
         .to_string();
     assert!(err.contains("create_ticket"), "{err}");
@@ -826,7 +825,7 @@ except t.ToolError as e:
 fn the_module_with_sources_works_on_every_python_from_3_8() {
     let (mut tools, down) = sourced_tools();
     tools.extend(hard_tools());
-    let src = stubs::stub_module_with(&tools, &down).unwrap();
+    let src = toolcell_stubs::python::stub_module_with(&tools, &down).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("toolcell_tools.py"), &src).unwrap();
     // pyenv's installs (the shims only run the selected version), the
@@ -977,8 +976,8 @@ fn review_08_keywords_soft_keywords_debug_and_builtins_as_parameter_names_compil
             .unwrap(),
     );
     let tools = vec![top, sourced];
-    assert!(stubs::screen(&tools, &[]).dropped.is_empty());
-    let src = stubs::stub_module(&tools).unwrap();
+    assert!(toolcell_tools::screen::screen(&tools, &[]).dropped.is_empty());
+    let src = toolcell_stubs::python::stub_module(&tools).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("toolcell_tools.py"), &src).unwrap();
     let out = python(
@@ -999,7 +998,7 @@ fn review_08_keywords_soft_keywords_debug_and_builtins_as_parameter_names_compil
         format!("{} 39 1\nTrue\n", AWKWARD_NAMES.len(),)
     );
     // R parses its module, JavaScript loads its own.
-    let r = toolcell_tools::stubs_r::stub_module(&tools, &[]).unwrap();
+    let r = toolcell_stubs::r::stub_module(&tools, &[]).unwrap();
     let path = tmp.path().join("t.R");
     std::fs::write(&path, &r).unwrap();
     let expr = format!(
@@ -1017,7 +1016,7 @@ fn review_08_keywords_soft_keywords_debug_and_builtins_as_parameter_names_compil
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let js = toolcell_tools::stubs_js::stub_module(&tools, &[]).unwrap();
+    let js = toolcell_stubs::js::stub_module(&tools, &[]).unwrap();
     let path = tmp.path().join("t.js");
     std::fs::write(&path, &js).unwrap();
     let code = format!(
@@ -1063,14 +1062,14 @@ fn review_08_an_exponential_schema_renders_within_a_work_budget() {
         schema::python_type_in(&bomb, &bomb["properties"]["x"]),
         "Any"
     );
-    let py = stubs::stub_module(&tools).unwrap();
+    let py = toolcell_stubs::python::stub_module(&tools).unwrap();
     assert!(
         py.contains("def deep(x: Any = None) -> Dict[str, Any]:"),
         "{py}"
     );
-    toolcell_tools::stubs_r::stub_module(&tools, &[]).unwrap();
-    toolcell_tools::stubs_js::stub_module(&tools, &[]).unwrap();
-    let d = schema::execute_code_description(&tools, &Default::default());
+    toolcell_stubs::r::stub_module(&tools, &[]).unwrap();
+    toolcell_stubs::js::stub_module(&tools, &[]).unwrap();
+    let d = toolcell_stubs::execute_code_description(&tools, &Default::default());
     assert!(d.contains("deep(x: Any = None)"), "{d}");
     // A shallow one still renders in full.
     let shallow = exponential_schema(3);
@@ -1107,20 +1106,20 @@ fn review_08_screen_leaves_out_the_later_of_two_tools_that_share_a_name_in_any_l
         sourced("create_ticket.x", "create_ticket"),
     ];
     // Unscreened, the generators refuse the whole module.
-    assert!(stubs::stub_module(&tools[..3]).is_err());
-    assert!(toolcell_tools::stubs_r::stub_module(&tools[4..6], &[]).is_err());
-    assert!(toolcell_tools::stubs_js::stub_module(&tools[6..8], &[]).is_err());
+    assert!(toolcell_stubs::python::stub_module(&tools[..3]).is_err());
+    assert!(toolcell_stubs::r::stub_module(&tools[4..6], &[]).is_err());
+    assert!(toolcell_stubs::js::stub_module(&tools[6..8], &[]).is_err());
     let down = vec![
-        stubs::Unavailable {
+        toolcell_tools::names::Unavailable {
             namespace: "create_ticket".into(),
             message: "down".into(),
         },
-        stubs::Unavailable {
+        toolcell_tools::names::Unavailable {
             namespace: "billing".into(),
             message: "down".into(),
         },
     ];
-    let screened = stubs::screen(&tools, &down);
+    let screened = toolcell_tools::screen::screen(&tools, &down);
     let kept: Vec<&str> = screened.tools.iter().map(|t| t.name()).collect();
     assert_eq!(
         kept,
@@ -1138,9 +1137,9 @@ fn review_08_screen_leaves_out_the_later_of_two_tools_that_share_a_name_in_any_l
     }
     assert_eq!(screened.unavailable.len(), 1);
     assert_eq!(screened.unavailable[0].namespace, "billing");
-    stubs::stub_module_with(&screened.tools, &screened.unavailable).unwrap();
-    toolcell_tools::stubs_r::stub_module(&screened.tools, &screened.unavailable).unwrap();
-    toolcell_tools::stubs_js::stub_module(&screened.tools, &screened.unavailable).unwrap();
+    toolcell_stubs::python::stub_module_with(&screened.tools, &screened.unavailable).unwrap();
+    toolcell_stubs::r::stub_module(&screened.tools, &screened.unavailable).unwrap();
+    toolcell_stubs::js::stub_module(&screened.tools, &screened.unavailable).unwrap();
     // Registration refuses what the screen would leave out.
     let mut reg = ToolRegistry::empty();
     reg.add(tool("c")).unwrap();

@@ -462,7 +462,7 @@ async fn the_stub_signature_carries_the_contract_defaults() {
     for p in &params {
         assert!(!p.description.is_empty(), "{} has no doc", p.name);
     }
-    let sig = toolcell_tools::schema::signature(tool.as_ref());
+    let sig = toolcell_stubs::signature(tool.as_ref());
     assert!(
         sig.contains("Literal[\"content\", \"files_with_matches\", \"count\"]"),
         "{sig}"

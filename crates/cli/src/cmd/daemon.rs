@@ -28,7 +28,6 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::cmd::exec;
 use crate::host::{self, Overrides};
 use crate::jsonrpc::{AtEof, DaemonHooks, Service, serve_connection};
 
@@ -70,9 +69,9 @@ enum Action {
 }
 
 /// Where one daemon's files are.
-struct Paths {
+pub(crate) struct Paths {
     dir: PathBuf,
-    socket: PathBuf,
+    pub(crate) socket: PathBuf,
     lock: PathBuf,
     log: PathBuf,
 }
@@ -106,7 +105,7 @@ fn fnv(s: &str) -> String {
     format!("{h:016x}")
 }
 
-fn paths(config_file: Option<&Path>) -> anyhow::Result<Paths> {
+pub(crate) fn paths(config_file: Option<&Path>) -> anyhow::Result<Paths> {
     let dir = runtime_dir()?;
     let meta = std::fs::metadata(&dir)?;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -406,14 +405,14 @@ fn process_lives(pid: i32) -> bool {
 }
 
 /// A JSON-RPC client over the daemon socket.
-struct Client {
+pub(crate) struct Client {
     reader: BufReader<tokio::net::unix::OwnedReadHalf>,
     writer: tokio::net::unix::OwnedWriteHalf,
     next: u64,
 }
 
 impl Client {
-    async fn connect(socket: &Path) -> std::io::Result<Self> {
+    pub(crate) async fn connect(socket: &Path) -> std::io::Result<Self> {
         let s = UnixStream::connect(socket).await?;
         let (r, w) = s.into_split();
         Ok(Self {
@@ -441,7 +440,7 @@ impl Client {
     }
 
     /// Sends a request; notifications before its response go to `on_note`.
-    async fn call_with(
+    pub(crate) async fn call_with(
         &mut self,
         method: &str,
         params: Value,
@@ -459,7 +458,7 @@ impl Client {
         }
     }
 
-    async fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
+    pub(crate) async fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
         self.call_with(method, params, |_| {}).await
     }
 }
@@ -470,7 +469,7 @@ impl Client {
 /// `--config` flag): the daemon runs in its own directory, where discovery
 /// would not find `./toolcell.toml`, and it must bind the socket named
 /// after that same file.
-async fn ensure_running(config: Option<&Path>, p: &Paths) -> anyhow::Result<u64> {
+pub(crate) async fn ensure_running(config: Option<&Path>, p: &Paths) -> anyhow::Result<u64> {
     if let Ok(mut c) = Client::connect(&p.socket).await
         && let Ok(r) = c.call("ping", json!({})).await
     {
@@ -551,100 +550,4 @@ async fn ensure_running(config: Option<&Path>, p: &Paths) -> anyhow::Result<u64>
         let _ = child.wait();
     });
     result
-}
-
-/// `toolcell exec --session S`: run the cell in the daemon.
-pub fn exec_in_session(
-    config: Option<&Path>,
-    args: &exec::Args,
-    session: &str,
-    code: String,
-) -> anyhow::Result<ExitCode> {
-    if let Some(py) = &args.overrides.python {
-        // The daemon's sessions use the interpreter of its configuration;
-        // silently running another Python than the one asked for is worse.
-        return Err(host::usage(format!(
-            "--python {py} cannot be used with --session: the daemon runs the interpreter of \
-             its configuration; set [execution] python in toolcell.toml (or use --config)"
-        )));
-    }
-    let cfg = host::load_config(config, &Overrides::default())?;
-    let p = paths(cfg.file())?;
-    let cwd = match args.abs_cwd()? {
-        Some(d) => d,
-        None => host::cwd()?,
-    };
-    let rt = host::runtime()?;
-    rt.block_on(async {
-        ensure_running(cfg.file(), &p).await?;
-        let mut client = Client::connect(&p.socket)
-            .await
-            .context("connecting to the daemon")?;
-        let mut params = json!({
-            "code": code,
-            "session": session,
-            "reset": args.reset,
-            "cwd": cwd.display().to_string(),
-            "stream": !args.json,
-        });
-        if let Some(t) = &args.overrides.timeout {
-            let secs: f64 = t.parse().map_err(|_| {
-                host::usage(format!(
-                    "--timeout: expected a number of seconds > 0, got {t}"
-                ))
-            })?;
-            params["timeout"] = json!(secs);
-        }
-        if let Some(m) = &args.overrides.mode {
-            params["mode"] = json!(m);
-        }
-        if let Some(t) = host::tool_list(args.overrides.tools.as_deref()) {
-            params["tools"] = json!(t);
-        }
-        if let Some(r) = &args.remote {
-            params["remote"] = json!(r);
-        }
-        if let Some(l) = &args.overrides.language {
-            params["language"] = json!(l);
-        }
-        // Ctrl-C interrupts the cell in the daemon (the session survives).
-        let sock = p.socket.clone();
-        let owner = session.to_string();
-        // The handler is installed here, not in the task: a SIGINT arriving
-        // before the task first runs would otherwise kill this process.
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-        let interrupter = tokio::spawn(async move {
-            while int.recv().await.is_some() {
-                if let Ok(mut c) = Client::connect(&sock).await {
-                    let _ = c.call("interrupt", json!({"session": owner})).await;
-                }
-            }
-        });
-        let reply = client
-            .call_with("execute", params, |note| {
-                let p = &note["params"];
-                if let Some(chunk) = p["chunk"].as_str() {
-                    if p["stream"] == "stderr" {
-                        let _ = std::io::stderr().lock().write_all(chunk.as_bytes());
-                    } else {
-                        let mut o = std::io::stdout().lock();
-                        let _ = o.write_all(chunk.as_bytes());
-                        let _ = o.flush();
-                    }
-                }
-            })
-            .await?;
-        interrupter.abort();
-        if let Some(err) = reply.get("error") {
-            let msg = err["message"]
-                .as_str()
-                .unwrap_or("the daemon refused the request");
-            return Err(host::usage(msg.to_string()));
-        }
-        let result: toolcell_kernel::ExecuteResult =
-            serde_json::from_value(reply["result"].clone())
-                .context("reading the daemon's result")?;
-        exec::report(&result, args.json, !args.json)
-    })
 }

@@ -6,10 +6,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toolcell_kernel::{ExecuteRequest, ExecuteResult, RegistryOptions, Status, StreamKind};
-use toolcell_tools::schema::Mode;
+use toolcell_stubs::Mode;
 
+use crate::cmd::daemon;
 use crate::host::{self, Overrides};
 
 /// Arguments of `toolcell exec`.
@@ -122,7 +124,7 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
     }
     let cwd = args.abs_cwd()?;
     if let Some(session) = &args.session {
-        return crate::cmd::daemon::exec_in_session(config, &args, session, code);
+        return in_session(config, &args, session, code);
     }
     let rt = host::runtime()?;
     rt.block_on(async move {
@@ -316,4 +318,100 @@ fn traceback_of(result: &ExecuteResult) -> Option<String> {
         .find("Traceback (most recent call last):")
         .or_else(|| tail.find("  File \"<cell-"))?;
     Some(tail[start..].to_string())
+}
+
+/// `toolcell exec --session S`: run the cell in the daemon.
+fn in_session(
+    config: Option<&Path>,
+    args: &Args,
+    session: &str,
+    code: String,
+) -> anyhow::Result<ExitCode> {
+    if let Some(py) = &args.overrides.python {
+        // The daemon's sessions use the interpreter of its configuration;
+        // silently running another Python than the one asked for is worse.
+        return Err(host::usage(format!(
+            "--python {py} cannot be used with --session: the daemon runs the interpreter of \
+             its configuration; set [execution] python in toolcell.toml (or use --config)"
+        )));
+    }
+    let cfg = host::load_config(config, &Overrides::default())?;
+    let p = daemon::paths(cfg.file())?;
+    let cwd = match args.abs_cwd()? {
+        Some(d) => d,
+        None => host::cwd()?,
+    };
+    let rt = host::runtime()?;
+    rt.block_on(async {
+        daemon::ensure_running(cfg.file(), &p).await?;
+        let mut client = daemon::Client::connect(&p.socket)
+            .await
+            .context("connecting to the daemon")?;
+        let mut params = json!({
+            "code": code,
+            "session": session,
+            "reset": args.reset,
+            "cwd": cwd.display().to_string(),
+            "stream": !args.json,
+        });
+        if let Some(t) = &args.overrides.timeout {
+            let secs: f64 = t.parse().map_err(|_| {
+                host::usage(format!(
+                    "--timeout: expected a number of seconds > 0, got {t}"
+                ))
+            })?;
+            params["timeout"] = json!(secs);
+        }
+        if let Some(m) = &args.overrides.mode {
+            params["mode"] = json!(m);
+        }
+        if let Some(t) = host::tool_list(args.overrides.tools.as_deref()) {
+            params["tools"] = json!(t);
+        }
+        if let Some(r) = &args.remote {
+            params["remote"] = json!(r);
+        }
+        if let Some(l) = &args.overrides.language {
+            params["language"] = json!(l);
+        }
+        // Ctrl-C interrupts the cell in the daemon (the session survives).
+        let sock = p.socket.clone();
+        let owner = session.to_string();
+        // The handler is installed here, not in the task: a SIGINT arriving
+        // before the task first runs would otherwise kill this process.
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+        let interrupter = tokio::spawn(async move {
+            while int.recv().await.is_some() {
+                if let Ok(mut c) = daemon::Client::connect(&sock).await {
+                    let _ = c.call("interrupt", json!({"session": owner})).await;
+                }
+            }
+        });
+        let reply = client
+            .call_with("execute", params, |note| {
+                let p = &note["params"];
+                if let Some(chunk) = p["chunk"].as_str() {
+                    if p["stream"] == "stderr" {
+                        let _ = std::io::stderr().lock().write_all(chunk.as_bytes());
+                    } else {
+                        let mut o = std::io::stdout().lock();
+                        let _ = o.write_all(chunk.as_bytes());
+                        let _ = o.flush();
+                    }
+                }
+            })
+            .await?;
+        interrupter.abort();
+        if let Some(err) = reply.get("error") {
+            let msg = err["message"]
+                .as_str()
+                .unwrap_or("the daemon refused the request");
+            return Err(host::usage(msg.to_string()));
+        }
+        let result: toolcell_kernel::ExecuteResult =
+            serde_json::from_value(reply["result"].clone())
+                .context("reading the daemon's result")?;
+        report(&result, args.json, !args.json)
+    })
 }

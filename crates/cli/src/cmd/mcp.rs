@@ -44,7 +44,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use toolcell_kernel::config::Config;
 use toolcell_kernel::{ExecuteResult, Registry, Status, StreamKind};
-use toolcell_tools::schema::{self, SchemaFormat};
+use toolcell_stubs::SchemaFormat;
 use toolcell_tools::{DynTool, ToolContext, ToolSettings};
 
 use crate::host::{self, Overrides};
@@ -106,7 +106,7 @@ struct McpServer {
     /// them, and the MCP servers' tools when servers are configured).
     enabled_tools: Vec<Arc<dyn DynTool>>,
     /// The limits the description states.
-    options: schema::ExecuteCodeOptions,
+    options: toolcell_stubs::ExecuteCodeOptions,
     /// The `[remotes.NAME]` a cell may name (`execute_code`'s `remote`).
     remotes: Vec<String>,
     /// Tools callable directly (`--expose-tools`), by name.
@@ -370,10 +370,10 @@ fn object(v: Value) -> Arc<JsonObject> {
 /// The `execute_code` tool, its description listing `tools`.
 fn execute_code_def(
     tools: &[Arc<dyn DynTool>],
-    options: &schema::ExecuteCodeOptions,
+    options: &toolcell_stubs::ExecuteCodeOptions,
     remotes: &[String],
 ) -> Tool {
-    let def = schema::execute_code_tool(tools, options, SchemaFormat::Mcp);
+    let def = toolcell_stubs::execute_code_tool(tools, options, SchemaFormat::Mcp);
     let description = def["description"].as_str().unwrap_or_default().to_string();
     let mut input = def["inputSchema"].clone();
     input["properties"]["session"] = json!({

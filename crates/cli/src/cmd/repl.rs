@@ -33,7 +33,6 @@ use rustyline::error::ReadlineError;
 use rustyline::history::{DefaultHistory, History};
 use rustyline::{Config, Editor};
 use toolcell_kernel::{ExecuteRequest, ExecuteResult, Registry, Status, StreamKind};
-use toolcell_tools::schema;
 
 use crate::host::{self, Overrides};
 
@@ -297,9 +296,9 @@ impl Repl<'_> {
         let mut out = String::new();
         for name in &self.registry.options().tools {
             if let Some(t) = tools.get(name) {
-                out.push_str(&schema::signature(t.as_ref()));
+                out.push_str(&toolcell_stubs::signature(t.as_ref()));
                 out.push_str("\n    ");
-                out.push_str(schema::summary(t.as_ref()));
+                out.push_str(toolcell_stubs::summary(t.as_ref()));
                 out.push('\n');
             }
         }

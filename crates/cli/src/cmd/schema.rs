@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use toolcell_tools::ToolRegistry;
-use toolcell_tools::schema::{self, SchemaFormat};
+use toolcell_stubs::SchemaFormat;
 
 use crate::host::{self, Overrides};
 
@@ -36,7 +36,7 @@ pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
     if let Some(extra) = host::mcp_tools(&config)? {
         tools.extend(extra.tools);
     }
-    let def = schema::execute_code_tool(&tools, &config.execute_code_options(), format);
+    let def = toolcell_stubs::execute_code_tool(&tools, &config.execute_code_options(), format);
     let mut out = std::io::stdout().lock();
     serde_json::to_writer_pretty(&mut out, &def)?;
     writeln!(out)?;

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use toolcell_tools::{ToolRegistry, stubs};
+use toolcell_tools::ToolRegistry;
 
 use crate::host::{self, Overrides};
 
@@ -33,11 +33,11 @@ pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
         unavailable = extra.unavailable;
     }
     // What a kernel would leave out (names that clash), it leaves out here.
-    let screened = stubs::screen(&tools, &unavailable);
+    let screened = toolcell_tools::screen::screen(&tools, &unavailable);
     for why in &screened.dropped {
         tracing::warn!("{why}");
     }
-    let module = stubs::stub_module_with(&screened.tools, &screened.unavailable)?;
+    let module = toolcell_stubs::python::stub_module_with(&screened.tools, &screened.unavailable)?;
     std::io::stdout().lock().write_all(module.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use std::path::Path;
 
-use toolcell_tools::{ToolRegistry, schema};
+use toolcell_tools::ToolRegistry;
 
 use crate::host::{self, Overrides};
 
@@ -37,7 +37,7 @@ pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
         unavailable = extra.unavailable;
     }
     // What a kernel would leave out (names that clash), is left out here.
-    let screened = toolcell_tools::stubs::screen(&tools, &unavailable);
+    let screened = toolcell_tools::screen::screen(&tools, &unavailable);
     for why in &screened.dropped {
         tracing::warn!("{why}");
     }
@@ -46,14 +46,14 @@ pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
     if args.json {
         let defs: Vec<_> = tools
             .iter()
-            .map(|t| schema::tool_definition(t.as_ref()))
+            .map(|t| toolcell_stubs::tool_definition(t.as_ref()))
             .collect();
         serde_json::to_writer_pretty(&mut out, &defs)?;
         writeln!(out)?;
     } else {
         for t in &tools {
-            writeln!(out, "{}", schema::signature(t.as_ref()))?;
-            writeln!(out, "    {}", schema::summary(t.as_ref()))?;
+            writeln!(out, "{}", toolcell_stubs::signature(t.as_ref()))?;
+            writeln!(out, "    {}", toolcell_stubs::summary(t.as_ref()))?;
         }
         for u in &unavailable {
             writeln!(out, "{}.*", u.namespace)?;

@@ -155,6 +155,7 @@ pub(crate) fn to_toml(servers: &BTreeMap<String, McpServer>, source: Option<&str
 }
 
 /// The servers as the tools crate's specs (in name order).
+#[cfg(feature = "mcp")]
 pub(crate) fn specs(
     servers: &BTreeMap<String, McpServer>,
 ) -> Vec<toolcell_tools::mcp::McpServerSpec> {
@@ -189,10 +190,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.mcp_server_names(), ["fs", "web-search"]);
-        let specs = c.mcp_specs();
-        assert_eq!(specs[0].command, ["npx", "-y", "srv"]);
-        assert_eq!(specs[1].url.as_deref(), Some("http://127.0.0.1:9/mcp"));
-        assert_eq!(specs[1].startup_timeout, std::time::Duration::from_secs(5));
+        #[cfg(feature = "mcp")]
+        {
+            let specs = c.mcp_specs();
+            assert_eq!(specs[0].command, ["npx", "-y", "srv"]);
+            assert_eq!(specs[1].url.as_deref(), Some("http://127.0.0.1:9/mcp"));
+            assert_eq!(specs[1].startup_timeout, std::time::Duration::from_secs(5));
+        }
         let printed = c.to_toml();
         assert!(printed.contains("[mcp_servers.web-search]\n"), "{printed}");
         assert_eq!(

@@ -164,7 +164,7 @@ pub trait Named: Sized + Copy + 'static {
     fn from_name(text: &str) -> Option<Self>;
 }
 
-pub use toolcell_tools::schema::{Mode, OnTimeout};
+pub use toolcell_stubs::{Mode, OnTimeout};
 
 impl Named for crate::language::Language {
     const NAMES: &'static [&'static str] = &["python", "r", "javascript"];
@@ -814,8 +814,8 @@ impl Config {
     }
 
     /// The limits the `execute_code` tool description states.
-    pub fn execute_code_options(&self) -> toolcell_tools::schema::ExecuteCodeOptions {
-        toolcell_tools::schema::ExecuteCodeOptions {
+    pub fn execute_code_options(&self) -> toolcell_stubs::ExecuteCodeOptions {
+        toolcell_stubs::ExecuteCodeOptions {
             timeout_secs: self.execution.timeout,
             max_tool_calls: self.execution.max_tool_calls,
             max_stdout_bytes: self.output.max_stdout_bytes,
@@ -1048,8 +1048,9 @@ impl Config {
         }
     }
 
-    /// Rules involving two keys.
-    /// The `[mcp_servers]` as specs for [`crate::registry::McpSource`].
+    /// The `[mcp_servers]` as specs for [`crate::registry::McpSource`]
+    /// (with the `mcp` feature, on by default).
+    #[cfg(feature = "mcp")]
     pub fn mcp_specs(&self) -> Vec<toolcell_tools::mcp::McpServerSpec> {
         mcp::specs(&self.mcp_servers)
     }
@@ -1059,6 +1060,7 @@ impl Config {
         self.mcp_servers.keys().cloned().collect()
     }
 
+    /// Rules involving two keys.
     fn check_cross(&self) -> Result<(), ConfigError> {
         let file_origin = || {
             self.file

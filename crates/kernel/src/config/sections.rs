@@ -17,9 +17,9 @@ section! {
     /// what happens on a timeout.
     pub struct Execution {
         /// Seconds a cell may run before it is interrupted (or killed, see `on_timeout`).
-        timeout: f64 = toolcell_tools::schema::DEFAULT_TIMEOUT_SECS, Seconds { zero: false };
+        timeout: f64 = toolcell_stubs::DEFAULT_TIMEOUT_SECS, Seconds { zero: false };
         /// Tool calls one cell may make; the next one fails with an error the cell can catch.
-        max_tool_calls: u32 = toolcell_tools::schema::DEFAULT_MAX_TOOL_CALLS, Count::U32;
+        max_tool_calls: u32 = toolcell_stubs::DEFAULT_MAX_TOOL_CALLS, Count::U32;
         /// `"project"` runs cells in the working directory with the project's Python (its `.venv` if there is one); `"strict"` runs each kernel in a private temporary directory with `python3` from `PATH`.
         mode: Mode = Mode::Project, Choice;
         /// The interpreter to run, as a path or a name looked up on `PATH`; empty picks one by `mode`. A relative path is taken from the config file's directory.
@@ -33,7 +33,7 @@ section! {
         /// What a timeout does: `"interrupt"` raises `KeyboardInterrupt` in the cell and keeps the kernel; `"kill"` ends the kernel.
         on_timeout: OnTimeout = OnTimeout::Interrupt, Choice;
         /// Seconds to wait for a result after interrupting a cell (timed out, or interrupted by the caller) before killing its kernel; the interrupt is sent again once, halfway through.
-        interrupt_grace: f64 = toolcell_tools::schema::DEFAULT_INTERRUPT_GRACE_SECS, Seconds { zero: true };
+        interrupt_grace: f64 = toolcell_stubs::DEFAULT_INTERRUPT_GRACE_SECS, Seconds { zero: true };
         /// Seconds between asking a kernel to stop (SIGTERM) and killing it (SIGKILL).
         kill_grace: f64 = 2.0, Seconds { zero: true };
         /// `"session"` keeps one kernel per session so variables persist between cells; `"per-call"` runs each cell in a fresh kernel.
@@ -80,9 +80,9 @@ section! {
     /// How much of a cell's output comes back inline, and where the rest goes.
     pub struct Output {
         /// Bytes of cleaned stdout returned inline; the rest is written to a spill file.
-        max_stdout_bytes: usize = toolcell_tools::schema::DEFAULT_MAX_STDOUT_BYTES, Count::ANY;
+        max_stdout_bytes: usize = toolcell_stubs::DEFAULT_MAX_STDOUT_BYTES, Count::ANY;
         /// Bytes of cleaned stderr returned inline; the rest is written to a spill file.
-        max_stderr_bytes: usize = toolcell_tools::schema::DEFAULT_MAX_STDERR_BYTES, Count::ANY;
+        max_stderr_bytes: usize = toolcell_stubs::DEFAULT_MAX_STDERR_BYTES, Count::ANY;
         /// Directory for spill files; empty: `$XDG_CACHE_HOME/toolcell/spill` (else `~/.cache/toolcell/spill`). A relative path is taken from the config file's directory.
         spill_dir: String = String::new(), Text::Path;
         /// Bytes written to one spill file at most.

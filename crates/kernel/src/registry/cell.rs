@@ -11,7 +11,7 @@ use tokio::sync::MutexGuard;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolcell_tools::hints::HintContext;
-use toolcell_tools::{DynTool, stubs};
+use toolcell_tools::DynTool;
 
 use super::pool::{Shape, fill_pool, spawn_kernel};
 use super::request::{Refusal, admission};
@@ -153,12 +153,12 @@ impl Registry {
                 let mut names: Vec<String> = Vec::new();
                 for t in &e.tools {
                     let name = t.namespace().unwrap_or(t.name());
-                    names.push(stubs::python_function_name(name));
+                    names.push(toolcell_tools::names::python_function_name(name));
                 }
                 names.extend(
                     e.unavailable
                         .iter()
-                        .map(|u| stubs::python_function_name(&u.namespace)),
+                        .map(|u| toolcell_tools::names::python_function_name(&u.namespace)),
                 );
                 names.sort();
                 names.dedup();
@@ -665,7 +665,7 @@ impl Inner {
 
     /// What hints need to know (only built when a cell fails).
     fn hint_context(&self, plan: &Plan, python: &str, kernel_id: &str) -> HintContext {
-        let mut importable: Vec<String> = stubs::HELPERS[1..]
+        let mut importable: Vec<String> = toolcell_tools::names::HELPERS[1..]
             .iter()
             .map(|s| (*s).to_string())
             .collect();
@@ -674,7 +674,7 @@ impl Inner {
             plan.shape
                 .tools
                 .iter()
-                .map(|t| stubs::python_function_name(t)),
+                .map(|t| toolcell_tools::names::python_function_name(t)),
         );
         let interpreter = plan.shape.interpreter.display();
         let mut cx = HintContext::new(importable, format!("{interpreter} ({python})"));

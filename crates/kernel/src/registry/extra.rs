@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use toolcell_rpc::BoxFuture;
 use toolcell_tools::DynTool;
-use toolcell_tools::stubs::Unavailable;
+use toolcell_tools::names::Unavailable;
 
 /// A set of tools for one cell besides the registry's own.
 #[derive(Clone, Default)]

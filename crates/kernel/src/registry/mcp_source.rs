@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use toolcell_rpc::BoxFuture;
 use toolcell_tools::mcp::{McpError, McpHub, McpServerSpec};
-use toolcell_tools::stubs::Unavailable;
+use toolcell_tools::names::Unavailable;
 
 use super::extra::{ExtraTools, ToolSource};
 

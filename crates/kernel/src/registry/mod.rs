@@ -19,6 +19,7 @@
 
 mod cell;
 mod extra;
+#[cfg(feature = "mcp")]
 mod mcp_source;
 mod options;
 mod pool;
@@ -36,12 +37,13 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use toolcell_redact::Redactor;
-use toolcell_tools::schema::Mode;
+use toolcell_stubs::Mode;
 use toolcell_tools::{ToolRegistry, ToolSettings};
 
 use crate::result::{ExecuteResult, round2};
 
 pub use extra::{ExtraTools, ToolSource};
+#[cfg(feature = "mcp")]
 pub use mcp_source::McpSource;
 pub use options::{
     DEFAULT_REMOTE_FILES_CAP, KernelMode, ONE_CELL_INOTIFY_MIN_ENTRIES, RegistryOptions,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use regex::Regex;
 use toolcell_tools::WebSettings;
-use toolcell_tools::schema::{self, Mode, OnTimeout};
+use toolcell_stubs::{Mode, OnTimeout};
 
 pub use crate::config::KernelMode;
 
@@ -187,20 +187,20 @@ impl RegistryOptions {
 impl Default for RegistryOptions {
     fn default() -> Self {
         Self {
-            timeout: Duration::from_secs_f64(schema::DEFAULT_TIMEOUT_SECS),
-            max_tool_calls: schema::DEFAULT_MAX_TOOL_CALLS,
+            timeout: Duration::from_secs_f64(toolcell_stubs::DEFAULT_TIMEOUT_SECS),
+            max_tool_calls: toolcell_stubs::DEFAULT_MAX_TOOL_CALLS,
             mode: Mode::Project,
             python: String::new(),
             language: crate::language::Language::Python,
             r: String::new(),
             node: String::new(),
             on_timeout: OnTimeout::Interrupt,
-            interrupt_grace: Duration::from_secs_f64(schema::DEFAULT_INTERRUPT_GRACE_SECS),
+            interrupt_grace: Duration::from_secs_f64(toolcell_stubs::DEFAULT_INTERRUPT_GRACE_SECS),
             kill_grace: Duration::from_secs(2),
             max_kernels: 4,
             idle_timeout: Duration::from_secs(1800),
-            max_stdout_bytes: schema::DEFAULT_MAX_STDOUT_BYTES,
-            max_stderr_bytes: schema::DEFAULT_MAX_STDERR_BYTES,
+            max_stdout_bytes: toolcell_stubs::DEFAULT_MAX_STDOUT_BYTES,
+            max_stderr_bytes: toolcell_stubs::DEFAULT_MAX_STDERR_BYTES,
             spill_dir: default_spill_dir(),
             spill_cap_bytes: 5_000_000,
             spill_retention: Some(Duration::from_secs(7 * 86_400)),

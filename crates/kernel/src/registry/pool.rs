@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use toolcell_tools::ToolSettings;
-use toolcell_tools::schema::Mode;
+use toolcell_stubs::Mode;
 
 use super::room::Census;
 use super::session::{Slot, State};

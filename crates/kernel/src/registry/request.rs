@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use toolcell_tools::schema::Mode;
+use toolcell_stubs::Mode;
 
 use super::RegistryOptions;
 use super::extra::ExtraTools;

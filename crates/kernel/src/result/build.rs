@@ -413,7 +413,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use toolcell_tools::schema::OnTimeout;
+    use toolcell_stubs::OnTimeout;
 
     fn opts() -> CellOptions {
         CellOptions {

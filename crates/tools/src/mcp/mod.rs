@@ -27,7 +27,7 @@
 //! - **Names.** A tool whose function name (or a parameter's) would clash
 //!   with another of the server's in the stub module of any language
 //!   (`get-user` and `get_user`) is left out, with a failure naming both
-//!   ([`crate::stubs::screen`]): a server's tool list never costs more than
+//!   ([`crate::screen::screen`]): a server's tool list never costs more than
 //!   its own tools.
 //! - **Tool list changes.** `notifications/tools/list_changed` (and a
 //!   restart that brings other tools) bumps [`McpHub::generation`]; the next

@@ -439,7 +439,7 @@ impl Server {
         }
         // Names that would clash in a stub module (`get-user`, `get_user`):
         // the later tool is left out, never the server's whole list.
-        let screened = crate::stubs::screen(&tools, &[]);
+        let screened = crate::screen::screen(&tools, &[]);
         tools = screened.tools;
         problems.extend(
             screened

@@ -2,16 +2,13 @@
 //! default configuration) and the per-tool JSON Schemas.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[cfg(feature = "web")]
-#[path = "support/golden.rs"]
+#[path = "../../tools/tests/support/golden.rs"]
 mod golden;
 
-#[cfg(feature = "web")]
 use golden::check_golden;
 use toolcell_tools::ToolRegistry;
-use toolcell_tools::schema::{self, ExecuteCodeOptions, Mode, OnTimeout, SchemaFormat};
+use toolcell_stubs::{ExecuteCodeOptions, Mode, OnTimeout, SchemaFormat};
 
-#[cfg(feature = "web")]
 fn pretty(v: &serde_json::Value) -> String {
     let mut s = serde_json::to_string_pretty(v).unwrap();
     s.push('\n');
@@ -19,7 +16,6 @@ fn pretty(v: &serde_json::Value) -> String {
 }
 
 /// The golden files hold every built-in tool, web tools included.
-#[cfg(feature = "web")]
 #[test]
 fn default_configuration_golden_files() {
     let reg = ToolRegistry::builtin().unwrap();
@@ -35,12 +31,12 @@ fn default_configuration_golden_files() {
     ] {
         check_golden(
             file,
-            &pretty(&schema::execute_code_tool(&tools, &opts, format)),
+            &pretty(&toolcell_stubs::execute_code_tool(&tools, &opts, format)),
         );
     }
     let per_tool: Vec<_> = tools
         .iter()
-        .map(|t| schema::tool_definition(t.as_ref()))
+        .map(|t| toolcell_stubs::tool_definition(t.as_ref()))
         .collect();
     check_golden("tools.json", &pretty(&serde_json::Value::Array(per_tool)));
 }
@@ -50,9 +46,9 @@ fn shapes_differ_only_in_wrapping() {
     let reg = ToolRegistry::builtin().unwrap();
     let tools = reg.select(&["read_file"]).unwrap();
     let opts = ExecuteCodeOptions::default();
-    let openai = schema::execute_code_tool(&tools, &opts, SchemaFormat::OpenAi);
-    let anthropic = schema::execute_code_tool(&tools, &opts, SchemaFormat::Anthropic);
-    let mcp = schema::execute_code_tool(&tools, &opts, SchemaFormat::Mcp);
+    let openai = toolcell_stubs::execute_code_tool(&tools, &opts, SchemaFormat::OpenAi);
+    let anthropic = toolcell_stubs::execute_code_tool(&tools, &opts, SchemaFormat::Anthropic);
+    let mcp = toolcell_stubs::execute_code_tool(&tools, &opts, SchemaFormat::Mcp);
     assert_eq!(openai["type"], "function");
     assert_eq!(openai["function"]["name"], "execute_code");
     assert_eq!(openai["function"]["parameters"], anthropic["input_schema"]);
@@ -65,7 +61,7 @@ fn shapes_differ_only_in_wrapping() {
 fn the_description_lists_only_enabled_tools_with_signatures() {
     let reg = ToolRegistry::builtin().unwrap();
     let tools = reg.select(&["read_file", "terminal"]).unwrap();
-    let d = schema::execute_code_description(&tools, &ExecuteCodeOptions::default());
+    let d = toolcell_stubs::execute_code_description(&tools, &ExecuteCodeOptions::default());
     assert!(
         d.contains("read_file(path: str, offset: int = 1, limit: int = 2000) -> {content: str, total_lines: int, truncated: bool}"),
         "{d}"
@@ -82,10 +78,10 @@ fn mode_and_timeout_policy_change_the_description() {
         on_timeout: OnTimeout::Kill,
         ..ExecuteCodeOptions::default()
     };
-    let d = schema::execute_code_description(&[], &strict);
+    let d = toolcell_stubs::execute_code_description(&[], &strict);
     assert!(d.contains("private temporary directory"), "{d}");
     assert!(d.contains("killed and all state is lost"), "{d}");
-    let d = schema::execute_code_description(&[], &ExecuteCodeOptions::default());
+    let d = toolcell_stubs::execute_code_description(&[], &ExecuteCodeOptions::default());
     assert!(d.contains("project directory"), "{d}");
     assert!(d.contains("state are kept"), "{d}");
     assert!(d.contains("persist"), "{d}");

@@ -3,12 +3,12 @@
 //! interpreter fails the test with the install command).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/golden.rs"]
+#[path = "../../tools/tests/support/golden.rs"]
 mod golden;
 
 use golden::check_golden;
 use std::sync::Arc;
-use toolcell_tools::{DynTool, ToolRegistry, stubs_js, stubs_r};
+use toolcell_tools::{DynTool, ToolRegistry};
 
 fn builtin_tools() -> Vec<Arc<dyn DynTool>> {
     let reg = ToolRegistry::builtin().unwrap();
@@ -28,10 +28,9 @@ fn parses(program: &str, args: &[&str], install: &str) {
     );
 }
 
-#[cfg(feature = "web")]
 #[test]
 fn the_r_module_matches_its_golden_file_and_parses() {
-    let src = stubs_r::stub_module(&builtin_tools(), &[]).unwrap();
+    let src = toolcell_stubs::r::stub_module(&builtin_tools(), &[]).unwrap();
     check_golden("toolcell_tools.R", &src);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.R");
@@ -47,10 +46,9 @@ fn the_r_module_matches_its_golden_file_and_parses() {
     );
 }
 
-#[cfg(feature = "web")]
 #[test]
 fn the_javascript_module_matches_its_golden_file_and_loads() {
-    let src = stubs_js::stub_module(&builtin_tools(), &[]).unwrap();
+    let src = toolcell_stubs::js::stub_module(&builtin_tools(), &[]).unwrap();
     check_golden("toolcell_tools.js", &src);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.js");

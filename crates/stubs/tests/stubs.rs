@@ -4,17 +4,15 @@
 
 use std::path::{Path, PathBuf};
 
-#[cfg(feature = "web")]
-#[path = "support/golden.rs"]
+#[path = "../../tools/tests/support/golden.rs"]
 mod golden;
-#[cfg(feature = "web")]
 use golden::check_golden;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use toolcell_rpc::{CellSpec, Server, ServerConfig};
-use toolcell_tools::{DynTool, ToolRegistry, ToolSettings, schema, stubs};
+use toolcell_tools::{DynTool, ToolRegistry, ToolSettings, schema};
 
 fn builtin_tools() -> Vec<Arc<dyn DynTool>> {
     let reg = ToolRegistry::builtin().unwrap();
@@ -23,7 +21,7 @@ fn builtin_tools() -> Vec<Arc<dyn DynTool>> {
 }
 
 fn write_module(dir: &Path, tools: &[Arc<dyn DynTool>]) -> PathBuf {
-    let src = stubs::stub_module(tools).unwrap();
+    let src = toolcell_stubs::python::stub_module(tools).unwrap();
     let path = dir.join("toolcell_tools.py");
     std::fs::write(&path, src).unwrap();
     path
@@ -42,10 +40,9 @@ fn python(dir: &Path, code: &str, envs: &[(&str, &str)]) -> std::process::Output
 }
 
 /// The golden file holds every built-in tool, web tools included.
-#[cfg(feature = "web")]
 #[test]
 fn the_builtin_module_matches_its_golden_file() {
-    let src = stubs::stub_module(&builtin_tools()).unwrap();
+    let src = toolcell_stubs::python::stub_module(&builtin_tools()).unwrap();
     check_golden("toolcell_tools.py", &src);
 }
 

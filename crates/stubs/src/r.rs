@@ -4,107 +4,18 @@
 //! defaults from the tool's JSON Schema: `read_file(path = "x")` returns the
 //! result as a list. Tools of an outside source `NAME` are the members of an
 //! environment `NAME` (`NAME$tool(...)`).
-
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use serde_json::Value;
-
-use crate::schema::{self, Param};
-use crate::stubs::{StubError, Unavailable};
-use crate::tool::DynTool;
+use toolcell_tools::DynTool;
+use toolcell_tools::names::{NameClaims, StubError, Unavailable, r_function_name, r_identifier};
+use toolcell_tools::screen::local_name;
+use toolcell_tools::schema::{self, Param};
 
 /// The hand-written part of the module.
 pub const PRELUDE: &str = include_str!("stub/prelude.R");
-
-/// Names the module defines besides the tools.
-pub const HELPERS: [&str; 4] = ["ToolError", "json_parse", "shell_quote", "retry"];
-
-const R_RESERVED: [&str; 20] = [
-    "if",
-    "else",
-    "repeat",
-    "while",
-    "function",
-    "for",
-    "next",
-    "break",
-    "TRUE",
-    "FALSE",
-    "NULL",
-    "Inf",
-    "NaN",
-    "NA",
-    "NA_integer_",
-    "NA_real_",
-    "NA_character_",
-    "NA_complex_",
-    "in",
-    "T",
-];
-
-/// The names the packages on R's default search path export (one a line,
-/// `#` comments): a top-level tool never takes one.
-const R_NAMES: &str = include_str!("stub/r_names.txt");
-
-fn r_names() -> &'static HashSet<&'static str> {
-    static SET: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
-        R_NAMES
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .collect()
-    });
-    &SET
-}
-
-/// Whether `name` is exported by a package on R's default search path
-/// (base, methods, utils, grDevices, graphics, stats, datasets).
-pub fn is_r_builtin(name: &str) -> bool {
-    r_names().contains(name)
-}
-
-/// `name` as an R name: characters outside `[A-Za-z0-9._]` become `_`, a
-/// name not starting with a letter gets a `t` prefix, a reserved word (or
-/// a helper's name) gets a `_` suffix. For parameters and a source's
-/// members (`NAME$member`), which shadow nothing.
-pub fn r_identifier(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if !out.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        out.insert(0, 't');
-    }
-    while R_RESERVED.contains(&out.as_str()) || HELPERS.contains(&out.as_str()) {
-        out.push('_');
-    }
-    out
-}
-
-/// The R name of a top-level tool or source: its [`r_identifier`], with
-/// `_` suffixes while that is a name a package on R's default search path
-/// exports (`c` → `c_`, `paste0` → `paste0_`, `print` → `print_`). The
-/// tools are attached before those packages on the search path, so a tool
-/// named like one would replace it for every cell (and for the stub
-/// module's own helpers).
-pub fn r_function_name(name: &str) -> String {
-    let mut out = r_identifier(name);
-    while is_r_builtin(&out)
-        || R_RESERVED.contains(&out.as_str())
-        || HELPERS.contains(&out.as_str())
-    {
-        out.push('_');
-    }
-    out
-}
 
 /// A JSON value as an R literal (scalars; `NULL` for anything else, which
 /// then is not sent and the tool's own default applies).
@@ -232,14 +143,6 @@ fn r_name_literal(key: &str) -> String {
     }
 }
 
-/// The local part of a namespaced tool's name (`fs.read` → `read`).
-fn local_name<'a>(tool: &'a dyn DynTool, ns: &str) -> &'a str {
-    tool.name()
-        .strip_prefix(ns)
-        .and_then(|r| r.strip_prefix('.'))
-        .unwrap_or(tool.name())
-}
-
 /// Generates `toolcell_tools.R` for `tools` and the outside sources that
 /// are down (`unavailable`: `NAME$anything(...)` stops with its message).
 ///
@@ -252,7 +155,7 @@ pub fn stub_module(
 ) -> Result<String, StubError> {
     let mut out = String::with_capacity(PRELUDE.len() + tools.len() * 1024);
     out.push_str(PRELUDE);
-    let mut names = crate::stubs::NameClaims::new("R");
+    let mut names = NameClaims::new("R");
     let mut claim = |module: &str, ident: String, what: &str| names.claim(module, ident, what);
     let mut spaces: BTreeMap<&str, Vec<&Arc<dyn DynTool>>> = BTreeMap::new();
     for t in tools {
@@ -299,38 +202,9 @@ pub fn stub_module(
     }
     Ok(out)
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn identifiers() {
-        assert_eq!(r_identifier("read_file"), "read_file");
-        assert_eq!(r_identifier("get-user"), "get_user");
-        assert_eq!(r_identifier("2fa"), "t2fa");
-        assert_eq!(r_identifier("_x"), "t_x");
-        assert_eq!(r_identifier("if"), "if_");
-        assert_eq!(r_identifier("retry"), "retry_");
-    }
-
-    #[test]
-    fn review_09_top_level_names_never_take_r_builtins() {
-        for (name, ident) in [
-            ("c", "c_"),
-            ("paste0", "paste0_"),
-            ("print", "print_"),
-            ("cat", "cat_"),
-            ("F", "F_"),
-            ("T", "T_"),
-            ("read_file", "read_file"),
-            ("get-user", "get_user"),
-        ] {
-            assert_eq!(r_function_name(name), ident, "{name}");
-        }
-        // Parameters and members shadow nothing.
-        assert_eq!(r_identifier("c"), "c");
-    }
 
     #[test]
     fn strings_escape() {
