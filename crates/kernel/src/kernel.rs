@@ -21,9 +21,9 @@ use tokio_util::sync::CancellationToken;
 use toolcell_protocol::{CellResult, Decoder, Event, Execute, Hello, Reply, Request, Sentinel};
 use toolcell_redact::{Cleaner, Redactor};
 use toolcell_rpc::{CellReport, CellSpec, Dispatch, InbandCaller, Server, ServerConfig};
+use toolcell_stubs::OnTimeout;
 use toolcell_sys::process::Tree;
 use toolcell_tools::DynTool;
-use toolcell_stubs::OnTimeout;
 
 use crate::capture::{Capture, Captured, SpillTarget};
 

@@ -145,7 +145,8 @@ fn stubs_schema_and_tools_show_it() {
     config
         .set_override_as("tools.enabled", "shy_tool,read_file", "--tools")
         .unwrap();
-    let module = toolcell_stubs::python::stub_module(&reg.select(&config.tools.enabled).unwrap()).unwrap();
+    let module =
+        toolcell_stubs::python::stub_module(&reg.select(&config.tools.enabled).unwrap()).unwrap();
     assert!(module.contains("def shy_tool(") && !module.contains("def count_words("));
 }
 

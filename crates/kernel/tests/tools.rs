@@ -9,7 +9,6 @@ mod common;
 use std::time::Duration;
 
 use common::{Fixture, assert_success, show};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use toolcell_kernel::Status;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,6 +47,7 @@ print('terminal', t['exit_code'], repr(t['output']))
 /// A one-page HTTP server on 127.0.0.1; returns its base URL.
 #[cfg(feature = "web")]
 async fn loopback_server(page: &'static str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

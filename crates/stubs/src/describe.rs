@@ -9,8 +9,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use toolcell_tools::DynTool;
 use toolcell_tools::names;
-use toolcell_tools::screen::local_name;
 use toolcell_tools::schema::{Param, params, shape};
+use toolcell_tools::screen::local_name;
 
 /// `name(a: str, b: int = 1) -> {shape}`: the tool's Python signature (the
 /// names a cell uses) with its result shape, as the `execute_code`
@@ -238,7 +238,7 @@ fn shortened(folds: bool) -> &'static str {
 /// clashes in any language, see [`screen`](toolcell_tools::screen::screen))
 /// are not listed, as the kernel leaves them out.
 pub fn execute_code_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOptions) -> String {
-    let screened = screen::screen(tools, &[]);
+    let screened = toolcell_tools::screen::screen(tools, &[]);
     let tools = screened.tools.as_slice();
     if matches!(opts.language.as_str(), "r" | "javascript") {
         return other_language_description(tools, opts);

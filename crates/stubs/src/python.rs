@@ -14,8 +14,8 @@ use toolcell_tools::DynTool;
 use toolcell_tools::names::{
     HELPERS, Lang, NameClaims, StubError, Unavailable, python_function_name,
 };
-use toolcell_tools::screen::{check_params_in, local_name};
 use toolcell_tools::schema::{self, Param};
+use toolcell_tools::screen::{check_params_in, local_name};
 
 /// The hand-written part of the module.
 pub const PRELUDE: &str = include_str!("stub/prelude.py");

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use toolcell_tools::DynTool;
 use toolcell_tools::names::{NameClaims, StubError, Unavailable, r_function_name, r_identifier};
-use toolcell_tools::screen::local_name;
 use toolcell_tools::schema::{self, Param};
+use toolcell_tools::screen::local_name;
 
 /// The hand-written part of the module.
 pub const PRELUDE: &str = include_str!("stub/prelude.R");

@@ -6,8 +6,8 @@
 mod golden;
 
 use golden::check_golden;
-use toolcell_tools::ToolRegistry;
 use toolcell_stubs::{ExecuteCodeOptions, Mode, OnTimeout, SchemaFormat};
+use toolcell_tools::ToolRegistry;
 
 fn pretty(v: &serde_json::Value) -> String {
     let mut s = serde_json::to_string_pretty(v).unwrap();

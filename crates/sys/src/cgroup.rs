@@ -127,8 +127,7 @@ fn sweep_stale(base: &Path) {
         else {
             continue;
         };
-        if pid == i32::try_from(std::process::id()).unwrap_or(0)
-            || crate::procfs::alive(pid as u32)
+        if pid == i32::try_from(std::process::id()).unwrap_or(0) || crate::procfs::alive(pid as u32)
         {
             continue;
         }

@@ -43,5 +43,5 @@
 pub mod cgroup;
 pub mod lineage;
 pub mod private_dir;
-pub mod procfs;
 pub mod process;
+pub mod procfs;

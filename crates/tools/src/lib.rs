@@ -155,8 +155,8 @@ mod fsutil;
 pub mod hints;
 #[cfg(feature = "mcp")]
 pub mod mcp;
-mod registry;
 pub mod names;
+mod registry;
 pub mod schema;
 mod schema_tool;
 pub mod screen;

@@ -8,7 +8,6 @@
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
-
 /// Names every stub module (Python, R, JavaScript) defines besides the
 /// tools.
 pub const HELPERS: [&str; 4] = ["ToolError", "json_parse", "shell_quote", "retry"];
@@ -367,12 +366,7 @@ impl NameClaims {
     ///
     /// # Errors
     /// [`StubError::SameIdentifier`] when it was claimed already.
-    pub fn claim(
-        &mut self,
-        module: &str,
-        ident: String,
-        what: &str,
-    ) -> Result<String, StubError> {
+    pub fn claim(&mut self, module: &str, ident: String, what: &str) -> Result<String, StubError> {
         if let Some(first) = self
             .seen
             .insert((module.to_string(), ident.clone()), what.to_string())
@@ -633,7 +627,6 @@ pub fn r_function_name(name: &str) -> String {
     out
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -722,5 +715,4 @@ mod tests {
         // Parameters and members shadow nothing.
         assert_eq!(r_identifier("c"), "c");
     }
-
 }

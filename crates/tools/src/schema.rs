@@ -2,10 +2,7 @@
 //! Python type hints and result shapes rendered within a budget, and the
 //! parameters ([`Param`]) in the order a signature lists them.
 
-use std::fmt::Write as _;
-use std::sync::Arc;
-
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::tool::DynTool;
 

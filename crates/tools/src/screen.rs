@@ -42,7 +42,6 @@ pub fn check_params_in(tool: &str, params: &[Param], langs: &[Lang]) -> Result<(
     Ok(())
 }
 
-
 /// `(module, name)` of `tool` in `lang` (`""`: the top level).
 pub fn tool_name(lang: Lang, tool: &dyn DynTool) -> (String, String) {
     match tool.namespace() {

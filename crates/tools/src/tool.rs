@@ -15,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 use toolcell_redact::Redactor;
 use toolcell_rpc::{BoxFuture, CellContext};
 
-
 /// A host function callable from Python cells.
 ///
 /// Everything an agent or a model sees about the tool — the Python signature

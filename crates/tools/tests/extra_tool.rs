@@ -85,7 +85,11 @@ fn the_new_tool_is_in_the_stub_and_the_schemas() {
         "{module}"
     );
     assert!(module.contains("Say something loudly."));
-    let def = toolcell_stubs::execute_code_tool(&tools, &ExecuteCodeOptions::default(), SchemaFormat::Mcp);
+    let def = toolcell_stubs::execute_code_tool(
+        &tools,
+        &ExecuteCodeOptions::default(),
+        SchemaFormat::Mcp,
+    );
     let desc = def["description"].as_str().unwrap();
     assert!(
         desc.contains("shout(text: str, marks: int = 3) -> {loud: str}: Say something loudly."),

@@ -3,8 +3,8 @@
 
 use std::process::Command;
 
-use toolcell_tools::hints::{HintContext, hint};
 use toolcell_tools::ToolRegistry;
+use toolcell_tools::hints::{HintContext, hint};
 
 /// Runs `code` with the generated stub module importable; returns stderr.
 fn traceback_of(code: &str) -> String {

@@ -198,7 +198,11 @@ fn stubs_for_hard_schemas_match_their_golden_file() {
 fn the_generated_module_compiles_and_its_signatures_say_what_the_schemas_say() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("toolcell_tools.py");
-    std::fs::write(&path, toolcell_stubs::python::stub_module(&hard_tools()).unwrap()).unwrap();
+    std::fs::write(
+        &path,
+        toolcell_stubs::python::stub_module(&hard_tools()).unwrap(),
+    )
+    .unwrap();
     let out = Command::new("python3")
         .args(["-m", "py_compile"])
         .arg(&path)
@@ -342,7 +346,8 @@ fn the_stub_sends_original_names_and_omits_unset_optionals() {
     std::fs::create_dir(&moddir).unwrap();
     std::fs::write(
         moddir.join("toolcell_tools.py"),
-        toolcell_stubs::python::stub_module(&reg.select(&["get-user", "ordering"]).unwrap()).unwrap(),
+        toolcell_stubs::python::stub_module(&reg.select(&["get-user", "ordering"]).unwrap())
+            .unwrap(),
     )
     .unwrap();
     let token = server.token().expose().to_string();
@@ -602,7 +607,11 @@ fn names_that_map_to_one_python_name_are_errors_naming_both() {
 #[test]
 fn every_name_the_prelude_defines_is_reserved() {
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(tmp.path().join("prelude.py"), toolcell_stubs::python::PRELUDE).unwrap();
+    std::fs::write(
+        tmp.path().join("prelude.py"),
+        toolcell_stubs::python::PRELUDE,
+    )
+    .unwrap();
     let out = python(
         tmp.path(),
         "import ast; t = ast.parse(open('prelude.py').read())\n\
@@ -976,7 +985,11 @@ fn review_08_keywords_soft_keywords_debug_and_builtins_as_parameter_names_compil
             .unwrap(),
     );
     let tools = vec![top, sourced];
-    assert!(toolcell_tools::screen::screen(&tools, &[]).dropped.is_empty());
+    assert!(
+        toolcell_tools::screen::screen(&tools, &[])
+            .dropped
+            .is_empty()
+    );
     let src = toolcell_stubs::python::stub_module(&tools).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("toolcell_tools.py"), &src).unwrap();

@@ -4,8 +4,8 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use toolcell_tools::ToolRegistry;
 use toolcell_stubs::SchemaFormat;
+use toolcell_tools::ToolRegistry;
 
 use crate::host::{self, Overrides};
 

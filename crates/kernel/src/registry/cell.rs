@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::sync::MutexGuard;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use toolcell_tools::hints::HintContext;
 use toolcell_tools::DynTool;
+use toolcell_tools::hints::HintContext;
 
 use super::pool::{Shape, fill_pool, spawn_kernel};
 use super::request::{Refusal, admission};

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use regex::Regex;
-use toolcell_tools::WebSettings;
 use toolcell_stubs::{Mode, OnTimeout};
+use toolcell_tools::WebSettings;
 
 pub use crate::config::KernelMode;
 

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use toolcell_tools::ToolSettings;
 use toolcell_stubs::Mode;
+use toolcell_tools::ToolSettings;
 
 use super::room::Census;
 use super::session::{Slot, State};
