@@ -30,17 +30,20 @@ fi
 step "cargo test --workspace"
 cargo test --workspace
 
-# The kernel crate without its default features (`journal`, `mcp`, `web`):
-# an embedder's kernel pulls no SQLite, no MCP client, no HTTP/TLS stack.
-step "cargo tree -p toolcell-kernel --no-default-features: no rmcp, reqwest, rustls, rusqlite"
-heavy=$(cargo tree -p toolcell-kernel --no-default-features -e normal --prefix none \
-    | awk '{print $1}' | grep -xE 'rmcp|reqwest|rustls|rusqlite' | sort -u || true)
-if [ -n "$heavy" ]; then
-    echo "test-all: toolcell-kernel --no-default-features still depends on: $heavy" >&2
-    exit 1
-fi
-step "cargo test -p toolcell-kernel --no-default-features"
-cargo test -p toolcell-kernel --no-default-features
+# One kernel (toolcell-kernel) pulls no SQLite, no MCP client, no HTTP/TLS
+# stack; the host crate without its default features (`journal`, `mcp`,
+# `web`) neither.
+step "cargo tree: toolcell-kernel and toolcell-host --no-default-features pull no rmcp, reqwest, rustls, rusqlite"
+for crate in toolcell-kernel toolcell-host; do
+    heavy=$(cargo tree -p "$crate" --no-default-features -e normal --prefix none \
+        | awk '{print $1}' | grep -xE 'rmcp|reqwest|rustls|rusqlite' | sort -u || true)
+    if [ -n "$heavy" ]; then
+        echo "test-all: $crate --no-default-features still depends on:" $heavy >&2
+        exit 1
+    fi
+done
+step "cargo test -p toolcell-host --no-default-features"
+cargo test -p toolcell-host --no-default-features
 
 # toolcell-tools without its default features (no HTTP/TLS/HTML stack, no MCP client).
 step "cargo test -p toolcell-tools --no-default-features"

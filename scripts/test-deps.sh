@@ -6,7 +6,7 @@
 # Idempotent: installs only what is missing or at another version; quiet unless
 # something fails. Needs node/npm and python3 (with venv) on PATH.
 # Also installs openssh-server and openssh-client (apt-get) when missing, for
-# the remote-kernel tests (crates/kernel/tests/remote.rs).
+# the remote-kernel tests (crates/host/tests/remote.rs).
 set -euo pipefail
 
 NPM_PKGS=(
@@ -26,7 +26,7 @@ fail() {
 }
 
 # openssh-server and openssh-client for the remote-kernel tests
-# (crates/kernel/tests/remote.rs starts its own sshd on 127.0.0.1 with keys
+# (crates/host/tests/remote.rs starts its own sshd on 127.0.0.1 with keys
 # and config in a temp dir; no system configuration is touched).
 if [[ ! -x /usr/sbin/sshd ]] || ! command -v ssh >/dev/null || ! command -v ssh-keygen >/dev/null; then
     sudo=""
@@ -63,7 +63,7 @@ if [[ ! -x "$DEPS/venv/bin/python" || ! -f "$py_stamp" || "$(cat "$py_stamp")" !
     printf '%s' "$want_py" >"$py_stamp"
 fi
 
-# R and its packages for the R kernel tests (crates/kernel/tests/languages.rs):
+# R and its packages for the R kernel tests (crates/host/tests/languages.rs):
 # Debian's packages (CRAN itself need not be reachable). node 18+ must be on PATH
 # already (the npm step above needs it too).
 r_missing=()

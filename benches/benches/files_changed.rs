@@ -11,8 +11,9 @@
 use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use toolcell_host::{ExecuteRequest, Registry, RegistryOptions};
+use toolcell_kernel::Status;
 use toolcell_kernel::watch::{WatchSettings, Watcher, scan};
-use toolcell_kernel::{ExecuteRequest, Registry, RegistryOptions, Status};
 
 /// `files` files in directories of 100 (plus a `.gitignore`d build dir
 /// the scan never enters).

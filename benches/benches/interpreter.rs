@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use toolcell_kernel::config::Mode;
+use toolcell_host::config::Mode;
 use toolcell_kernel::env::{child_env, toolcell_vars};
 use toolcell_kernel::interpreter::{HostEnv, ProbeCache, resolve};
 

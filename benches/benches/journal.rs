@@ -9,10 +9,9 @@
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use toolcell_kernel::journal::{self, CellRecord, Format, HistoryQuery, Journal};
-use toolcell_kernel::{
-    ExecuteRequest, ExecuteResult, KernelInfo, Registry, RegistryOptions, Status,
-};
+use toolcell_host::journal::{self, CellRecord, Format, HistoryQuery, Journal};
+use toolcell_host::{ExecuteRequest, Registry, RegistryOptions};
+use toolcell_kernel::{ExecuteResult, KernelInfo, Status};
 use toolcell_redact::Redactor;
 
 /// A typical result: 4 KiB of output, a kernel, usage.

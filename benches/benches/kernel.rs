@@ -10,7 +10,8 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
-use toolcell_kernel::{ExecuteRequest, Registry, RegistryOptions, Status};
+use toolcell_host::{ExecuteRequest, Registry, RegistryOptions};
+use toolcell_kernel::Status;
 
 struct Env {
     rt: tokio::runtime::Runtime,

@@ -13,7 +13,8 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use toolcell_kernel::{ExecuteRequest, Language, Registry, RegistryOptions, Status};
+use toolcell_host::{ExecuteRequest, Registry, RegistryOptions};
+use toolcell_kernel::{Language, Status};
 
 struct Env {
     rt: tokio::runtime::Runtime,

@@ -11,9 +11,10 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use toolcell_kernel::config::Mode;
+use toolcell_host::config::Mode;
+use toolcell_host::{ExecuteRequest, Registry, RegistryOptions};
+use toolcell_kernel::Status;
 use toolcell_kernel::limits::Limits;
-use toolcell_kernel::{ExecuteRequest, Registry, RegistryOptions, Status};
 
 struct Env {
     rt: tokio::runtime::Runtime,

@@ -234,8 +234,9 @@ fn mcp_call(c: &mut Criterion) {
 /// to the model) and as one cell that loops over them and prints a line:
 /// the time (model time excluded) and the bytes that would reach the model.
 fn code_mode(rt: &tokio::runtime::Runtime) -> String {
-    use toolcell_kernel::registry::McpSource;
-    use toolcell_kernel::{ExecuteRequest, Registry, RegistryOptions, Status};
+    use toolcell_host::registry::McpSource;
+    use toolcell_host::{ExecuteRequest, Registry, RegistryOptions};
+    use toolcell_kernel::Status;
     let command = vec![env!("CARGO_BIN_EXE_mcp_echo_server").to_string()];
     // One by one: each call is a tool-use block the model writes and a
     // result block it reads.

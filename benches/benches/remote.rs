@@ -17,8 +17,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use toolcell_host::{ExecuteRequest, Registry, RegistryOptions};
+use toolcell_kernel::Status;
 use toolcell_kernel::remote::Remote;
-use toolcell_kernel::{ExecuteRequest, Registry, RegistryOptions, Status};
 
 struct Env {
     rt: tokio::runtime::Runtime,

@@ -18,8 +18,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use toolcell_host::{ExecuteRequest, Registry, RegistryOptions};
+use toolcell_kernel::Status;
 use toolcell_kernel::remote::Remote;
-use toolcell_kernel::{ExecuteRequest, Registry, RegistryOptions, Status};
 
 fn docker() -> Remote {
     Remote::command(["docker", "exec", "-i", "{id}"]).with_lifecycle(

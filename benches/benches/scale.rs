@@ -2,7 +2,7 @@
 //! 1 GiB, and 64 sessions × 200 cells at once through `toolcell serve`.
 //! Prints a table.
 //!
-//! **Output throughput** (through the library, `toolcell_kernel::Registry`):
+//! **Output throughput** (through the library, `toolcell_host::Registry`):
 //! a warm cell writes a pre-built 1 MiB block (the `redact` bench's clean
 //! text, or the same with one secret line per 4 KiB) 1024 times with
 //! `sys.stdout.buffer.write`; the host decodes, strips, redacts, captures and
@@ -45,7 +45,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolcell_benches::scale::{block, cpu_seconds, percentile, proc_kb};
-use toolcell_kernel::{ExecuteRequest, Registry, RegistryOptions, Status};
+use toolcell_host::{ExecuteRequest, Registry, RegistryOptions};
+use toolcell_kernel::Status;
 
 const MIB: u64 = 1 << 20;
 /// `[output] spill_cap_bytes` for the output workload (the default).

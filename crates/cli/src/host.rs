@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use toolcell_kernel::config::Config;
-use toolcell_kernel::{Registry, RegistryOptions};
+use toolcell_host::config::Config;
+use toolcell_host::{Registry, RegistryOptions};
 use toolcell_tools::ToolRegistry;
 
 /// An error that is the user's to fix (bad flag, bad config): exit code 2.
@@ -209,7 +209,7 @@ fn registry_with_journal(
     let registry = Registry::new(opts).context("starting the kernel registry")?;
     if !config.mcp_servers.is_empty() {
         // Started on first use, shared by every kernel of this host.
-        let source = toolcell_kernel::registry::McpSource::new(config.mcp_specs())
+        let source = toolcell_host::registry::McpSource::new(config.mcp_specs())
             .map_err(|e| usage(format!("[mcp_servers]: {e}")))?;
         registry.add_tool_source(Arc::new(source));
     }
@@ -224,7 +224,7 @@ pub fn mcp_tools(config: &Config) -> anyhow::Result<Option<toolcell_kernel::Extr
     if config.mcp_servers.is_empty() {
         return Ok(None);
     }
-    let source = toolcell_kernel::registry::McpSource::new(config.mcp_specs())
+    let source = toolcell_host::registry::McpSource::new(config.mcp_specs())
         .map_err(|e| usage(format!("[mcp_servers]: {e}")))?;
     let rt = runtime()?;
     Ok(Some(rt.block_on(async {
@@ -241,10 +241,10 @@ pub fn mcp_tools(config: &Config) -> anyhow::Result<Option<toolcell_kernel::Extr
 pub fn journal(
     config: &Config,
     host_default: bool,
-) -> anyhow::Result<Option<toolcell_kernel::journal::Journal>> {
+) -> anyhow::Result<Option<toolcell_host::journal::Journal>> {
     match config.journal(host_default) {
         Ok(j) => Ok(j),
-        Err(e) if config.journal.enabled == toolcell_kernel::config::Switch::Auto => {
+        Err(e) if config.journal.enabled == toolcell_host::config::Switch::Auto => {
             tracing::warn!("cells are not journaled: {e}");
             Ok(None)
         }

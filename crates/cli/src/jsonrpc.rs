@@ -24,8 +24,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::codec::{Decoder, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
-use toolcell_kernel::config::Config;
-use toolcell_kernel::{ExecuteRequest, Registry, StreamKind};
+use toolcell_host::config::Config;
+use toolcell_host::{ExecuteRequest, Registry};
+use toolcell_kernel::StreamKind;
 use toolcell_tools::ToolRegistry;
 
 use crate::client_tools::Link;

@@ -3,7 +3,7 @@
 //! stand-in `docker` and `kubectl` on PATH (they check their argv, then run the
 //! rest here), `remote` in serve's `execute` and MCP's `execute_code`, and
 //! `toolcell config` listing the remotes. The cell semantics over a real sshd
-//! are tested in crates/kernel/tests/remote.rs.
+//! are tested in crates/host/tests/remote.rs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -43,7 +43,7 @@
 //!
 //! ```no_run
 //! use std::path::Path;
-//! use toolcell_kernel::config::Mode;
+//! use toolcell_kernel::Mode;
 //! use toolcell_kernel::interpreter::{resolve, HostEnv, ProbeCache};
 //!
 //! let cache = ProbeCache::new();
@@ -73,7 +73,7 @@ mod disk;
 
 pub(crate) use code::runner_code;
 
-use crate::config::Mode;
+use toolcell_stubs::Mode;
 
 /// Oldest Python a kernel runs on (the runner needs 3.8).
 pub const MIN_VERSION: (u32, u32) = (3, 8);
@@ -318,7 +318,7 @@ struct Cached {
 /// toolcell's cache directory of this user (`$XDG_CACHE_HOME/toolcell`,
 /// else `~/.cache/toolcell`), where probes and compiled runners are kept;
 /// `None` when there is none or `TOOLCELL_PROBE_CACHE=off`.
-pub(crate) fn user_cache_dir() -> Option<std::path::PathBuf> {
+pub fn user_cache_dir() -> Option<std::path::PathBuf> {
     disk::DiskCache::for_user().map(|c| c.dir().to_path_buf())
 }
 

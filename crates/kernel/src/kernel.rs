@@ -346,9 +346,9 @@ pub struct KernelSpec {
     /// The session the kernel is for (`{session}` in a remote's commands;
     /// a warm-pool kernel's is `pool`).
     pub session: String,
-    /// Runs a remote's `start` and `stop` ([`crate::lifecycle`]); needed
+    /// Runs a remote's `start` and `stop` ([`crate::remote::Allocator`]); needed
     /// for a remote with `start`.
-    pub lifecycle: Option<Arc<crate::lifecycle::Lifecycle>>,
+    pub lifecycle: Option<Arc<dyn crate::remote::Allocator>>,
     /// Bytes of the files (figures) the kernel's cells sent as `file`
     /// frames that may be kept on this host at once (`[kernels]
     /// remote_files_cap`); 0: no cap.
@@ -543,7 +543,7 @@ pub struct Kernel {
     cell_files: Vec<(String, u64)>,
     /// A lifecycle remote's allocation: dropped last, after the kernel and
     /// its command are gone, which runs the remote's `stop`.
-    allocation: Option<crate::lifecycle::Allocation>,
+    allocation: Option<Box<dyn crate::remote::Allocation>>,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -759,16 +759,6 @@ pub fn private_dir_or_reuse(dir: &Path, parent: &Path, prefix: &str) -> std::io:
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))
 }
 
-/// The bootstrap the interpreter runs (`python -u -c BOOTSTRAP <runner
-/// path> [code]`): it reads the runner from fd 4 — the file the host
-/// created with `O_EXCL | O_NOFOLLOW` in the verified kernel directory —
-/// closes it, and runs it as `__main__` with `__file__` set to the path,
-/// so nothing is re-resolved by name. With a second argument, fd 5 holds
-/// the runner already compiled by this interpreter (`crate::interpreter`'s
-/// code cache: magic number, then `marshal` data); it runs that instead of
-/// compiling, unless it does not match or load.
-pub const BOOTSTRAP: &str = "import sys\nc=None\nif len(sys.argv)>2:\n try:\n  import marshal\n  f=open(5,'rb')\n  d=f.read()\n  f.close()\n  if d[:4]==sys.modules['_frozen_importlib_external'].MAGIC_NUMBER:c=marshal.loads(d[4:])\n  if type(c) is not type((lambda:0).__code__):c=None\n except Exception:c=None\nf=open(4,'rb')\ns=f.read()\nf.close()\np=sys.argv[1]\nsys.argv=[p]\nexec(c or compile(s,p,'exec'),{'__name__':'__main__','__file__':p,'__builtins__':__builtins__})\n";
-
 /// Creates `name` in `dir` (0600, `O_EXCL | O_NOFOLLOW`) with `text`, and
 /// returns it open for reading from the start.
 fn write_in(dir: &PrivateDir, name: &str, text: &str) -> std::io::Result<std::fs::File> {
@@ -932,7 +922,7 @@ impl Kernel {
         spec: &KernelSpec,
         name: &str,
         remote: &Arc<crate::remote::Remote>,
-    ) -> Result<crate::lifecycle::Allocation, SpawnError> {
+    ) -> Result<Box<dyn crate::remote::Allocation>, SpawnError> {
         let Some(lc) = spec.lifecycle.clone() else {
             return Err(SpawnError::Remote {
                 remote: name.to_string(),
@@ -1372,12 +1362,12 @@ impl Kernel {
 
     /// Takes the watcher of the kernel's working directory (put back after
     /// the cell with [`Kernel::put_files_watcher`]).
-    pub(crate) fn take_files_watcher(&mut self) -> Option<Box<crate::watch::Watcher>> {
+    pub fn take_files_watcher(&mut self) -> Option<Box<crate::watch::Watcher>> {
         self.files.take()
     }
 
     /// Keeps `w` for the next cell.
-    pub(crate) fn put_files_watcher(&mut self, w: Option<Box<crate::watch::Watcher>>) {
+    pub fn put_files_watcher(&mut self, w: Option<Box<crate::watch::Watcher>>) {
         self.files = w;
     }
 
@@ -1554,9 +1544,7 @@ impl Kernel {
     /// The allocation (container, job, pod) of a lifecycle remote this
     /// kernel runs in: the id its `start` printed.
     pub fn allocation_id(&self) -> Option<&str> {
-        self.allocation
-            .as_ref()
-            .map(crate::lifecycle::Allocation::id)
+        self.allocation.as_ref().map(|a| a.id())
     }
 
     /// The remote this kernel runs on (`None`: local).
@@ -1636,14 +1624,14 @@ impl Kernel {
     /// first — is left out ([`toolcell_tools::screen::screen`]), so one
     /// source's tool list never costs more than its own tools. Returns the
     /// warnings for the cell when the tools changed: those left-out tools
-    /// and the set's own [`notices`](crate::registry::ExtraTools::notices);
+    /// and the set's own [`notices`](crate::extra::ExtraTools::notices);
     /// each is logged too.
     ///
     /// # Errors
     /// The stub module cannot be generated; nothing changes then.
     pub fn use_extra_tools(
         &mut self,
-        extra: Option<&Arc<crate::registry::ExtraTools>>,
+        extra: Option<&Arc<crate::extra::ExtraTools>>,
     ) -> Result<Vec<String>, SpawnError> {
         let fp = extra.map_or(0, |e| e.fingerprint());
         if fp == self.stubs_for {
@@ -2036,7 +2024,7 @@ impl Kernel {
 
     /// After the host checked the last cell's figures: the files that cell
     /// sent which are not among `kept` (dropped by the check) are removed.
-    pub(crate) fn keep_files(&mut self, kept: &[crate::result::Display]) {
+    pub fn keep_files(&mut self, kept: &[crate::result::Display]) {
         let sent = std::mem::take(&mut self.cell_files);
         let (_, dropped): (Vec<_>, Vec<_>) = sent.into_iter().partition(|(name, _)| {
             kept.iter()
@@ -2196,7 +2184,7 @@ fn exited_leader(stat: Option<&std::fs::File>) -> bool {
 
 /// Whether process `pid` exists and is neither gone nor on its way out
 /// (see [`dying`]); for listings, which have no pid file open.
-pub(crate) fn process_running(pid: u32) -> bool {
+pub fn process_running(pid: u32) -> bool {
     let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
         return false;
     };

@@ -175,7 +175,7 @@ impl Language {
     /// The interpreter's flags and bootstrap, before any path.
     pub(crate) fn flags(self) -> Vec<&'static str> {
         match self {
-            Language::Python => vec!["-u", "-c", crate::kernel::BOOTSTRAP],
+            Language::Python => vec!["-u", "-c", BOOTSTRAP],
             Language::R => vec!["--no-echo", "--no-restore", "-e", BOOTSTRAP_R],
             Language::JavaScript => vec!["-e", BOOTSTRAP_JS],
         }
@@ -215,6 +215,16 @@ impl<'de> serde::Deserialize<'de> for Language {
         Language::parse(&s).map_err(serde::de::Error::custom)
     }
 }
+
+/// The bootstrap the interpreter runs (`python -u -c BOOTSTRAP <runner
+/// path> [code]`): it reads the runner from fd 4 — the file the host
+/// created with `O_EXCL | O_NOFOLLOW` in the verified kernel directory —
+/// closes it, and runs it as `__main__` with `__file__` set to the path,
+/// so nothing is re-resolved by name. With a second argument, fd 5 holds
+/// the runner already compiled by this interpreter (`crate::interpreter`'s
+/// code cache: magic number, then `marshal` data); it runs that instead of
+/// compiling, unless it does not match or load.
+pub const BOOTSTRAP: &str = "import sys\nc=None\nif len(sys.argv)>2:\n try:\n  import marshal\n  f=open(5,'rb')\n  d=f.read()\n  f.close()\n  if d[:4]==sys.modules['_frozen_importlib_external'].MAGIC_NUMBER:c=marshal.loads(d[4:])\n  if type(c) is not type((lambda:0).__code__):c=None\n except Exception:c=None\nf=open(4,'rb')\ns=f.read()\nf.close()\np=sys.argv[1]\nsys.argv=[p]\nexec(c or compile(s,p,'exec'),{'__name__':'__main__','__file__':p,'__builtins__':__builtins__})\n";
 
 #[cfg(test)]
 mod tests {

@@ -1,28 +1,25 @@
-//! Persistent Python kernels: the heart of toolcell (docs/protocol.md,
-//! docs/result.md, README.md "Kernels and the warm pool").
+//! One persistent toolcell kernel: a Python, R or JavaScript process that
+//! keeps its state from cell to cell, calls the host's tools, and hands back
+//! each cell as a cleaned, bounded result (docs/protocol.md, docs/result.md).
 //!
-//! A [`Registry`] owns kernels — one live Python process per session key
-//! `(owner, mode, interpreter, cwd, tools)` — and runs cells in them. A cell
-//! goes through admission (an embedder [`Guard`] and `[guard] deny`), then
-//! waits its turn in its kernel (strict FIFO), runs, and comes back as the
-//! [`ExecuteResult`] of docs/result.md: cleaned output, status, exit code, tool
-//! calls, hints, usage.
+//! A [`Kernel`] is spawned from a [`KernelSpec`] (locally, or on a remote
+//! through a command's stdio) and runs one cell at a time
+//! ([`Kernel::execute`]). The host that owns many kernels — sessions,
+//! queues, the warm pool, configuration, the journal — is the
+//! `toolcell-host` crate above this one.
 //!
 //! ```text
-//! execute(req) ─▶ admit ─▶ slot (session key) ─▶ Kernel::execute
-//!                                                 │  fd 3: execute request
-//!                                                 ▼
-//!                               runner.py (persistent namespace)
-//!                                 │ fd 1/2: output + frames   │ rpc.sock: tool calls
-//!                                 ▼                            ▼
-//!          protocol::Decoder ─▶ redact::Cleaner ─▶ Capture   rpc::Server ─▶ tools
+//! Kernel::execute ─▶ fd 3: execute request ─▶ runner (persistent namespace)
+//!                                               │ fd 1/2: output + frames   │ rpc.sock: tool calls
+//!                                               ▼                            ▼
+//!          protocol::Decoder ─▶ redact::Cleaner ─▶ Capture          rpc::Server ─▶ tools
 //! ```
 //!
 //! What a kernel is made of, and the rules it keeps:
 //!
 //! - a private 0700 directory holding the runner (embedded from
-//!   `runner/runner.py`), the generated `toolcell_tools.py` stub module and
-//!   the rpc socket; removed when the kernel dies;
+//!   `runner/runner.py`), the generated stub module and the rpc socket;
+//!   removed when the kernel dies;
 //! - the scrubbed environment ([`env`]; SECURITY.md,
 //!   "Host secrets stay out of the kernel's environment") and the interpreter
 //!   resolved once per host ([`interpreter`]);
@@ -42,87 +39,79 @@
 //!   and, in strict mode, optional Landlock confinement ([`confine`]: writes
 //!   only to the kernel's own directories and the temp dir).
 //!
-//! # Features
+//! It pulls no SQLite, no MCP client and no HTTP/TLS stack: the tools it
+//! offers are what its [`KernelSpec`] lists.
 //!
-//! - `journal` (default): [`journal`], the SQLite record of every cell
-//!   (bundled SQLite via `rusqlite`), and `RegistryOptions::journal`.
-//!   Without it the crate builds without a C compiler or SQLite, and
-//!   `[journal]` keys are still read but nothing is recorded.
-//! - `mcp` (default): `registry::McpSource` and `Config::mcp_specs`, the
-//!   `[mcp_servers]` as tool sources (rmcp's client over stdio or HTTP).
-//! - `web` (default): the web tools (`web_extract`, `web_search`) in the
-//!   default tool set.
-//!
-//! With `default-features = false` the crate pulls none of SQLite, rmcp,
-//! reqwest or rustls: one kernel with the file and process tools.
-//!
-//! # Embedding
+//! # One kernel, by hand
 //!
 //! ```
-//! use toolcell_kernel::config::Config;
-//! use toolcell_kernel::{ExecuteRequest, Registry, RegistryOptions, Status};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use toolcell_kernel::{CellOptions, Ending, Kernel, KernelSpec, Language, ids, interpreter};
+//! use toolcell_tools::{ToolRegistry, ToolSettings};
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let tmp = tempfile::tempdir()?;
-//! // Options from a toolcell.toml (or RegistryOptions::default()).
-//! let config = Config::from_toml_str("[execution]\ntimeout = 30\n", None)?;
-//! let mut opts = RegistryOptions::from_config(&config, std::env::current_dir()?)?;
-//! # opts.kernels_root = Some(tmp.path().join("kernels"));
-//! # opts.spill_dir = tmp.path().join("spill");
-//! let registry = Registry::new(opts)?;
+//! let dir = tempfile::tempdir()?;
+//! let python = interpreter::resolve_for_host("", toolcell_kernel::Mode::Project, dir.path())?;
+//! let registry = ToolRegistry::builtin()?;
+//! let settings = Arc::new(ToolSettings::new(dir.path()));
+//! let mut kernel = Kernel::spawn(KernelSpec {
+//!     id: ids::kernel_id()?,
+//!     interpreter: python.executable,
+//!     python_version: python.version,
+//!     mode: "project".into(),
+//!     cwd: dir.path().to_path_buf(),
+//!     env: toolcell_kernel::env::child_env(std::env::vars_os(), &[]),
+//!     root: dir.path().join("kernels"),
+//!     tools: registry.select(&["read_file"])?,
+//!     dispatch: registry.dispatcher_shared(Arc::clone(&settings)),
+//!     tool_settings: settings,
+//!     rpc_tcp: false,
+//!     redactor: toolcell_kernel::env::host_redactor(),
+//!     startup_timeout: Duration::from_secs(30),
+//!     limits: Default::default(),
+//!     confine: false,
+//!     remote: None,
+//!     inband_tools: false,
+//!     language: Language::Python,
+//!     session: "demo".into(),
+//!     lifecycle: None,
+//!     files_cap: 0,
+//! })
+//! .await?;
 //!
-//! // State persists across cells of one owner (conversation).
-//! let r = registry.execute(ExecuteRequest::new("x = 41").owner("chat-1")).await;
-//! assert_eq!(r.status, Status::Success);
-//! let r = registry.execute(ExecuteRequest::new("x + 1").owner("chat-1")).await;
-//! assert_eq!(r.output, "42\n");
-//! assert!(r.kernel.reused);
-//!
-//! // Tools are Python functions inside the cell.
-//! let r = registry
-//!     .execute(ExecuteRequest::new("print(terminal('echo hi')['output'], end='')").owner("chat-1"))
-//!     .await;
-//! assert_eq!((r.output.as_str(), r.tool_calls_made), ("hi\n", 1));
-//!
-//! // Errors come back as results, with the cell's line in the traceback.
-//! let r = registry.execute(ExecuteRequest::new("1/0").owner("chat-1")).await;
-//! assert_eq!((r.status, r.exit_code), (Status::Error, 1));
-//! assert!(r.output.contains("ZeroDivisionError"));
-//!
-//! registry.shutdown_all().await;
+//! // State persists from one cell to the next.
+//! let opts = CellOptions::default();
+//! kernel.execute(&ids::CellId::generate()?, "x = 41", &opts).await;
+//! let out = kernel.execute(&ids::CellId::generate()?, "print(x + 1)", &opts).await;
+//! assert!(matches!(out.ending, Ending::Answered(_)), "{:?}", out.ending);
+//! assert_eq!(out.stdout.text, "42\n");
+//! kernel.shutdown(Duration::from_secs(2)).await;
 //! # Ok(())
 //! # }
 //! ```
 
 pub mod capture;
-pub mod config;
 pub mod confine;
 pub mod env;
+pub mod extra;
 pub mod figures;
 pub mod fold;
 pub mod ids;
 pub mod interpreter;
-#[cfg(feature = "journal")]
-pub mod journal;
 pub mod kernel;
 pub mod language;
-pub mod lifecycle;
 pub mod limits;
-pub mod registry;
 pub mod remote;
 pub mod result;
-mod spill;
 pub mod watch;
 
+pub use extra::{ExtraTools, ToolSource};
 pub use kernel::{
     CellOptions, CellOutcome, Ending, Kernel, KernelSpec, LiveSink, SpawnError, StreamKind,
 };
 pub use language::Language;
-pub use registry::{
-    ExecuteRequest, ExtraTools, Guard, KernelMode, KeyInfo, ONE_CELL_INOTIFY_MIN_ENTRIES, Registry,
-    RegistryError, RegistryOptions, SessionInfo, SessionKey, ToolSource,
-};
 pub use result::{
     ChangedFile, Display, ExecuteResult, FileCounts, FilesChanged, KernelInfo, Status, Usage,
 };

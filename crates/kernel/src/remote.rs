@@ -137,12 +137,12 @@ impl Remote {
 
     /// This remote with the placeholders of `command` and `cwd` filled in
     /// for one allocation.
-    pub fn bound(&self, vars: &crate::lifecycle::Vars<'_>) -> Self {
-        let cwd = crate::lifecycle::fill(std::slice::from_ref(&self.cwd), vars)
+    pub fn bound(&self, vars: &Vars<'_>) -> Self {
+        let cwd = fill(std::slice::from_ref(&self.cwd), vars)
             .pop()
             .unwrap_or_default();
         Self {
-            command: crate::lifecycle::fill(&self.command, vars),
+            command: fill(&self.command, vars),
             cwd,
             ..self.clone()
         }
@@ -224,7 +224,7 @@ pub(crate) fn payload(runner: &str, stubs: &str) -> Vec<u8> {
 }
 
 /// What is wrong with remote `name`: `(key under it, message)`.
-pub(crate) fn check(name: &str, r: &Remote) -> Result<(), (String, String)> {
+pub fn check(name: &str, r: &Remote) -> Result<(), (String, String)> {
     if !valid_name(name) {
         return Err((
             String::new(),
@@ -341,7 +341,7 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 /// The `[remotes.NAME]` tables as TOML, in name order.
-pub(crate) fn to_toml(remotes: &BTreeMap<String, Remote>, source: Option<&str>) -> String {
+pub fn to_toml(remotes: &BTreeMap<String, Remote>, source: Option<&str>) -> String {
     let mut out = String::new();
     for (name, r) in remotes {
         out.push_str(&format!("\n[remotes.{name}]"));
@@ -412,4 +412,80 @@ mod tests {
         };
         assert_eq!(check("x", &no_py).unwrap_err().0, "python");
     }
+}
+
+/// `argv` with the placeholders filled in.
+pub fn fill(argv: &[String], vars: &Vars<'_>) -> Vec<String> {
+    argv.iter()
+        .map(|w| {
+            if !w.contains('{') {
+                return w.clone();
+            }
+            let mut s = w.clone();
+            for (key, value) in [
+                ("{id}", vars.id),
+                ("{session}", vars.session),
+                ("{host}", vars.host),
+                ("{remote}", vars.remote),
+            ] {
+                if let Some(v) = value
+                    && s.contains(key)
+                {
+                    s = s.replace(key, v);
+                }
+            }
+            s
+        })
+        .collect()
+}
+
+/// The values of the placeholders (`None`: left as written).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Vars<'a> {
+    /// `{id}`.
+    pub id: Option<&'a str>,
+    /// `{session}` (already reduced with [`session_label`]).
+    pub session: Option<&'a str>,
+    /// `{host}`.
+    pub host: Option<&'a str>,
+    /// `{remote}`.
+    pub remote: Option<&'a str>,
+}
+
+/// Why a `start` failed: a sentence naming the command, and its stderr.
+#[derive(Debug, Clone)]
+pub struct StartFailure {
+    /// What went wrong (`its start command (docker run …) failed with exit status 125`).
+    pub reason: String,
+    /// The command's last stderr lines.
+    pub stderr: String,
+}
+
+/// Starts the allocations of remotes with a lifecycle (`start`): the seam
+/// between one kernel and the host that keeps the records of every
+/// allocation (`toolcell_host::lifecycle::Lifecycle` implements it).
+pub trait Allocator: Send + Sync + std::fmt::Debug {
+    /// Runs `remote`'s `start` for `session`; blocks (the kernel calls it on
+    /// the blocking pool).
+    ///
+    /// # Errors
+    /// The command failed, timed out or printed no usable id.
+    fn start(
+        &self,
+        name: &str,
+        remote: &std::sync::Arc<Remote>,
+        session: &str,
+    ) -> Result<Box<dyn Allocation>, StartFailure>;
+}
+
+/// One allocation a kernel holds: stopped when dropped (in the background),
+/// or first, before the kernel's command is killed.
+pub trait Allocation: Send + Sync + std::fmt::Debug {
+    /// The id `start` printed.
+    fn id(&self) -> &str;
+    /// The placeholder values for this allocation's commands.
+    fn vars(&self) -> Vars<'_>;
+    /// Starts the `stop` now, on a thread of its own, and returns what says
+    /// when it is done.
+    fn stop_in_background(self: Box<Self>) -> tokio::sync::oneshot::Receiver<()>;
 }

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 mod build;
 mod files;
-pub(crate) use build::build_result;
+pub use build::build_result;
 pub use files::{ChangedFile, Changes, FileCounts, FilesChanged, MAX_LISTED};
 
 /// How a cell ended, as the caller sees it.
@@ -108,7 +108,7 @@ impl Display {
     }
 
     /// The checked bytes, when the registry journals.
-    pub(crate) fn data(&self) -> Option<&std::sync::Arc<[u8]>> {
+    pub fn data(&self) -> Option<&std::sync::Arc<[u8]>> {
         self.data.as_ref()
     }
 }

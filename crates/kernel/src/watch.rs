@@ -878,7 +878,7 @@ fn resolve(p: &Path) -> Option<PathBuf> {
 }
 
 /// [`Watcher::before_cell`], scanning on the blocking pool only when it must.
-pub(crate) async fn before(mut w: Box<Watcher>) -> Option<Box<Watcher>> {
+pub async fn before(mut w: Box<Watcher>) -> Option<Box<Watcher>> {
     if w.is_current() {
         w.touched.clear();
         return Some(w);
@@ -894,7 +894,7 @@ pub(crate) async fn before(mut w: Box<Watcher>) -> Option<Box<Watcher>> {
 
 /// [`Watcher::after_cell`], scanning on the blocking pool only when it
 /// must; the watcher comes back with the change list.
-pub(crate) async fn after(mut w: Box<Watcher>) -> Option<(Box<Watcher>, Option<FilesChanged>)> {
+pub async fn after(mut w: Box<Watcher>) -> Option<(Box<Watcher>, Option<FilesChanged>)> {
     if w.is_current() {
         let files = w.unchanged();
         return Some((w, files));

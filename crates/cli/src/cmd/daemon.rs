@@ -293,7 +293,7 @@ fn lock_is_free(path: &Path) -> bool {
 }
 
 /// The daemon's main loop.
-fn run_daemon(cfg: toolcell_kernel::config::Config, p: &Paths) -> anyhow::Result<ExitCode> {
+fn run_daemon(cfg: toolcell_host::config::Config, p: &Paths) -> anyhow::Result<ExitCode> {
     let Some(lock) = try_lock(&p.lock)? else {
         // Another daemon for this user and config runs: nothing to do.
         return Ok(ExitCode::SUCCESS);

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use toolcell_kernel::{ExecuteRequest, ExecuteResult, RegistryOptions, Status, StreamKind};
+use toolcell_host::{ExecuteRequest, RegistryOptions};
+use toolcell_kernel::{ExecuteResult, Status, StreamKind};
 use toolcell_stubs::Mode;
 
 use crate::cmd::daemon;
@@ -133,7 +134,7 @@ pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
                 o.default_cwd.clone_from(d);
             }
             // One cell: a small tree is rescanned rather than watched.
-            o.watch_inotify_min_entries = toolcell_kernel::ONE_CELL_INOTIFY_MIN_ENTRIES;
+            o.watch_inotify_min_entries = toolcell_host::ONE_CELL_INOTIFY_MIN_ENTRIES;
         })?);
         // A bad interpreter is the configuration's fault (exit 2), found
         // before any kernel is started: the registry's own resolution then

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use toolcell_kernel::journal::{self, Format, HistoryQuery, Journal};
+use toolcell_host::journal::{self, Format, HistoryQuery, Journal};
 
 use crate::host::{self, Overrides};
 

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use toolcell_kernel::journal::{CellRecord, HistoryQuery, Journal, rfc3339};
+use toolcell_host::journal::{CellRecord, HistoryQuery, Journal, rfc3339};
 
 use crate::host::{self, Overrides};
 

@@ -42,8 +42,9 @@ use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
-use toolcell_kernel::config::Config;
-use toolcell_kernel::{ExecuteResult, Registry, Status, StreamKind};
+use toolcell_host::Registry;
+use toolcell_host::config::Config;
+use toolcell_kernel::{ExecuteResult, Status, StreamKind};
 use toolcell_stubs::SchemaFormat;
 use toolcell_tools::{DynTool, ToolContext, ToolSettings};
 

@@ -32,7 +32,8 @@ use anyhow::Context;
 use rustyline::error::ReadlineError;
 use rustyline::history::{DefaultHistory, History};
 use rustyline::{Config, Editor};
-use toolcell_kernel::{ExecuteRequest, ExecuteResult, Registry, Status, StreamKind};
+use toolcell_host::{ExecuteRequest, Registry};
+use toolcell_kernel::{ExecuteResult, Status, StreamKind};
 
 use crate::host::{self, Overrides};
 

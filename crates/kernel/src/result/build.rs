@@ -324,7 +324,7 @@ fn assemble_output(stdout: &str, stderr: &str, traceback: &str, cap: usize) -> S
 
 /// The execute result (docs/result.md) of `outcome`. `hint_cx` builds the hint
 /// context; it is called only when the cell failed.
-pub(crate) fn build_result(
+pub fn build_result(
     outcome: CellOutcome,
     mut kernel: KernelInfo,
     hint_cx: impl FnOnce() -> HintContext,
