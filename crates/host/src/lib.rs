@@ -83,4 +83,7 @@ pub use registry::{
     ExecuteRequest, Guard, KernelMode, KeyInfo, ONE_CELL_INOTIFY_MIN_ENTRIES, Registry,
     RegistryError, RegistryOptions, SessionInfo, SessionKey,
 };
-pub use toolcell_kernel::{ChangedFile, Display, ExecuteResult, ExtraTools, FileCounts, FilesChanged, KernelInfo, Language, Mode, OnTimeout, Status, ToolSource, Usage};
+pub use toolcell_kernel::{
+    ChangedFile, Display, ExecuteResult, ExtraTools, FileCounts, FilesChanged, KernelInfo,
+    Language, Mode, OnTimeout, Status, ToolSource, Usage,
+};
