@@ -23,15 +23,15 @@ use toolcell_tools::BoxFuture;
 use toolcell_tools::{DynTool, SchemaTool, ToolContext, ToolError, ToolRegistry};
 
 /// Most tools one connection may have registered (all scopes together).
-pub const MAX_CLIENT_TOOLS: usize = 1024;
+pub(crate) const MAX_CLIENT_TOOLS: usize = 1024;
 
 /// Largest `tool/call` answer accepted (its JSON line), in bytes.
-pub const MAX_RESULT_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_RESULT_BYTES: usize = 16 * 1024 * 1024;
 
 /// Largest schema (input or output) of one client tool, as JSON bytes: with
 /// [`MAX_CLIENT_TOOLS`], what one connection can make the host hold stays
 /// bounded.
-pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 
 /// Most sessions whose tool sets are kept built between cells.
 const MAX_CACHED: usize = 256;

@@ -11,7 +11,7 @@ use toolcell_tools::ToolRegistry;
 
 /// An error that is the user's to fix (bad flag, bad config): exit code 2.
 #[derive(Debug)]
-pub struct UsageError(pub String);
+pub(crate) struct UsageError(pub String);
 
 impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -22,7 +22,7 @@ impl std::fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 /// A usage error as an `anyhow::Error`.
-pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
 }
 
@@ -31,7 +31,7 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 /// quote what children said (an MCP server's stderr, a remote's, the
 /// protocol messages a server sent, at `trace`), and a daemon's log is a
 /// file.
-pub fn init_logging() {
+pub(crate) fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLCELL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let redactor = toolcell_kernel::env::host_redactor();
@@ -82,7 +82,7 @@ impl Drop for RedactedStderr {
 
 /// Flags that override configuration keys, shared by exec, serve and repl.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct Overrides {
+pub(crate) struct Overrides {
     /// Seconds a cell may run ([execution] timeout).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<String>,
@@ -132,7 +132,7 @@ impl Overrides {
 }
 
 /// A `--tools a,b` value as names (blanks dropped); `None` without the flag.
-pub fn tool_list(flag: Option<&str>) -> Option<Vec<String>> {
+pub(crate) fn tool_list(flag: Option<&str>) -> Option<Vec<String>> {
     flag.map(|t| {
         t.split(',')
             .map(str::trim)
@@ -143,14 +143,14 @@ pub fn tool_list(flag: Option<&str>) -> Option<Vec<String>> {
 }
 
 /// The names of the tools linked into this binary.
-pub fn tool_names() -> anyhow::Result<Vec<String>> {
+pub(crate) fn tool_names() -> anyhow::Result<Vec<String>> {
     let reg = ToolRegistry::builtin().context("building the tool registry")?;
     Ok(reg.names().map(str::to_string).collect())
 }
 
 /// Loads the configuration (found as docs/configuration.md says) and applies
 /// CLI overrides; every problem is a [`UsageError`].
-pub fn load_config(path: Option<&Path>, overrides: &Overrides) -> anyhow::Result<Config> {
+pub(crate) fn load_config(path: Option<&Path>, overrides: &Overrides) -> anyhow::Result<Config> {
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let mut config = Config::discover(path, &cwd).map_err(|e| usage(e.to_string()))?;
     for (key, value, flag) in overrides.pairs() {
@@ -168,7 +168,7 @@ pub fn load_config(path: Option<&Path>, overrides: &Overrides) -> anyhow::Result
 }
 
 /// The current directory.
-pub fn cwd() -> anyhow::Result<PathBuf> {
+pub(crate) fn cwd() -> anyhow::Result<PathBuf> {
     std::env::current_dir().context("reading the current directory")
 }
 
@@ -176,7 +176,7 @@ pub fn cwd() -> anyhow::Result<PathBuf> {
 /// only when `[journal] enabled = true` and pools kernels only when
 /// `[kernels] warm_pool` is set (the defaults of one-shot hosts: `exec`,
 /// `repl`); long-running hosts use [`journaled_registry`].
-pub fn registry(
+pub(crate) fn registry(
     config: &Config,
     adjust: impl FnOnce(&mut RegistryOptions),
 ) -> anyhow::Result<Registry> {
@@ -187,7 +187,7 @@ pub fn registry(
 /// journals every cell unless `[journal] enabled = false`, and keeps a
 /// warm pool of one kernel unless `[kernels] warm_pool` says otherwise. Call
 /// [`flush_journal`] before the process exits.
-pub fn journaled_registry(
+pub(crate) fn journaled_registry(
     config: &Config,
     adjust: impl FnOnce(&mut RegistryOptions),
 ) -> anyhow::Result<Registry> {
@@ -219,7 +219,7 @@ fn registry_with_journal(
 /// The tools of `config`'s MCP servers, for the listing commands (`tools`,
 /// `stubs`, `schema`): the servers are started, listed and stopped.
 /// `None` when none are configured.
-pub fn mcp_tools(config: &Config) -> anyhow::Result<Option<toolcell_kernel::ExtraTools>> {
+pub(crate) fn mcp_tools(config: &Config) -> anyhow::Result<Option<toolcell_kernel::ExtraTools>> {
     use toolcell_kernel::ToolSource as _;
     if config.mcp_servers.is_empty() {
         return Ok(None);
@@ -238,7 +238,7 @@ pub fn mcp_tools(config: &Config) -> anyhow::Result<Option<toolcell_kernel::Extr
 /// enabled = "auto"`. A journal that cannot be opened is an error (exit 2)
 /// when the file asked for it, and a warning (no journal) when it was only
 /// the host's default.
-pub fn journal(
+pub(crate) fn journal(
     config: &Config,
     host_default: bool,
 ) -> anyhow::Result<Option<toolcell_host::journal::Journal>> {
@@ -254,7 +254,7 @@ pub fn journal(
 
 /// Waits (at most 5 s) until the registry's journal has written every cell
 /// queued so far; call it after the last cell, before exiting.
-pub fn flush_journal(registry: &Registry) {
+pub(crate) fn flush_journal(registry: &Registry) {
     if let Some(j) = &registry.options().journal
         && !j.flush(std::time::Duration::from_secs(5))
     {
@@ -273,7 +273,7 @@ pub fn flush_journal(registry: &Registry) {
 /// description, so making it non-blocking does not touch the descriptors we
 /// inherited or anyone else's — and driven by the reactor. Anything else
 /// (a terminal, a file) falls back to tokio's handles.
-pub fn stdio() -> (
+pub(crate) fn stdio() -> (
     Box<dyn tokio::io::AsyncRead + Unpin + Send>,
     Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
 ) {
@@ -307,7 +307,7 @@ fn reopen_fifo(fd: i32, write: bool) -> Option<std::fs::File> {
 }
 
 /// A multi-threaded tokio runtime for a command.
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -322,7 +322,7 @@ static SIGNAL_EXIT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::n
 /// A command that finishes on its own while the handler is shutting down
 /// (its cell ended because its kernel was killed) must exit with this code,
 /// not its own: the process would otherwise exit 130 or 143 by a race.
-pub fn signal_exit_code() -> Option<u8> {
+pub(crate) fn signal_exit_code() -> Option<u8> {
     match SIGNAL_EXIT.load(std::sync::atomic::Ordering::SeqCst) {
         0 => None,
         code => Some(code),
@@ -333,14 +333,14 @@ pub fn signal_exit_code() -> Option<u8> {
 /// 130 (SIGINT) or 143 (SIGTERM). For commands whose Ctrl-C means "stop".
 /// Call it inside the runtime: the handlers are installed before it
 /// returns, so a signal arriving right after is not missed.
-pub fn exit_on_signals(registry: Arc<Registry>) {
+pub(crate) fn exit_on_signals(registry: Arc<Registry>) {
     exit_on_signals_after(registry, None);
 }
 
 /// As [`exit_on_signals`], except that with `first_int` the first SIGINT
 /// only cancels that token (the command interrupts its cell and reports it
 /// as usual); a second SIGINT, or a SIGTERM, kills every kernel and exits.
-pub fn exit_on_signals_after(
+pub(crate) fn exit_on_signals_after(
     registry: Arc<Registry>,
     first_int: Option<tokio_util::sync::CancellationToken>,
 ) {

@@ -33,30 +33,30 @@ use crate::client_tools::Link;
 use toolcell_stubs::{Mode, SchemaFormat};
 
 /// Longest accepted request line.
-pub const MAX_LINE: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024 * 1024;
 
 /// Most requests in flight (received, not yet answered) on one connection.
-pub const MAX_IN_FLIGHT: usize = 1024;
+pub(crate) const MAX_IN_FLIGHT: usize = 1024;
 
 /// JSON-RPC error codes.
-pub mod code {
+pub(crate) mod code {
     /// Not JSON.
-    pub const PARSE: i64 = -32700;
+    pub(crate) const PARSE: i64 = -32700;
     /// Not a valid request object.
-    pub const INVALID_REQUEST: i64 = -32600;
+    pub(crate) const INVALID_REQUEST: i64 = -32600;
     /// No such method.
-    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
     /// Bad parameters.
-    pub const INVALID_PARAMS: i64 = -32602;
+    pub(crate) const INVALID_PARAMS: i64 = -32602;
     /// Too many requests in flight on the connection.
-    pub const TOO_MANY_IN_FLIGHT: i64 = -32000;
+    pub(crate) const TOO_MANY_IN_FLIGHT: i64 = -32000;
     /// The client cancelled the request (`$/cancelRequest`) before it ran.
-    pub const REQUEST_CANCELLED: i64 = -32800;
+    pub(crate) const REQUEST_CANCELLED: i64 = -32800;
 }
 
 /// What a connection does when its input ends.
 #[derive(Debug, Clone, Copy)]
-pub enum AtEof {
+pub(crate) enum AtEof {
     /// Answer every request in flight, letting running cells finish: a
     /// daemon client that leaves stops nothing.
     Finish,
@@ -83,7 +83,7 @@ impl Cancel {
 }
 
 /// What the methods need.
-pub struct Service {
+pub(crate) struct Service {
     /// The kernels.
     pub registry: Arc<Registry>,
     /// The configuration (for `schema`).
@@ -93,7 +93,7 @@ pub struct Service {
 }
 
 /// Daemon-only behaviour.
-pub struct DaemonHooks {
+pub(crate) struct DaemonHooks {
     /// Fires to stop the daemon.
     pub stop: tokio_util::sync::CancellationToken,
 }
@@ -816,8 +816,12 @@ impl Job {
 /// request concurrently, writes responses and notifications to `output`
 /// one per line. Returns once every request has been answered (or, in
 /// [`AtEof::Abort`], given up).
-pub async fn serve_connection<R, W>(service: Arc<Service>, input: R, output: W, at_eof: AtEof)
-where
+pub(crate) async fn serve_connection<R, W>(
+    service: Arc<Service>,
+    input: R,
+    output: W,
+    at_eof: AtEof,
+) where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {

@@ -564,13 +564,13 @@ pub(crate) fn classes(s: &str) -> Classes {
 }
 
 impl Classes {
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         usize::from(self.lower)
             + usize::from(self.upper)
             + usize::from(self.digit)
             + usize::from(self.symbol)
     }
-    pub fn letter(&self) -> bool {
+    pub(crate) fn letter(&self) -> bool {
         self.lower || self.upper
     }
 }

@@ -1,4 +1,5 @@
-//! File helpers shared by the built-in tools.
+//! Opening a path a cell gave, safely: the helpers every file tool uses,
+//! built-in or your own (CONTRIBUTING.md, "Adding a tool").
 //!
 //! The file tools run in the host process, so a path a cell passes must
 //! never make the host touch something that is not a plain file: reading a
@@ -26,7 +27,8 @@ const FD_DIRS: &[&str] = &["fd", "fdinfo", "map_files"];
 
 /// Why a path cannot be used.
 #[derive(Debug)]
-pub(crate) enum OpenError {
+#[non_exhaustive]
+pub enum OpenError {
     /// The operating system refused (missing, permissions, …).
     Io(io::Error),
     /// A directory where a file is needed.
@@ -39,7 +41,7 @@ pub(crate) enum OpenError {
 
 impl OpenError {
     /// A message for the cell: `{tool}: …` about `path`.
-    pub(crate) fn message(&self, tool: &str, action: &str, path: &Path) -> String {
+    pub fn message(&self, tool: &str, action: &str, path: &Path) -> String {
         let p = path.display();
         match self {
             Self::Io(e) => format!("{tool}: cannot {action} {p}: {e}"),
@@ -143,7 +145,7 @@ pub(crate) fn check_host_path(path: &Path) -> Result<(), OpenError> {
 /// never opened), the open never blocks (`O_NONBLOCK`: a FIFO swapped in
 /// meanwhile opens at once instead of waiting for a writer; `O_NOCTTY`),
 /// and the opened file's own type (`fstat`) is checked again.
-pub(crate) fn open_regular(path: &Path) -> Result<(File, Metadata), OpenError> {
+pub fn open_regular(path: &Path) -> Result<(File, Metadata), OpenError> {
     check_host_path(path)?;
     let before = std::fs::metadata(path)?;
     if before.is_dir() {
@@ -235,7 +237,7 @@ fn open_on_root_mount(
 /// is checked on an `O_PATH` handle first, so a device or FIFO is never
 /// opened (barring a swap between the two opens, which the `fstat` of the
 /// opened file then catches, as in [`open_regular`]).
-pub(crate) fn open_regular_local(path: &Path) -> Option<(File, Metadata)> {
+pub fn open_regular_local(path: &Path) -> Option<(File, Metadata)> {
     #[cfg(target_os = "linux")]
     {
         let root = local_root()?;
@@ -261,7 +263,7 @@ pub(crate) fn open_regular_local(path: &Path) -> Option<(File, Metadata)> {
 /// Checks that `path` may be (re)written: not an fd alias, and either
 /// missing or a regular file (a symlink to one counts). Directories and
 /// special files are refused before anything is created.
-pub(crate) fn check_write_target(path: &Path) -> Result<(), OpenError> {
+pub fn check_write_target(path: &Path) -> Result<(), OpenError> {
     check_host_path(path)?;
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => Err(OpenError::Dir),
@@ -278,7 +280,7 @@ pub(crate) fn check_write_target(path: &Path) -> Result<(), OpenError> {
 /// # Errors
 /// Any I/O error; `path` is never left half-written. Writing through a path
 /// that is a directory is an `IsADirectory`-style error.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     if path.is_dir() {
         return Err(io::Error::other(format!(
             "{} is a directory; give a file path",
@@ -309,7 +311,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// server giving up on the call), not only when the tool's own `select!`
 /// notices.
 #[derive(Debug)]
-pub(crate) struct StopOnDrop(pub(crate) std::sync::Arc<std::sync::atomic::AtomicBool>);
+pub struct StopOnDrop(pub std::sync::Arc<std::sync::atomic::AtomicBool>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {

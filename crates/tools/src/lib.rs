@@ -151,7 +151,7 @@
 //! Nothing lists the tools by hand.
 
 mod builtin;
-mod fsutil;
+pub mod fsutil;
 pub mod hints;
 #[cfg(feature = "mcp")]
 pub mod mcp;

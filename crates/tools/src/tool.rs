@@ -430,7 +430,7 @@ macro_rules! register_tool {
 }
 
 /// The JSON Schema of `T`, subschemas inlined, without `$schema`.
-pub fn schema_of<T: JsonSchema>() -> Value {
+pub(crate) fn schema_of<T: JsonSchema>() -> Value {
     let generator = SchemaSettings::draft2020_12()
         .with(|s| {
             s.inline_subschemas = true;

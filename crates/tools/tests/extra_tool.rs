@@ -57,6 +57,54 @@ impl Tool for Shout {
 
 toolcell_tools::register_tool!(Shout);
 
+// ---- a file tool outside the crate, as CONTRIBUTING.md describes: -----------
+
+/// Arguments of `count_lines`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct CountLinesArgs {
+    /// The file, relative to the session's working directory.
+    path: String,
+}
+
+/// Result of `count_lines`.
+#[derive(Debug, Serialize, JsonSchema)]
+struct CountLinesOutput {
+    /// Newlines in the file.
+    lines: usize,
+}
+
+#[derive(Debug, Default)]
+struct CountLines;
+
+impl Tool for CountLines {
+    const NAME: &'static str = "count_lines";
+    const DOC: &'static str = "Count the lines of a file.";
+    const DEFAULT_ENABLED: bool = false;
+    type Args = CountLinesArgs;
+    type Output = CountLinesOutput;
+
+    async fn call(
+        &self,
+        args: CountLinesArgs,
+        cx: &ToolContext,
+    ) -> Result<CountLinesOutput, ToolError> {
+        use std::io::Read as _;
+        let path = cx.resolve(&args.path);
+        let (file, _meta) = toolcell_tools::fsutil::open_regular(&path)
+            .map_err(|e| ToolError::failed(e.message(Self::NAME, "read", &path)))?;
+        let mut text = String::new();
+        file.take(1 << 20)
+            .read_to_string(&mut text)
+            .map_err(|e| ToolError::failed(format!("count_lines: {e}")))?;
+        Ok(CountLinesOutput {
+            lines: text.matches('\n').count(),
+        })
+    }
+}
+
+toolcell_tools::register_tool!(CountLines);
+
 // ---------------------------------------------------------------------------
 
 fn cx() -> ToolContext {
@@ -125,4 +173,31 @@ fn a_duplicate_name_is_an_error() {
     let mut reg = ToolRegistry::builtin().unwrap();
     let err = reg.add(erase(Shout)).unwrap_err();
     assert!(err.to_string().contains("`shout`"), "{err}");
+}
+
+#[tokio::test]
+async fn a_file_tool_outside_the_crate_opens_paths_through_fsutil_and_refuses_a_fifo() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "one\ntwo\n").unwrap();
+    nix::unistd::mkfifo(&dir.path().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let cx = ToolContext::new(
+        Arc::new(ToolSettings::new(dir.path())),
+        tokio::time::Instant::now() + Duration::from_secs(10),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let tool = erase(CountLines);
+    let out = tool
+        .call(serde_json::json!({"path": "a.txt"}), cx.clone())
+        .await
+        .unwrap();
+    assert_eq!(out["lines"], 2);
+    // A FIFO would block a host thread forever: refused at once, by name.
+    let err = tokio::time::timeout(
+        Duration::from_secs(5),
+        tool.call(serde_json::json!({"path": "pipe"}), cx),
+    )
+    .await
+    .expect("the FIFO must be refused, not read")
+    .unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
 }

@@ -15,7 +15,7 @@ use crate::host::{self, Overrides};
                   --flag`. The file is --config FILE, else ./toolcell.toml, else \
                   $XDG_CONFIG_HOME/toolcell/toolcell.toml (~/.config/toolcell/toolcell.toml)."
 )]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     overrides: Overrides,
     /// Print plain TOML without the source comments.
@@ -24,7 +24,7 @@ pub struct Args {
 }
 
 /// Runs the command.
-pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
     let config = host::load_config(config, &args.overrides)?;
     let text = if args.plain {
         config.to_toml()

@@ -40,7 +40,7 @@ use crate::jsonrpc::{AtEof, DaemonHooks, Service, serve_connection};
                   kills every kernel and stops it. One daemon runs per user and configuration \
                   file; its socket is in a private directory under $XDG_RUNTIME_DIR."
 )]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     action: Action,
 }
@@ -131,7 +131,7 @@ pub(crate) fn paths(config_file: Option<&Path>) -> anyhow::Result<Paths> {
 }
 
 /// Runs the command.
-pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config, &Overrides::default())?;
     let p = paths(cfg.file())?;
     match args.action {

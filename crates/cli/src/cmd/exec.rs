@@ -27,7 +27,7 @@ use crate::host::{self, Overrides};
                   result object instead.\n\nExit codes: 0 success, 1 cell error, 2 usage or \
                   configuration error, 124 timeout, 130 interrupted."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// The code to run; `-` (or nothing, with stdin not a terminal) reads it from stdin.
     #[arg(value_name = "CODE", conflicts_with = "file")]
     pub code: Option<String>,
@@ -56,7 +56,7 @@ pub struct Args {
 
 impl Args {
     /// The code, from the argument, the file or stdin.
-    pub fn read_code(&self) -> anyhow::Result<String> {
+    pub(crate) fn read_code(&self) -> anyhow::Result<String> {
         if let Some(f) = &self.file {
             return std::fs::read_to_string(f)
                 .map_err(|e| host::usage(format!("-f {}: {e}", f.display())));
@@ -81,7 +81,7 @@ impl Args {
     }
 
     /// The working directory, absolute.
-    pub fn abs_cwd(&self) -> anyhow::Result<Option<PathBuf>> {
+    pub(crate) fn abs_cwd(&self) -> anyhow::Result<Option<PathBuf>> {
         match &self.cwd {
             None => Ok(None),
             Some(d) => {
@@ -99,7 +99,7 @@ impl Args {
 }
 
 /// Runs the command.
-pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
     let code = args.read_code()?;
     if code.trim().is_empty() {
         return Err(host::usage("the code is empty: give some Python to run"));
@@ -203,7 +203,11 @@ fn check_interpreter(opts: &RegistryOptions, flag: bool) -> anyhow::Result<()> {
 /// Prints a result: the JSON object, or (human mode) what was not streamed plus
 /// one status line on stderr. Returns the exit code of docs/result.md
 /// ("The `exec` status line and exit code").
-pub fn report(result: &ExecuteResult, json: bool, streamed: bool) -> anyhow::Result<ExitCode> {
+pub(crate) fn report(
+    result: &ExecuteResult,
+    json: bool,
+    streamed: bool,
+) -> anyhow::Result<ExitCode> {
     if json {
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(&mut out, result)?;

@@ -23,7 +23,7 @@ use crate::host::{self, Overrides};
                   yourself to share it. A session with no cells in the journal is an error (exit \
                   1), as in `toolcell history`."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// The session to export.
     #[arg(long, value_name = "S")]
     session: String,
@@ -36,7 +36,7 @@ pub struct Args {
 }
 
 /// Runs the command.
-pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
     let Some(format) = Format::parse(&args.format) else {
         return Err(host::usage(format!(
             "--format: expected \"ipynb\", \"py\" or \"md\", got {:?}",

@@ -17,7 +17,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use toolcell_protocol::{DEFAULT_MAX_FRAME_LEN, Decoder, Event, Sentinel};
 
 /// Longest raw event printed; longer runs are cut into several events.
-pub const RAW_RUN_LIMIT: usize = 64 * 1024;
+pub(crate) const RAW_RUN_LIMIT: usize = 64 * 1024;
 
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -32,7 +32,7 @@ const READ_CHUNK: usize = 64 * 1024;
                   \"\\n\" <body>. Anything that is not a valid frame is raw output. Exits 0 at end \
                   of input. Useful for debugging the runner protocol and for making fuzz corpora."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// The frame sentinel: printable ASCII, no whitespace.
     #[arg(long, value_name = "S")]
     pub sentinel: String,
@@ -42,7 +42,7 @@ pub struct Args {
 }
 
 /// Runs the command: stdin to stdout until EOF.
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let sentinel = match Sentinel::new(args.sentinel.as_str()) {
         Ok(s) => s,
         Err(e) => {

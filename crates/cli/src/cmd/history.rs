@@ -27,7 +27,7 @@ use crate::host::{self, Overrides};
                   reused, state_reset, state_kept, ended, and files (as in the result, when the \
                   cell changed files). It works while a daemon is writing."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// Only this session.
     #[arg(long, value_name = "S")]
     session: Option<String>,
@@ -40,7 +40,7 @@ pub struct Args {
 }
 
 /// Runs the command.
-pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config, &Overrides::default())?;
     let path = cfg.journal_path();
     let rows = Journal::history(

@@ -65,7 +65,7 @@ use crate::jsonrpc;
                   configuration: {\"mcpServers\": {\"toolcell\": {\"command\": \"toolcell\", \
                   \"args\": [\"mcp\"]}}}"
 )]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     overrides: Overrides,
     /// Also list each enabled tool as its own MCP tool (run in the host, not in a kernel).
@@ -455,7 +455,7 @@ impl ServerHandler for McpServer {
 }
 
 /// Runs the command.
-pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config, &args.overrides)?;
     let rt = host::runtime()?;
     rt.block_on(async move {

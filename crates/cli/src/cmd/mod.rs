@@ -1,14 +1,14 @@
 //! One module per subcommand.
 
-pub mod config;
-pub mod daemon;
-pub mod exec;
-pub mod export;
-pub mod frames;
-pub mod history;
-pub mod mcp;
-pub mod repl;
-pub mod schema;
-pub mod serve;
-pub mod stubs;
-pub mod tools;
+pub(crate) mod config;
+pub(crate) mod daemon;
+pub(crate) mod exec;
+pub(crate) mod export;
+pub(crate) mod frames;
+pub(crate) mod history;
+pub(crate) mod mcp;
+pub(crate) mod repl;
+pub(crate) mod schema;
+pub(crate) mod serve;
+pub(crate) mod stubs;
+pub(crate) mod tools;

@@ -47,7 +47,7 @@ const HISTORY_SIZE: usize = 10_000;
 /// Arguments of `toolcell repl`.
 #[derive(Debug, clap::Args)]
 #[command(long_about = LONG_ABOUT)]
-pub struct Args {
+pub(crate) struct Args {
     /// The session name (kernel owner) of the cells. The kernel belongs to
     /// this REPL and ends with it; it is not the daemon's `exec --session` kernel.
     #[arg(long, value_name = "S", default_value = "repl")]
@@ -75,7 +75,7 @@ History: $XDG_DATA_HOME/toolcell/history (else ~/.local/share/toolcell/history),
 the user (0600 in a 0700 directory).";
 
 /// Runs the command.
-pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config, &args.overrides)?;
     let cwd = match &args.cwd {
         None => None,

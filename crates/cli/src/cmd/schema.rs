@@ -19,7 +19,7 @@ use crate::host::{self, Overrides};
                   configured MCP servers, which are started to list them) and states the \
                   configured limits."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// The shape of the definition.
     #[arg(long, value_name = "openai|anthropic|mcp", default_value = "openai")]
     format: String,
@@ -28,7 +28,7 @@ pub struct Args {
 }
 
 /// Runs the command.
-pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
     let format: SchemaFormat = args.format.parse().map_err(host::usage)?;
     let config = host::load_config(config, &args.overrides)?;
     let reg = ToolRegistry::builtin()?;

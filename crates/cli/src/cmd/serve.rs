@@ -35,13 +35,13 @@ use crate::jsonrpc::{AtEof, Service, serve_connection};
                   answered without running, every kernel is killed, and it exits 0 within \
                   interrupt_grace + kill_grace and a second."
 )]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     overrides: Overrides,
 }
 
 /// Runs the command.
-pub fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config, &args.overrides)?;
     let rt = host::runtime()?;
     rt.block_on(async move {

@@ -17,13 +17,13 @@ use crate::host::{self, Overrides};
                   are started to list their tools), ToolError, the helpers json_parse, shell_quote \
                   and retry, and the client that talks to the host over TOOLCELL_RPC."
 )]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     overrides: Overrides,
 }
 
 /// Runs the command.
-pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
     let config = host::load_config(config, &args.overrides)?;
     let reg = ToolRegistry::builtin()?;
     let mut tools = reg.select(&config.tools.enabled)?;

@@ -18,7 +18,7 @@ use crate::host::{self, Overrides};
                   tool's definition: name, description, signature, inputSchema and outputSchema \
                   (JSON Schema), and the parameters cells may not use."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// Print JSON definitions instead of text.
     #[arg(long)]
     json: bool,
@@ -27,7 +27,7 @@ pub struct Args {
 }
 
 /// Runs the command.
-pub fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(config: Option<&Path>, args: &Args) -> anyhow::Result<ExitCode> {
     let config = host::load_config(config, &args.overrides)?;
     let reg = ToolRegistry::builtin()?;
     let mut tools: Vec<_> = reg.iter().cloned().collect();

@@ -17,14 +17,14 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 /// Path of the binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_toolcell");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_toolcell");
 
 /// How long any one command may take before the test gives up on it.
-pub const COMMAND_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const COMMAND_LIMIT: Duration = Duration::from_secs(60);
 
 /// A config that keeps tests fast: short graces, short idle exit, and a
 /// timeout long enough for a loaded 2-core machine.
-pub const FAST_CONFIG: &str = "\
+pub(crate) const FAST_CONFIG: &str = "\
 [execution]
 timeout = 30
 interrupt_grace = 1
@@ -38,13 +38,13 @@ idle_exit = 60
 ";
 
 /// One isolated place to run the binary.
-pub struct Env {
+pub(crate) struct Env {
     dir: tempfile::TempDir,
 }
 
 /// What a finished command left.
 #[derive(Debug)]
-pub struct Out {
+pub(crate) struct Out {
     /// Exit code (`None`: killed by a signal).
     pub code: Option<i32>,
     /// Everything on stdout.
@@ -56,7 +56,7 @@ pub struct Out {
 impl Out {
     /// Asserts the exit code and returns self for chaining.
     #[track_caller]
-    pub fn expect_code(&self, code: i32) -> &Self {
+    pub(crate) fn expect_code(&self, code: i32) -> &Self {
         assert_eq!(
             self.code,
             Some(code),
@@ -69,7 +69,7 @@ impl Out {
 
     /// stdout parsed as one JSON value.
     #[track_caller]
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
             panic!(
                 "stdout is not one JSON value ({e}):\n{}\nstderr:\n{}",
@@ -81,7 +81,7 @@ impl Out {
 
 impl Env {
     /// An empty environment (no config file: defaults apply).
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::Builder::new()
             .prefix("tc-")
             .tempdir()
@@ -99,34 +99,34 @@ impl Env {
     }
 
     /// An environment with `./toolcell.toml` holding `toml`.
-    pub fn with_config(toml: &str) -> Self {
+    pub(crate) fn with_config(toml: &str) -> Self {
         let env = Self::new();
         env.write("toolcell.toml", toml);
         env
     }
 
     /// An environment with [`FAST_CONFIG`].
-    pub fn fast() -> Self {
+    pub(crate) fn fast() -> Self {
         Self::with_config(FAST_CONFIG)
     }
 
     /// The directory (the binary's current directory).
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// The directory, canonical (what `os.getcwd()` reports).
-    pub fn canonical(&self) -> PathBuf {
+    pub(crate) fn canonical(&self) -> PathBuf {
         std::fs::canonicalize(self.path()).unwrap()
     }
 
     /// `$XDG_RUNTIME_DIR` of this environment.
-    pub fn runtime_dir(&self) -> PathBuf {
+    pub(crate) fn runtime_dir(&self) -> PathBuf {
         self.path().join("run")
     }
 
     /// Writes a file relative to the directory.
-    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+    pub(crate) fn write(&self, rel: &str, text: &str) -> PathBuf {
         let p = self.path().join(rel);
         if let Some(parent) = p.parent() {
             std::fs::create_dir_all(parent).unwrap();
@@ -136,7 +136,7 @@ impl Env {
     }
 
     /// A command for the binary, isolated in this environment.
-    pub fn cmd(&self) -> Command {
+    pub(crate) fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
         let d = self.path();
         c.current_dir(d)
@@ -153,12 +153,12 @@ impl Env {
     }
 
     /// Runs the binary with `args` (stdin empty) to completion.
-    pub fn run(&self, args: &[&str]) -> Out {
+    pub(crate) fn run(&self, args: &[&str]) -> Out {
         self.run_input(args, None)
     }
 
     /// Runs the binary with `args` and `input` on stdin to completion.
-    pub fn run_input(&self, args: &[&str], input: Option<&str>) -> Out {
+    pub(crate) fn run_input(&self, args: &[&str], input: Option<&str>) -> Out {
         let mut c = self.cmd();
         c.args(args)
             .stdin(if input.is_some() {
@@ -180,7 +180,7 @@ impl Env {
     }
 
     /// Pids of `toolcell daemon run` processes of this environment.
-    pub fn daemon_pids(&self) -> Vec<i32> {
+    pub(crate) fn daemon_pids(&self) -> Vec<i32> {
         self.processes(|argv| {
             argv.len() >= 3
                 && argv[0].ends_with("toolcell")
@@ -190,7 +190,7 @@ impl Env {
 
     /// Pids of Python processes started under this environment (kernels and
     /// whatever their cells spawned: they inherit `XDG_RUNTIME_DIR`).
-    pub fn python_pids(&self) -> Vec<i32> {
+    pub(crate) fn python_pids(&self) -> Vec<i32> {
         self.processes(|argv| {
             argv.first().is_some_and(|a| {
                 Path::new(a)
@@ -237,7 +237,7 @@ impl Env {
     }
 
     /// `daemon status --json`.
-    pub fn daemon_status(&self) -> Value {
+    pub(crate) fn daemon_status(&self) -> Value {
         self.run(&["daemon", "status", "--json"]).json()
     }
 }
@@ -270,7 +270,7 @@ impl Drop for Env {
 /// Waits for `child` (stdout/stderr piped) at most `limit`, killing it and
 /// failing the test if it runs longer.
 #[track_caller]
-pub fn finish(mut child: Child, limit: Duration) -> Out {
+pub(crate) fn finish(mut child: Child, limit: Duration) -> Out {
     let mut so = child.stdout.take();
     let mut se = child.stderr.take();
     let t_out = std::thread::spawn(move || {
@@ -301,7 +301,7 @@ pub fn finish(mut child: Child, limit: Duration) -> Out {
 }
 
 /// Waits at most `limit` for `child`; kills it and returns `None` on overrun.
-pub fn wait_limit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+pub(crate) fn wait_limit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + limit;
     loop {
         match child.try_wait() {
@@ -320,7 +320,7 @@ pub fn wait_limit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 
 /// Whether `pid` is a live process (a zombie counts as dead: it has
 /// exited, only its parent has not reaped it yet).
-pub fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             // "pid (comm) S ...": the state follows the last ')'.
@@ -334,7 +334,7 @@ pub fn alive(pid: i32) -> bool {
 }
 
 /// Polls `cond` every 20 ms for at most `limit`; whether it became true.
-pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         if cond() {
@@ -348,12 +348,12 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// Sends `sig` to `pid`.
-pub fn signal(pid: i32, sig: nix::sys::signal::Signal) {
+pub(crate) fn signal(pid: i32, sig: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
 }
 
 /// A running `toolcell serve` with a line reader on its stdout.
-pub struct Serve {
+pub(crate) struct Serve {
     /// The process.
     pub child: Child,
     stdin: Option<ChildStdin>,
@@ -378,13 +378,13 @@ fn is_jsonrpc(v: &Value) -> bool {
 
 impl Serve {
     /// Starts `toolcell serve ARGS` in `env`.
-    pub fn start(env: &Env, args: &[&str]) -> Self {
+    pub(crate) fn start(env: &Env, args: &[&str]) -> Self {
         Self::start_command(env, "serve", args)
     }
 
     /// Starts `toolcell COMMAND ARGS` (a line-oriented JSON-RPC server:
     /// `serve` or `mcp`) in `env`.
-    pub fn start_command(env: &Env, command: &str, args: &[&str]) -> Self {
+    pub(crate) fn start_command(env: &Env, command: &str, args: &[&str]) -> Self {
         let mut cmd = env.cmd();
         cmd.arg(command).args(args);
         Self::spawn(cmd)
@@ -392,7 +392,7 @@ impl Serve {
 
     /// Starts `cmd` (from [`Env::cmd`], its arguments and environment
     /// set) as a line-oriented JSON-RPC server.
-    pub fn spawn(mut cmd: Command) -> Self {
+    pub(crate) fn spawn(mut cmd: Command) -> Self {
         let command = format!("{:?}", cmd.get_args().next().unwrap_or_default());
         let mut child = cmd
             .stdin(Stdio::piped())
@@ -437,12 +437,12 @@ impl Serve {
     }
 
     /// The server's pid.
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         i32::try_from(self.child.id()).unwrap()
     }
 
     /// Writes one raw line.
-    pub fn send_raw(&mut self, line: &str) {
+    pub(crate) fn send_raw(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         stdin.write_all(line.as_bytes()).unwrap();
         stdin.write_all(b"\n").unwrap();
@@ -450,21 +450,21 @@ impl Serve {
     }
 
     /// Writes raw bytes (no newline added).
-    pub fn send_bytes(&mut self, bytes: &[u8]) {
+    pub(crate) fn send_bytes(&mut self, bytes: &[u8]) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         stdin.write_all(bytes).unwrap();
         stdin.flush().unwrap();
     }
 
     /// Sends a request.
-    pub fn request(&mut self, id: impl Into<Value>, method: &str, params: Value) {
+    pub(crate) fn request(&mut self, id: impl Into<Value>, method: &str, params: Value) {
         let msg = json!({"jsonrpc": "2.0", "id": id.into(), "method": method, "params": params});
         self.send_raw(&msg.to_string());
     }
 
     /// The next stdout message (waits at most `limit`).
     #[track_caller]
-    pub fn next(&self, limit: Duration) -> Value {
+    pub(crate) fn next(&self, limit: Duration) -> Value {
         match self.lines.recv_timeout(limit) {
             Ok(line) => serde_json::from_str(&line)
                 .unwrap_or_else(|e| panic!("not JSON on stdout ({e}): {line}")),
@@ -476,7 +476,7 @@ impl Serve {
     }
 
     /// Whether a message arrives within `limit` (it is consumed).
-    pub fn try_next(&self, limit: Duration) -> Option<Value> {
+    pub(crate) fn try_next(&self, limit: Duration) -> Option<Value> {
         self.lines
             .recv_timeout(limit)
             .ok()
@@ -486,7 +486,7 @@ impl Serve {
     /// Reads messages until the response with `id`; returns it and the
     /// messages (notifications, other responses) seen before it.
     #[track_caller]
-    pub fn until_id(&self, id: &Value, limit: Duration) -> (Value, Vec<Value>) {
+    pub(crate) fn until_id(&self, id: &Value, limit: Duration) -> (Value, Vec<Value>) {
         let deadline = Instant::now() + limit;
         let mut before = Vec::new();
         loop {
@@ -501,32 +501,32 @@ impl Serve {
 
     /// Sends a request and waits for its response (notifications dropped).
     #[track_caller]
-    pub fn call(&mut self, id: impl Into<Value>, method: &str, params: Value) -> Value {
+    pub(crate) fn call(&mut self, id: impl Into<Value>, method: &str, params: Value) -> Value {
         let id = id.into();
         self.request(id.clone(), method, params);
         self.until_id(&id, COMMAND_LIMIT).0
     }
 
     /// Closes stdin (EOF for the server).
-    pub fn close_stdin(&mut self) {
+    pub(crate) fn close_stdin(&mut self) {
         self.stdin = None;
     }
 
     /// Everything the server wrote on stderr so far.
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
     /// Waits for exit (at most `limit`).
     #[track_caller]
-    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+    pub(crate) fn wait(&mut self, limit: Duration) -> ExitStatus {
         wait_limit(&mut self.child, limit)
             .unwrap_or_else(|| panic!("serve did not exit within {limit:?}"))
     }
 
     /// Asserts stdout carried nothing but JSON-RPC 2.0 messages so far.
     #[track_caller]
-    pub fn assert_only_jsonrpc(&self) {
+    pub(crate) fn assert_only_jsonrpc(&self) {
         let bad = self.not_jsonrpc.lock().unwrap();
         assert!(bad.is_empty(), "non-JSON-RPC lines on stdout: {bad:?}");
     }
@@ -544,7 +544,7 @@ impl Drop for Serve {
 /// The pid of the kernel of `session` from a `sessions` result.
 /// The allocation id `sessions` lists for `session` (a remote with a
 /// lifecycle), if any.
-pub fn allocation_of(s: &mut Serve, id: i64, session: &str) -> Option<String> {
+pub(crate) fn allocation_of(s: &mut Serve, id: i64, session: &str) -> Option<String> {
     let msg = s.call(id, "sessions", json!({}));
     msg["result"]["sessions"]
         .as_array()
@@ -554,7 +554,7 @@ pub fn allocation_of(s: &mut Serve, id: i64, session: &str) -> Option<String> {
         .and_then(|k| k["allocation"].as_str().map(str::to_string))
 }
 
-pub fn session_pid(sessions: &Value, session: &str) -> Option<i32> {
+pub(crate) fn session_pid(sessions: &Value, session: &str) -> Option<i32> {
     sessions["sessions"]
         .as_array()?
         .iter()
@@ -570,7 +570,7 @@ impl Serve {
     /// write from several threads and read on one of its own. Afterwards
     /// `send_*`/`next`/`request` must not be used; dropping the returned
     /// stdin is the EOF. The `not_jsonrpc` check keeps working.
-    pub fn take_io(&mut self) -> (ChildStdin, mpsc::Receiver<String>) {
+    pub(crate) fn take_io(&mut self) -> (ChildStdin, mpsc::Receiver<String>) {
         let stdin = self.stdin.take().expect("stdin open");
         let lines = std::mem::replace(&mut self.lines, mpsc::channel().1);
         (stdin, lines)
@@ -579,7 +579,7 @@ impl Serve {
 
 /// Pids of the live direct children of `parent` whose command name starts
 /// with `python` (a host's kernels), read from `/proc/<pid>/stat`.
-pub fn python_children(parent: i32) -> Vec<i32> {
+pub(crate) fn python_children(parent: i32) -> Vec<i32> {
     let mut pids = Vec::new();
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return pids;
@@ -607,14 +607,14 @@ pub fn python_children(parent: i32) -> Vec<i32> {
 }
 
 /// Number of open file descriptors of `pid` (`/proc/<pid>/fd`).
-pub fn fd_count(pid: i32) -> Option<usize> {
+pub(crate) fn fd_count(pid: i32) -> Option<usize> {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .ok()
         .map(|rd| rd.count())
 }
 
 /// Resident set size of `pid` in KiB (`VmRSS` of `/proc/<pid>/status`).
-pub fn rss_kb(pid: i32) -> Option<u64> {
+pub(crate) fn rss_kb(pid: i32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 /// Longest server name.
-pub const MAX_NAME: usize = 64;
+pub(super) const MAX_NAME: usize = 64;
 
 /// One `[mcp_servers.NAME]` table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

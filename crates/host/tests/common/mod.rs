@@ -23,7 +23,7 @@ use toolcell_kernel::{ExecuteResult, LiveSink, Status, StreamKind};
 
 /// Options whose every directory is under `tmp`, so a test never touches the
 /// user's runtime, cache or working directories.
-pub fn opts(tmp: &Path) -> RegistryOptions {
+pub(crate) fn opts(tmp: &Path) -> RegistryOptions {
     RegistryOptions {
         kernels_root: Some(tmp.join("kernels")),
         spill_dir: tmp.join("spill"),
@@ -34,19 +34,19 @@ pub fn opts(tmp: &Path) -> RegistryOptions {
 
 /// A registry and the temporary directory it lives in (dropped after the
 /// registry, so kernels die before their directories go).
-pub struct Fixture {
+pub(crate) struct Fixture {
     pub reg: Registry,
     pub tmp: TempDir,
 }
 
 impl Fixture {
     /// Default options under a fresh temporary directory.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with(|_| {})
     }
 
     /// Default options, adjusted by `f`.
-    pub fn with(f: impl FnOnce(&mut RegistryOptions)) -> Self {
+    pub(crate) fn with(f: impl FnOnce(&mut RegistryOptions)) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(tmp.path().join("work")).unwrap();
         let mut o = opts(tmp.path());
@@ -56,34 +56,34 @@ impl Fixture {
     }
 
     /// The working directory of project-mode cells.
-    pub fn work(&self) -> PathBuf {
+    pub(crate) fn work(&self) -> PathBuf {
         self.tmp.path().join("work")
     }
 
     /// The kernels root.
-    pub fn kernels_root(&self) -> PathBuf {
+    pub(crate) fn kernels_root(&self) -> PathBuf {
         self.tmp.path().join("kernels")
     }
 
     /// The spill directory.
-    pub fn spill_dir(&self) -> PathBuf {
+    pub(crate) fn spill_dir(&self) -> PathBuf {
         self.tmp.path().join("spill")
     }
 
     /// Runs `code` in the default session.
-    pub async fn run(&self, code: &str) -> ExecuteResult {
+    pub(crate) async fn run(&self, code: &str) -> ExecuteResult {
         self.reg.execute(ExecuteRequest::new(code)).await
     }
 
     /// Runs `code` for `owner`.
-    pub async fn run_as(&self, owner: &str, code: &str) -> ExecuteResult {
+    pub(crate) async fn run_as(&self, owner: &str, code: &str) -> ExecuteResult {
         self.reg
             .execute(ExecuteRequest::new(code).owner(owner))
             .await
     }
 
     /// Runs `code` in the default session, asserts success, returns the output.
-    pub async fn ok(&self, code: &str) -> String {
+    pub(crate) async fn ok(&self, code: &str) -> String {
         let r = self.run(code).await;
         assert_success(&r);
         r.output
@@ -92,18 +92,18 @@ impl Fixture {
 
 /// Asserts that `r` succeeded, showing the whole result otherwise.
 #[track_caller]
-pub fn assert_success(r: &ExecuteResult) {
+pub(crate) fn assert_success(r: &ExecuteResult) {
     assert_eq!(r.status, Status::Success, "{}", show(r));
     assert_eq!(r.exit_code, 0, "{}", show(r));
 }
 
 /// The result as pretty JSON, for assertion messages.
-pub fn show(r: &ExecuteResult) -> String {
+pub(crate) fn show(r: &ExecuteResult) -> String {
     serde_json::to_string_pretty(r).unwrap()
 }
 
 /// Whether `pid` exists and is not a zombie (read from `/proc` directly).
-pub fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
@@ -115,7 +115,7 @@ pub fn alive(pid: u32) -> bool {
 }
 
 /// Polls `cond` every 10 ms until it holds or `within` passes.
-pub async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + within;
     loop {
         if cond() {
@@ -129,7 +129,7 @@ pub async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> boo
 }
 
 /// Blocking variant of [`eventually`] for non-async code.
-pub fn eventually_blocking(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn eventually_blocking(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + within;
     loop {
         if cond() {
@@ -143,7 +143,7 @@ pub fn eventually_blocking(within: Duration, mut cond: impl FnMut() -> bool) -> 
 }
 
 /// Every pid printed in `text` on a line `<tag>=<pid>`.
-pub fn tagged_pids(text: &str, tag: &str) -> Vec<u32> {
+pub(crate) fn tagged_pids(text: &str, tag: &str) -> Vec<u32> {
     let prefix = format!("{tag}=");
     text.lines()
         .filter_map(|l| l.trim().strip_prefix(&prefix))
@@ -153,14 +153,14 @@ pub fn tagged_pids(text: &str, tag: &str) -> Vec<u32> {
 
 /// The one pid printed as `<tag>=<pid>`.
 #[track_caller]
-pub fn tagged_pid(text: &str, tag: &str) -> u32 {
+pub(crate) fn tagged_pid(text: &str, tag: &str) -> u32 {
     let pids = tagged_pids(text, tag);
     assert_eq!(pids.len(), 1, "expected one {tag}=<pid> line in {text:?}");
     pids[0]
 }
 
 /// A live sink and the channel its chunks arrive on.
-pub fn live_channel() -> (LiveSink, mpsc::UnboundedReceiver<(StreamKind, String)>) {
+pub(crate) fn live_channel() -> (LiveSink, mpsc::UnboundedReceiver<(StreamKind, String)>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let sink: LiveSink = Arc::new(move |kind, chunk: &str| {
         let _ = tx.send((kind, chunk.to_string()));
@@ -170,7 +170,7 @@ pub fn live_channel() -> (LiveSink, mpsc::UnboundedReceiver<(StreamKind, String)
 
 /// Reads live chunks until their concatenated stdout contains `needle`;
 /// panics after `within`.
-pub async fn wait_live(
+pub(crate) async fn wait_live(
     rx: &mut mpsc::UnboundedReceiver<(StreamKind, String)>,
     needle: &str,
     within: Duration,
@@ -197,16 +197,16 @@ pub async fn wait_live(
 
 /// The environment variable that makes a re-run test binary act as a
 /// separate host process for one test.
-pub const ROLE_VAR: &str = "TOOLCELL_KERNEL_TEST_ROLE";
+pub(crate) const ROLE_VAR: &str = "TOOLCELL_KERNEL_TEST_ROLE";
 
 /// True in the re-run host process for `test`.
-pub fn is_child(test: &str) -> bool {
+pub(crate) fn is_child(test: &str) -> bool {
     std::env::var(ROLE_VAR).is_ok_and(|v| v == test)
 }
 
 /// Starts this test binary again, running only `test` with [`ROLE_VAR`] set
 /// to `test` and `envs` added, its output captured.
-pub fn spawn_child(test: &str, envs: &[(&str, &str)]) -> std::process::Child {
+pub(crate) fn spawn_child(test: &str, envs: &[(&str, &str)]) -> std::process::Child {
     let exe = std::env::current_exe().unwrap();
     let mut cmd = std::process::Command::new(exe);
     cmd.args([test, "--exact", "--test-threads=1", "--nocapture"])
@@ -223,7 +223,7 @@ pub fn spawn_child(test: &str, envs: &[(&str, &str)]) -> std::process::Child {
 /// Runs `test` in a separate host process (see [`spawn_child`]) and asserts
 /// that it ran and passed.
 #[track_caller]
-pub fn run_child(test: &str, envs: &[(&str, &str)]) {
+pub(crate) fn run_child(test: &str, envs: &[(&str, &str)]) {
     let out = spawn_child(test, envs).wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -239,7 +239,7 @@ pub fn run_child(test: &str, envs: &[(&str, &str)]) {
 }
 
 /// `VmRSS` and `VmHWM` of this process, in KiB.
-pub fn memory_kb() -> (u64, u64) {
+pub(crate) fn memory_kb() -> (u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let field = |name: &str| -> u64 {
         status
@@ -253,7 +253,7 @@ pub fn memory_kb() -> (u64, u64) {
 }
 
 /// Entries of `dir` (empty when it does not exist).
-pub fn entries(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn entries(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default()
@@ -261,7 +261,7 @@ pub fn entries(dir: &Path) -> Vec<PathBuf> {
 
 /// Python that atomically writes `text` (a Python expression) to `path`, for
 /// a cell to announce that it is running.
-pub fn py_mark(path: &Path, text: &str) -> String {
+pub(crate) fn py_mark(path: &Path, text: &str) -> String {
     let p = path.display().to_string();
     format!(
         "open({tmp:?}, 'w').write(str({text}))\n__import__('os').rename({tmp:?}, {p:?})\n",
@@ -270,7 +270,7 @@ pub fn py_mark(path: &Path, text: &str) -> String {
 }
 
 /// Waits until `path` exists and returns its contents; panics after `within`.
-pub async fn wait_file(path: &Path, within: Duration) -> String {
+pub(crate) async fn wait_file(path: &Path, within: Duration) -> String {
     let found = eventually(within, || path.exists()).await;
     assert!(found, "{} did not appear within {within:?}", path.display());
     std::fs::read_to_string(path).unwrap()

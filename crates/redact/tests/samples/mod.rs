@@ -2,11 +2,11 @@
 //! and the long-line tests.
 #![allow(dead_code)]
 
-pub const JWT: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c";
-pub const PEM_BODY: &str = "MIIEowIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF8PbnGy0AHB7MhgHcTz6sE2I2yPB\naMTxOpgVxnDKqZJ2MhgHcTz6sE2I2yPBaMTxOpgVxnDKqZJ2/fp1Z5ibXt80nk8B\ntb2abplBpq8cJF5xgUskL/6GgebhbkXNNv+hOV48vsoUu19X0Z3VS5JJcds3xfn=";
+pub(crate) const JWT: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c";
+pub(crate) const PEM_BODY: &str = "MIIEowIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF8PbnGy0AHB7MhgHcTz6sE2I2yPB\naMTxOpgVxnDKqZJ2MhgHcTz6sE2I2yPBaMTxOpgVxnDKqZJ2/fp1Z5ibXt80nk8B\ntb2abplBpq8cJF5xgUskL/6GgebhbkXNNv+hOV48vsoUu19X0Z3VS5JJcds3xfn=";
 
 /// (input, the secret that must disappear, expected mask kind)
-pub fn positives() -> Vec<(String, &'static str, &'static str)> {
+pub(crate) fn positives() -> Vec<(String, &'static str, &'static str)> {
     let p = |s: &str, secret: &'static str, kind: &'static str| (s.to_string(), secret, kind);
     let pem =
         format!("-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}\n-----END RSA PRIVATE KEY-----\n");

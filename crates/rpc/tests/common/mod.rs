@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 /// A multi-threaded runtime the servers run on while the test thread
 /// blocks on plain sockets and processes.
-pub fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -20,19 +20,19 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-pub fn deadline(secs: u64) -> tokio::time::Instant {
+pub(crate) fn deadline(secs: u64) -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(secs)
 }
 
 /// A blocking client on a real Unix socket.
-pub struct RawClient {
+pub(crate) struct RawClient {
     pub stream: UnixStream,
     reader: BufReader<UnixStream>,
     pub token: String,
 }
 
 impl RawClient {
-    pub fn connect(endpoint: &str, token: &str) -> Self {
+    pub(crate) fn connect(endpoint: &str, token: &str) -> Self {
         let path = endpoint.strip_prefix("unix:").expect("unix endpoint");
         let stream = UnixStream::connect(path).unwrap();
         stream
@@ -46,12 +46,12 @@ impl RawClient {
         }
     }
 
-    pub fn send(&mut self, bytes: &[u8]) {
+    pub(crate) fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).unwrap();
     }
 
     /// Reads one reply line; `None` at EOF.
-    pub fn reply(&mut self) -> Option<Value> {
+    pub(crate) fn reply(&mut self) -> Option<Value> {
         let mut line = Vec::new();
         let n = self.reader.read_until(b'\n', &mut line).unwrap();
         if n == 0 {
@@ -61,12 +61,12 @@ impl RawClient {
         Some(serde_json::from_slice(&line).unwrap())
     }
 
-    pub fn line(&mut self, bytes: &[u8]) -> Value {
+    pub(crate) fn line(&mut self, bytes: &[u8]) -> Value {
         self.send(bytes);
         self.reply().expect("server closed the connection")
     }
 
-    pub fn call(&mut self, tool: &str, args: Value) -> Value {
+    pub(crate) fn call(&mut self, tool: &str, args: Value) -> Value {
         let mut req =
             serde_json::to_vec(&json!({"tool": tool, "args": args, "token": self.token})).unwrap();
         req.push(b'\n');
@@ -74,7 +74,7 @@ impl RawClient {
     }
 }
 
-pub fn python_dir() -> PathBuf {
+pub(crate) fn python_dir() -> PathBuf {
     Path::new(
         &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
     )
@@ -82,14 +82,14 @@ pub fn python_dir() -> PathBuf {
 }
 
 /// The Python reference client, driven one JSON command at a time.
-pub struct PyDriver {
+pub(crate) struct PyDriver {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
 }
 
 impl PyDriver {
-    pub fn spawn(endpoint: &str, token: &str) -> Self {
+    pub(crate) fn spawn(endpoint: &str, token: &str) -> Self {
         Self::spawn_with(
             Command::new("python3"),
             &python_dir().join("driver.py"),
@@ -98,7 +98,7 @@ impl PyDriver {
         )
     }
 
-    pub fn spawn_with(mut cmd: Command, script: &Path, endpoint: &str, token: &str) -> Self {
+    pub(crate) fn spawn_with(mut cmd: Command, script: &Path, endpoint: &str, token: &str) -> Self {
         let mut child = cmd
             .arg(script)
             .env("TOOLCELL_RPC", endpoint)
@@ -117,26 +117,26 @@ impl PyDriver {
         }
     }
 
-    pub fn send(&mut self, cmd: &Value) {
+    pub(crate) fn send(&mut self, cmd: &Value) {
         let mut line = serde_json::to_vec(cmd).unwrap();
         line.push(b'\n');
         self.stdin.write_all(&line).unwrap();
         self.stdin.flush().unwrap();
     }
 
-    pub fn answer(&mut self) -> Value {
+    pub(crate) fn answer(&mut self) -> Value {
         let mut line = String::new();
         self.stdout.read_line(&mut line).unwrap();
         assert!(!line.is_empty(), "python driver died");
         serde_json::from_str(&line).unwrap()
     }
 
-    pub fn cmd(&mut self, cmd: Value) -> Value {
+    pub(crate) fn cmd(&mut self, cmd: Value) -> Value {
         self.send(&cmd);
         self.answer()
     }
 
-    pub fn call(&mut self, tool: &str, args: Value) -> Value {
+    pub(crate) fn call(&mut self, tool: &str, args: Value) -> Value {
         self.cmd(json!({"op": "call", "tool": tool, "args": args}))
     }
 }

@@ -41,7 +41,7 @@ const MAX_LISTED_LINES: usize = 20;
 /// How `patch` edits.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum PatchMode {
+pub(super) enum PatchMode {
     /// Replace `old_string` with `new_string` in `path`.
     #[default]
     Replace,
@@ -52,7 +52,7 @@ pub enum PatchMode {
 /// Arguments of `patch`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PatchArgs {
+pub(super) struct PatchArgs {
     /// mode="replace": the file to edit, relative to the working directory.
     #[serde(default)]
     pub path: Option<String>,
@@ -83,7 +83,7 @@ pub struct PatchArgs {
 
 /// The result of `patch`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-pub struct PatchOutput {
+pub(super) struct PatchOutput {
     /// Paths written, created, deleted or moved (both paths of a move), as given.
     pub files_changed: Vec<String>,
     /// mode="replace": occurrences replaced; mode="patch": hunks applied plus files added or
@@ -95,7 +95,7 @@ pub struct PatchOutput {
 
 /// Edits files: one unique string replacement, or a V4A multi-file patch.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Patch;
+pub(super) struct Patch;
 
 impl Tool for Patch {
     const NAME: &'static str = "patch";

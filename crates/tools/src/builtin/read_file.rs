@@ -26,7 +26,7 @@ use crate::{Tool, ToolContext, ToolError};
 /// Arguments of `read_file`.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Args {
+pub(super) struct Args {
     /// File to read; relative paths are relative to the session's working directory.
     pub path: String,
     /// First line to return, counting from 1.
@@ -47,7 +47,7 @@ fn default_limit() -> NonZeroUsize {
 
 /// Result of `read_file`.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Output {
+pub(super) struct Output {
     /// The requested lines, newlines included.
     pub content: String,
     /// Number of lines in the whole file.
@@ -75,7 +75,7 @@ const OUT_OF_TIME: &str = "read_file: the cell's time ran out before the file wa
 
 /// Reads lines of a text file.
 #[derive(Debug, Default)]
-pub struct ReadFile;
+pub(super) struct ReadFile;
 
 impl Tool for ReadFile {
     const NAME: &'static str = "read_file";

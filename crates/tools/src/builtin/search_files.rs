@@ -48,7 +48,7 @@ const OUT_OF_TIME: &str = "search_files: the cell's time ran out before the sear
 /// What `search_files` searches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Target {
+pub(super) enum Target {
     /// Lines of file contents matching a regex.
     #[default]
     Content,
@@ -59,7 +59,7 @@ pub enum Target {
 /// How content matches are reported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum OutputMode {
+pub(super) enum OutputMode {
     /// One result per matching line.
     #[default]
     Content,
@@ -80,7 +80,7 @@ fn default_limit() -> usize {
 /// Arguments of `search_files`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SearchFilesArgs {
+pub(super) struct SearchFilesArgs {
     /// With target="content": a regular expression (Rust/ripgrep syntax, case-sensitive;
     /// prefix `(?i)` to ignore case) matched against each line. With target="files": a glob
     /// matched against file paths below `path`, as `rg --files -g` does (`*.py` matches at
@@ -118,7 +118,7 @@ pub struct SearchFilesArgs {
 /// One result of `search_files`. Which fields are present depends on the
 /// target and the output mode.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-pub struct SearchMatch {
+pub(super) struct SearchMatch {
     /// The file, as the `path` argument plus the path below it.
     pub path: String,
     /// 1-based line number of the match (output_mode "content").
@@ -141,7 +141,7 @@ pub struct SearchMatch {
 
 /// The result of `search_files`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-pub struct SearchFilesOutput {
+pub(super) struct SearchFilesOutput {
     /// This page of results, in path order (then line order).
     pub matches: Vec<SearchMatch>,
     /// All results found: matching lines ("content"), matching files ("files_with_matches",
@@ -153,7 +153,7 @@ pub struct SearchFilesOutput {
 
 /// Searches file contents (regex) or names (glob), honouring .gitignore.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SearchFiles;
+pub(super) struct SearchFiles;
 
 impl Tool for SearchFiles {
     const NAME: &'static str = "search_files";

@@ -20,7 +20,7 @@ use toolcell_sys::process;
 /// Arguments of `terminal`.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Args {
+pub(super) struct Args {
     /// Shell command, run with `sh -c` (pipes, redirections and `&&` work).
     pub command: String,
     /// Seconds before the command and everything it started are killed
@@ -38,7 +38,7 @@ fn default_timeout() -> NonZeroU64 {
 
 /// Result of `terminal`.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Output {
+pub(super) struct Output {
     /// Standard output and standard error, interleaved as written; long
     /// output keeps its head and tail with a note of what was cut.
     pub output: String,
@@ -50,7 +50,7 @@ pub struct Output {
 
 /// Runs a shell command in the foreground.
 #[derive(Debug, Default)]
-pub struct Terminal;
+pub(super) struct Terminal;
 
 /// Environment variable marking every process a `terminal` call started.
 const MARKER_VAR: &str = "TOOLCELL_TERMINAL_JOB";

@@ -8,7 +8,7 @@ use crate::{Tool, ToolContext, ToolError, fsutil};
 /// Arguments of `write_file`.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Args {
+pub(super) struct Args {
     /// File to write; relative paths are relative to the session's working directory.
     /// Missing parent directories are created.
     pub path: String,
@@ -18,7 +18,7 @@ pub struct Args {
 
 /// Result of `write_file`.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Output {
+pub(super) struct Output {
     /// Absolute path of the file written.
     pub path: String,
     /// Number of bytes written.
@@ -27,7 +27,7 @@ pub struct Output {
 
 /// Writes a whole file atomically.
 #[derive(Debug, Default)]
-pub struct WriteFile;
+pub(super) struct WriteFile;
 
 impl Tool for WriteFile {
     const NAME: &'static str = "write_file";

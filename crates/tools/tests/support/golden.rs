@@ -11,7 +11,7 @@ fn golden_dir() -> PathBuf {
 
 /// Compares `actual` with the golden file `name`; `TOOLCELL_UPDATE_GOLDEN=1`
 /// rewrites it instead.
-pub fn check_golden(name: &str, actual: &str) {
+pub(crate) fn check_golden(name: &str, actual: &str) {
     let path = golden_dir().join(name);
     if std::env::var_os("TOOLCELL_UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, actual).unwrap();

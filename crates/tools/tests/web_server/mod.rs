@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 /// A request as the server saw it.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     pub method: String,
     /// Path and query, as sent (`/search?q=a+b&format=json`).
     pub target: String,
@@ -23,12 +23,12 @@ pub struct Request {
 }
 
 impl Request {
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         self.target.split('?').next().unwrap_or("")
     }
 
     /// The decoded query parameter `name`.
-    pub fn query(&self, name: &str) -> Option<String> {
+    pub(crate) fn query(&self, name: &str) -> Option<String> {
         let q = self.target.split_once('?')?.1;
         q.split('&').find_map(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
@@ -36,7 +36,7 @@ impl Request {
         })
     }
 
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
         self.headers
             .iter()
@@ -71,7 +71,7 @@ fn percent_decode(s: &str) -> String {
 
 /// What the server answers.
 #[derive(Debug, Clone)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -82,7 +82,7 @@ pub struct Reply {
 }
 
 impl Reply {
-    pub fn new(status: u16, content_type: &str, body: impl Into<Vec<u8>>) -> Self {
+    pub(crate) fn new(status: u16, content_type: &str, body: impl Into<Vec<u8>>) -> Self {
         Self {
             status,
             headers: vec![("Content-Type".into(), content_type.into())],
@@ -92,31 +92,31 @@ impl Reply {
         }
     }
 
-    pub fn html(body: &str) -> Self {
+    pub(crate) fn html(body: &str) -> Self {
         Self::new(200, "text/html; charset=utf-8", body)
     }
 
-    pub fn status(status: u16) -> Self {
+    pub(crate) fn status(status: u16) -> Self {
         Self::new(status, "text/plain", format!("status {status}"))
     }
 
-    pub fn redirect(to: &str) -> Self {
+    pub(crate) fn redirect(to: &str) -> Self {
         let mut r = Self::new(302, "text/plain", "moved");
         r.headers.push(("Location".into(), to.into()));
         r
     }
 
-    pub fn delayed(mut self, d: Duration) -> Self {
+    pub(crate) fn delayed(mut self, d: Duration) -> Self {
         self.delay = d;
         self
     }
 
-    pub fn without_length(mut self) -> Self {
+    pub(crate) fn without_length(mut self) -> Self {
         self.no_length = true;
         self
     }
 
-    pub fn without_content_type(mut self) -> Self {
+    pub(crate) fn without_content_type(mut self) -> Self {
         self.headers
             .retain(|(k, _)| !k.eq_ignore_ascii_case("content-type"));
         self
@@ -126,7 +126,7 @@ impl Reply {
 type Routes = dyn Fn(&Request) -> Reply + Send + Sync;
 
 /// A running server; stops when dropped.
-pub struct Server {
+pub(crate) struct Server {
     addr: std::net::SocketAddr,
     requests: Arc<Mutex<Vec<Request>>>,
     max_in_flight: Arc<AtomicUsize>,
@@ -135,7 +135,7 @@ pub struct Server {
 
 impl Server {
     /// Starts a server on 127.0.0.1:0 answering with `routes`.
-    pub async fn start(routes: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
+    pub(crate) async fn start(routes: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
@@ -174,17 +174,17 @@ impl Server {
     }
 
     /// `http://127.0.0.1:port{path}`.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
     /// Every request received so far.
-    pub fn requests(&self) -> Vec<Request> {
+    pub(crate) fn requests(&self) -> Vec<Request> {
         self.requests.lock().expect("lock").clone()
     }
 
     /// The most connections that were being answered at once.
-    pub fn max_in_flight(&self) -> usize {
+    pub(crate) fn max_in_flight(&self) -> usize {
         self.max_in_flight.load(Ordering::SeqCst)
     }
 }

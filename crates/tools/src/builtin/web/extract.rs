@@ -39,7 +39,7 @@ fn default_char_limit() -> usize {
 /// Arguments of `web_extract`.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct WebExtractArgs {
+pub(super) struct WebExtractArgs {
     /// The pages to fetch: absolute `http://` or `https://` URLs, at most 20
     /// per call (fetched 4 at a time). Each URL succeeds or fails on its own.
     pub urls: Vec<String>,
@@ -52,14 +52,14 @@ pub struct WebExtractArgs {
 
 /// The result of `web_extract`: one entry per URL, in the order given.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct WebExtractOutput {
+pub(super) struct WebExtractOutput {
     /// One result per URL, in the order of `urls`.
     pub results: Vec<PageResult>,
 }
 
 /// One fetched page.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct PageResult {
+pub(super) struct PageResult {
     /// The URL as given.
     pub url: String,
     /// The page's `<title>`; empty when it has none, is not HTML, or failed.
@@ -93,7 +93,7 @@ impl PageResult {
 /// redactor (`ToolSettings::redactor`) before it is returned, and the full
 /// text saved for a long page is the redacted text.
 #[derive(Debug, Default)]
-pub struct WebExtract;
+pub(super) struct WebExtract;
 
 impl Tool for WebExtract {
     const NAME: &'static str = "web_extract";

@@ -45,7 +45,7 @@ fn default_limit() -> u32 {
 /// Arguments of `web_search`.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct WebSearchArgs {
+pub(super) struct WebSearchArgs {
     /// What to search the web for.
     pub query: String,
     /// The most results to return, from 1 to 20.
@@ -55,21 +55,21 @@ pub struct WebSearchArgs {
 
 /// The result of `web_search`.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct WebSearchOutput {
+pub(super) struct WebSearchOutput {
     /// The results, by kind.
     pub data: SearchData,
 }
 
 /// Search results by kind.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct SearchData {
+pub(super) struct SearchData {
     /// Web results, best first, at most `limit`.
     pub web: Vec<SearchHit>,
 }
 
 /// One web search result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-pub struct SearchHit {
+pub(super) struct SearchHit {
     /// The page's address (fetch it with `web_extract`).
     pub url: String,
     /// The page's title.
@@ -80,7 +80,7 @@ pub struct SearchHit {
 
 /// Searches the web with the configured provider.
 #[derive(Debug, Default)]
-pub struct WebSearch;
+pub(super) struct WebSearch;
 
 impl Tool for WebSearch {
     const NAME: &'static str = "web_search";
