@@ -435,8 +435,19 @@ mod tests {
             started: start_time(root.id()),
             lineage: None,
         };
-        // The subshell that started it exits just after the echo.
+        // The subshell that started it exits just after the echo; `setsid`
+        // may still be exec'ing `sleep` (its environment is unreadable for
+        // that instant): wait until it is `sleep`.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{orphan}/comm"))
+            .map_or(true, |c| c.trim() != "sleep")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the orphan never became sleep"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         while descendants(root.id()).contains(&orphan) {
             assert!(
                 std::time::Instant::now() < deadline,
