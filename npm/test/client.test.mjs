@@ -205,12 +205,23 @@ test("a server that cannot start says why", async () => {
 // A cell that can write into the server's stdout (a root host, or any host before it made itself
 // non-dumpable) can forge lines the client reads: neither a guessed id nor a tool call for a
 // session with no running cell may be taken as the server's.
+// Node gives the server a socket for stdout, which open() through /proc refuses (ENXIO):
+// a root cell takes a copy of the descriptor itself (pidfd_getfd), as an attacker would.
 const FORGE = `
-import json, os
+import ctypes, json, os
 host = os.getppid()
+def host_stdout():
+    try:
+        return os.open(f"/proc/{host}/fd/1", os.O_WRONLY)
+    except OSError:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.syscall(438, os.pidfd_open(host), 1, 0)  # pidfd_getfd
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "pidfd_getfd")
+        return fd
+out = host_stdout()
 def forge(msg):
-    with open(f"/proc/{host}/fd/1", "w") as out:
-        out.write(json.dumps(msg) + "\\n")
+    os.write(out, (json.dumps(msg) + "\\n").encode())
 `;
 
 test("review 01: forged tool calls and results from a cell are refused", { skip: process.getuid() !== 0 && "a non-root cell cannot open the non-dumpable server's fds" }, () =>
