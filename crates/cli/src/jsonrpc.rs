@@ -825,34 +825,11 @@ pub(crate) async fn serve_connection<R, W>(
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (tx, mut rx) = mpsc::channel::<String>(1024);
-    let writer = tokio::spawn(async move {
-        let mut output = output;
-        while let Some(mut line) = rx.recv().await {
-            // One write per line: a client reading lines wakes once.
-            line.push('\n');
-            if output.write_all(line.as_bytes()).await.is_err() || output.flush().await.is_err() {
-                // The client is gone; keep draining so senders never block.
-                while rx.recv().await.is_some() {}
-                return;
-            }
-        }
-    });
-    let reserved = {
-        let mut r = ToolRegistry::empty();
-        for t in service
-            .registry
-            .tools()
-            .select(&service.config.tools.enabled)
-            .unwrap_or_default()
-        {
-            let _ = r.add(t);
-        }
-        r
-    };
+    let (tx, rx) = mpsc::channel::<String>(1024);
+    let writer = tokio::spawn(write_lines(output, rx));
     let link = Link::new(
         tx.clone(),
-        reserved,
+        reserved_tools(&service),
         service.config.mcp_server_names(),
         service.registry.redactor().clone(),
     );
@@ -867,45 +844,8 @@ pub(crate) async fn serve_connection<R, W>(
     let mut tasks = JoinSet::new();
     let mut tails: HashMap<String, oneshot::Receiver<()>> = HashMap::new();
     while let Some(line) = reader.next_line().await {
-        let text = match line {
-            Line::Text(text) => text,
-            Line::TooLong => {
-                let _ = tx
-                    .send(error(
-                        &Value::Null,
-                        code::INVALID_REQUEST,
-                        format!("request line longer than {MAX_LINE} bytes"),
-                    ))
-                    .await;
-                continue;
-            }
-            Line::NotUtf8 => {
-                let _ = tx
-                    .send(error(
-                        &Value::Null,
-                        code::PARSE,
-                        "parse error: the line is not valid UTF-8",
-                    ))
-                    .await;
-                continue;
-            }
-        };
-        if text.bytes().all(|b| b.is_ascii_whitespace()) {
+        let Some((text, msg)) = parse_line(line, &tx).await else {
             continue;
-        }
-        // The one parse of this line.
-        let msg: Value = match serde_json::from_str(&text) {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = tx
-                    .send(error(
-                        &Value::Null,
-                        code::PARSE,
-                        format!("parse error: {e}"),
-                    ))
-                    .await;
-                continue;
-            }
         };
         match msg {
             Value::Array(items) => {
@@ -929,37 +869,7 @@ pub(crate) async fn serve_connection<R, W>(
                 if entries.is_empty() {
                     continue;
                 }
-                let conn = Arc::clone(&conn);
-                let tx = tx.clone();
-                tasks.spawn(async move {
-                    let mut replies: Vec<Option<String>> = Vec::with_capacity(entries.len());
-                    let mut set = JoinSet::new();
-                    for (i, entry) in entries.into_iter().enumerate() {
-                        match entry {
-                            Entry::Done(r) => replies.push(r),
-                            Entry::Run(job) => {
-                                replies.push(None);
-                                let conn = Arc::clone(&conn);
-                                set.spawn(async move {
-                                    // The entry's release (its session's
-                                    // next request may start) comes with
-                                    // its answer, not the whole batch's.
-                                    let (r, _release) = job.run(&conn).await;
-                                    (i, r)
-                                });
-                            }
-                        }
-                    }
-                    while let Some(joined) = set.join_next().await {
-                        if let Ok((i, r)) = joined {
-                            replies[i] = r;
-                        }
-                    }
-                    let parts: Vec<String> = replies.into_iter().flatten().collect();
-                    if !parts.is_empty() {
-                        let _ = tx.send(format!("[{}]", parts.join(","))).await;
-                    }
-                });
+                tasks.spawn(answer_batch(Arc::clone(&conn), tx.clone(), entries));
             }
             Value::Object(ref o) if link.take_response(o, text.len()) => {}
             other => match conn.admit(other, &mut tails) {
@@ -986,6 +896,114 @@ pub(crate) async fn serve_connection<R, W>(
     }
     // Nobody will answer a `tool/call` any more.
     link.close();
+    finish(conn, tasks, at_eof).await;
+    // The link holds a sender too: the writer ends when every one is gone.
+    drop(link);
+    drop(tx);
+    match at_eof {
+        AtEof::Finish => {
+            let _ = writer.await;
+        }
+        AtEof::Abort { .. } => {
+            // Every answer is queued; a stuck stdout must not keep us alive.
+            let _ = tokio::time::timeout(Duration::from_millis(500), writer).await;
+        }
+    }
+}
+
+/// Writes each queued line to `output`, one write per line (a client
+/// reading lines wakes once); once the client is gone, keeps draining so
+/// senders never block.
+async fn write_lines<W>(mut output: W, mut rx: mpsc::Receiver<String>)
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    while let Some(mut line) = rx.recv().await {
+        line.push('\n');
+        if output.write_all(line.as_bytes()).await.is_err() || output.flush().await.is_err() {
+            while rx.recv().await.is_some() {}
+            return;
+        }
+    }
+}
+
+/// The configured tools, whose names a client's own tools may not take.
+fn reserved_tools(service: &Service) -> ToolRegistry {
+    let mut r = ToolRegistry::empty();
+    for t in service
+        .registry
+        .tools()
+        .select(&service.config.tools.enabled)
+        .unwrap_or_default()
+    {
+        let _ = r.add(t);
+    }
+    r
+}
+
+/// The one parse of a request line: its text and JSON, or `None` after
+/// answering a line that is too long, not UTF-8 or not JSON (a blank line
+/// is skipped without an answer).
+async fn parse_line(line: Line, tx: &mpsc::Sender<String>) -> Option<(String, Value)> {
+    let refusal = match line {
+        Line::Text(text) => {
+            if text.bytes().all(|b| b.is_ascii_whitespace()) {
+                return None;
+            }
+            match serde_json::from_str(&text) {
+                Ok(v) => return Some((text, v)),
+                Err(e) => error(&Value::Null, code::PARSE, format!("parse error: {e}")),
+            }
+        }
+        Line::TooLong => error(
+            &Value::Null,
+            code::INVALID_REQUEST,
+            format!("request line longer than {MAX_LINE} bytes"),
+        ),
+        Line::NotUtf8 => error(
+            &Value::Null,
+            code::PARSE,
+            "parse error: the line is not valid UTF-8",
+        ),
+    };
+    let _ = tx.send(refusal).await;
+    None
+}
+
+/// Runs a batch's entries concurrently and sends their answers as one
+/// array, in the batch's order.
+async fn answer_batch(conn: Arc<Conn>, tx: mpsc::Sender<String>, entries: Vec<Entry>) {
+    let mut replies: Vec<Option<String>> = Vec::with_capacity(entries.len());
+    let mut set = JoinSet::new();
+    for (i, entry) in entries.into_iter().enumerate() {
+        match entry {
+            Entry::Done(r) => replies.push(r),
+            Entry::Run(job) => {
+                replies.push(None);
+                let conn = Arc::clone(&conn);
+                set.spawn(async move {
+                    // The entry's release (its session's next request may
+                    // start) comes with its answer, not the whole batch's.
+                    let (r, _release) = job.run(&conn).await;
+                    (i, r)
+                });
+            }
+        }
+    }
+    while let Some(joined) = set.join_next().await {
+        if let Ok((i, r)) = joined {
+            replies[i] = r;
+        }
+    }
+    let parts: Vec<String> = replies.into_iter().flatten().collect();
+    if !parts.is_empty() {
+        let _ = tx.send(format!("[{}]", parts.join(","))).await;
+    }
+}
+
+/// After EOF: waits for every request (`Finish`), or gives them `grace`
+/// and then kills every kernel (`Abort`).
+async fn finish(conn: Arc<Conn>, mut tasks: JoinSet<()>, at_eof: AtEof) {
     match at_eof {
         AtEof::Finish => while tasks.join_next().await.is_some() {},
         AtEof::Abort { grace } => {
@@ -1004,19 +1022,6 @@ pub(crate) async fn serve_connection<R, W>(
                     tasks.abort_all();
                 }
             }
-        }
-    }
-    drop(conn);
-    // The link holds a sender too: the writer ends when every one is gone.
-    drop(link);
-    drop(tx);
-    match at_eof {
-        AtEof::Finish => {
-            let _ = writer.await;
-        }
-        AtEof::Abort { .. } => {
-            // Every answer is queued; a stuck stdout must not keep us alive.
-            let _ = tokio::time::timeout(Duration::from_millis(500), writer).await;
         }
     }
 }

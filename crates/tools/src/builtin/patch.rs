@@ -718,26 +718,7 @@ pub(crate) fn parse_patch(text: &str) -> Result<Vec<Op>, ToolError> {
         if let Some(rest) = t.strip_prefix("*** Add File:") {
             let path = header_path(rest, n, "*** Add File:")?;
             i += 1;
-            let mut body = Vec::new();
-            while let Some(&(bn, bl)) = lines.get(i) {
-                if bl.starts_with("*** ") {
-                    break;
-                }
-                match bl.strip_prefix('+') {
-                    Some(content) => body.push(content.to_string()),
-                    None => {
-                        return Err(malformed(
-                            bn,
-                            format!(
-                                "every line of `*** Add File: {path}` must start with `+` (a blank \
-                                 line is a lone `+`), found `{}`",
-                                clip(bl)
-                            ),
-                        ));
-                    }
-                }
-                i += 1;
-            }
+            let body = parse_add_body(&lines, &mut i, &path)?;
             ops.push(Op::Add {
                 path,
                 line: n,
@@ -750,103 +731,7 @@ pub(crate) fn parse_patch(text: &str) -> Result<Vec<Op>, ToolError> {
         } else if let Some(rest) = t.strip_prefix("*** Update File:") {
             let path = header_path(rest, n, "*** Update File:")?;
             i += 1;
-            let mut move_to = None;
-            if let Some(&(mn, ml)) = lines.get(i)
-                && let Some(rest) = ml.trim_end().strip_prefix("*** Move to:")
-            {
-                move_to = Some(header_path(rest, mn, "*** Move to:")?);
-                i += 1;
-            }
-            let mut hunks: Vec<Hunk> = Vec::new();
-            let mut cur = Hunk {
-                line: lines.get(i).map_or(n, |x| x.0),
-                ..Hunk::default()
-            };
-            while let Some(&(bn, bl)) = lines.get(i) {
-                if bl.trim_end() == "*** End of File" {
-                    if cur.lines.is_empty() {
-                        return Err(malformed(
-                            bn,
-                            "`*** End of File` must follow the lines of a hunk",
-                        ));
-                    }
-                    cur.eof = true;
-                    hunks.push(std::mem::take(&mut cur));
-                    i += 1;
-                    cur.line = lines.get(i).map_or(bn, |x| x.0);
-                    continue;
-                }
-                if bl.starts_with("*** ") {
-                    break;
-                }
-                if let Some(rest) = bl.strip_prefix("@@") {
-                    if !cur.lines.is_empty() {
-                        hunks.push(std::mem::take(&mut cur));
-                    }
-                    if cur.anchors.is_empty() {
-                        cur.line = bn;
-                    }
-                    if let Some(a) = anchor_text(rest) {
-                        cur.anchors.push(a);
-                    }
-                    i += 1;
-                    continue;
-                }
-                let body = if let Some(s) = bl.strip_prefix(' ') {
-                    HunkLine::Context(s.to_string())
-                } else if let Some(s) = bl.strip_prefix('-') {
-                    HunkLine::Remove(s.to_string())
-                } else if let Some(s) = bl.strip_prefix('+') {
-                    HunkLine::Add(s.to_string())
-                } else if bl.is_empty() {
-                    // An empty line in a hunk is an empty context line.
-                    HunkLine::Context(String::new())
-                } else {
-                    return Err(malformed(
-                        bn,
-                        format!(
-                            "in `*** Update File: {path}` expected a hunk line starting with ` ` \
-                             (context), `-` (remove), `+` (add), an `@@` anchor, `*** End of \
-                             File` or the next `*** ` header; found `{}`",
-                            clip(bl)
-                        ),
-                    ));
-                };
-                if cur.lines.is_empty() && cur.anchors.is_empty() {
-                    cur.line = bn;
-                }
-                cur.lines.push(body);
-                i += 1;
-            }
-            // Trailing blank lines before the next header are separators, not context.
-            while matches!(cur.lines.last(), Some(HunkLine::Context(s)) if s.is_empty()) {
-                cur.lines.pop();
-            }
-            if !cur.is_empty() {
-                if cur.lines.is_empty() {
-                    return Err(malformed(
-                        cur.line,
-                        format!(
-                            "the `@@` anchor in `*** Update File: {path}` has no hunk lines after it"
-                        ),
-                    ));
-                }
-                hunks.push(cur);
-            }
-            if hunks.is_empty() && move_to.is_none() {
-                return Err(malformed(
-                    n,
-                    format!(
-                        "`*** Update File: {path}` has no hunks; expected `@@` or ` `/`-`/`+` lines"
-                    ),
-                ));
-            }
-            ops.push(Op::Update {
-                path,
-                line: n,
-                move_to,
-                hunks,
-            });
+            ops.push(parse_update(&lines, &mut i, n, path)?);
         } else if t.trim().is_empty() {
             i += 1;
         } else {
@@ -873,6 +758,140 @@ pub(crate) fn parse_patch(text: &str) -> Result<Vec<Op>, ToolError> {
         return Err(malformed(1, "the patch has no file operations"));
     }
     Ok(ops)
+}
+
+/// The `+` lines of an `*** Add File:` section, from `lines[*i]` to the
+/// next `*** ` header.
+fn parse_add_body(
+    lines: &[(usize, &str)],
+    i: &mut usize,
+    path: &str,
+) -> Result<Vec<String>, ToolError> {
+    let mut body = Vec::new();
+    while let Some(&(bn, bl)) = lines.get(*i) {
+        if bl.starts_with("*** ") {
+            break;
+        }
+        match bl.strip_prefix('+') {
+            Some(content) => body.push(content.to_string()),
+            None => {
+                return Err(malformed(
+                    bn,
+                    format!(
+                        "every line of `*** Add File: {path}` must start with `+` (a blank \
+                         line is a lone `+`), found `{}`",
+                        clip(bl)
+                    ),
+                ));
+            }
+        }
+        *i += 1;
+    }
+    Ok(body)
+}
+
+/// The `*** Update File:` section at line `n`, from `lines[*i]` (after its
+/// header) to the next `*** ` header: an optional `*** Move to:` and the
+/// hunks.
+fn parse_update(
+    lines: &[(usize, &str)],
+    i: &mut usize,
+    n: usize,
+    path: String,
+) -> Result<Op, ToolError> {
+    let mut move_to = None;
+    if let Some(&(mn, ml)) = lines.get(*i)
+        && let Some(rest) = ml.trim_end().strip_prefix("*** Move to:")
+    {
+        move_to = Some(header_path(rest, mn, "*** Move to:")?);
+        *i += 1;
+    }
+    let mut hunks: Vec<Hunk> = Vec::new();
+    let mut cur = Hunk {
+        line: lines.get(*i).map_or(n, |x| x.0),
+        ..Hunk::default()
+    };
+    while let Some(&(bn, bl)) = lines.get(*i) {
+        if bl.trim_end() == "*** End of File" {
+            if cur.lines.is_empty() {
+                return Err(malformed(
+                    bn,
+                    "`*** End of File` must follow the lines of a hunk",
+                ));
+            }
+            cur.eof = true;
+            hunks.push(std::mem::take(&mut cur));
+            *i += 1;
+            cur.line = lines.get(*i).map_or(bn, |x| x.0);
+            continue;
+        }
+        if bl.starts_with("*** ") {
+            break;
+        }
+        if let Some(rest) = bl.strip_prefix("@@") {
+            if !cur.lines.is_empty() {
+                hunks.push(std::mem::take(&mut cur));
+            }
+            if cur.anchors.is_empty() {
+                cur.line = bn;
+            }
+            if let Some(a) = anchor_text(rest) {
+                cur.anchors.push(a);
+            }
+            *i += 1;
+            continue;
+        }
+        let body = if let Some(s) = bl.strip_prefix(' ') {
+            HunkLine::Context(s.to_string())
+        } else if let Some(s) = bl.strip_prefix('-') {
+            HunkLine::Remove(s.to_string())
+        } else if let Some(s) = bl.strip_prefix('+') {
+            HunkLine::Add(s.to_string())
+        } else if bl.is_empty() {
+            // An empty line in a hunk is an empty context line.
+            HunkLine::Context(String::new())
+        } else {
+            return Err(malformed(
+                bn,
+                format!(
+                    "in `*** Update File: {path}` expected a hunk line starting with ` ` \
+                     (context), `-` (remove), `+` (add), an `@@` anchor, `*** End of \
+                     File` or the next `*** ` header; found `{}`",
+                    clip(bl)
+                ),
+            ));
+        };
+        if cur.lines.is_empty() && cur.anchors.is_empty() {
+            cur.line = bn;
+        }
+        cur.lines.push(body);
+        *i += 1;
+    }
+    // Trailing blank lines before the next header are separators, not context.
+    while matches!(cur.lines.last(), Some(HunkLine::Context(s)) if s.is_empty()) {
+        cur.lines.pop();
+    }
+    if !cur.is_empty() {
+        if cur.lines.is_empty() {
+            return Err(malformed(
+                cur.line,
+                format!("the `@@` anchor in `*** Update File: {path}` has no hunk lines after it"),
+            ));
+        }
+        hunks.push(cur);
+    }
+    if hunks.is_empty() && move_to.is_none() {
+        return Err(malformed(
+            n,
+            format!("`*** Update File: {path}` has no hunks; expected `@@` or ` `/`-`/`+` lines"),
+        ));
+    }
+    Ok(Op::Update {
+        path,
+        line: n,
+        move_to,
+        hunks,
+    })
 }
 
 fn clip(s: &str) -> String {
