@@ -334,13 +334,7 @@ impl Kernel {
         let runner = if inband {
             None
         } else {
-            let stub_name = spec.language.stub_file();
-            write_in(dir_handle, stub_name, stub)
-                .map_err(io_err(format!("writing {stub_name}")))?;
-            Some(
-                write_in(dir_handle, runner_name, runner_source)
-                    .map_err(io_err(format!("writing {runner_name}")))?,
-            )
+            Some(write_runner_files(spec, dir_handle, stub)?)
         };
         let dir = dir.to_path_buf();
         let mut cgroup = match toolcell_sys::cgroup::HostCgroup::get() {
@@ -354,38 +348,8 @@ impl Kernel {
         // itself into this kernel's cgroup (root hosts can). The kernel's
         // pid and lineage are known once it is spawned, before it runs code.
         let family: Arc<std::sync::OnceLock<Family>> = Arc::default();
-        let rpc_config = {
-            let family = Arc::clone(&family);
-            let config =
-                ServerConfig::default().peer_check(toolcell_rpc::PeerCheck::new(move |pid| {
-                    family
-                        .get()
-                        .is_some_and(|f| u32::try_from(pid).is_ok_and(|p| f.admits(p)))
-                }));
-            match &cgroup {
-                Some(cg) => config.peer_cgroup(cg.proc_path()),
-                None => config,
-            }
-        };
-        let server = if inband {
-            // No socket: tool calls come in-band, checked by the same server.
-            Server::unbound(Arc::clone(&spec.dispatch), ServerConfig::default())?
-        } else if spec.rpc_tcp {
-            Server::bind_tcp(Arc::clone(&spec.dispatch), ServerConfig::default())?
-        } else {
-            Server::bind_unix(&dir, Arc::clone(&spec.dispatch), rpc_config)?
-        };
-        let mut env = spec.env.clone();
-        let marker = if inband {
-            // Only the marker every descendant carries (see `Kernel::tree`).
-            let marker = format!("inband:{}", spec.id);
-            env.retain(|(k, _)| k != "TOOLCELL_RPC" && k != "TOOLCELL_RPC_TOKEN");
-            env.push(("TOOLCELL_RPC".into(), marker.clone().into()));
-            marker
-        } else {
-            crate::env::toolcell_vars(&mut env, &dir, server.endpoint(), server.token().expose());
-            server.endpoint().to_string()
-        };
+        let server = tool_server(spec, &dir, inband, cgroup.as_ref(), &family)?;
+        let (env, marker) = kernel_env(spec, &dir, &server, inband);
 
         let (req_r, req_w) = if inband {
             (None, None)
@@ -433,46 +397,7 @@ impl Kernel {
         let child_confinement = confinement
             .as_ref()
             .map(crate::confine::Confinement::for_child);
-        let limits = spec.limits;
-        // SAFETY: only async-signal-safe calls (dup2, fcntl, setsid,
-        // setrlimit, sigaction, prctl, landlock_restrict_self, seccomp) run
-        // between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                limits.apply_in_child()?;
-                if let Some(c) = &child_confinement {
-                    c.restrict()?;
-                }
-                // Move both to high fds first (close-on-exec), so neither
-                // dup2 below can clobber the other; dup2 onto 3 and 4 then
-                // clears close-on-exec on the targets only.
-                let hi = |fd: i32| {
-                    let n = nix::libc::fcntl(fd, nix::libc::F_DUPFD_CLOEXEC, 10);
-                    if n < 0 {
-                        Err(std::io::Error::last_os_error())
-                    } else {
-                        Ok(n)
-                    }
-                };
-                if let Some((r, runner_fd)) = fds {
-                    let (r_hi, runner_hi) = (hi(r)?, hi(runner_fd)?);
-                    let code_hi = match code_fd {
-                        Some(c) => Some(hi(c)?),
-                        None => None,
-                    };
-                    if nix::libc::dup2(r_hi, 3) < 0 || nix::libc::dup2(runner_hi, 4) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    if let Some(c) = code_hi
-                        && nix::libc::dup2(c, 5) < 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                nix::unistd::setsid().map_err(std::io::Error::from)?;
-                Ok(())
-            });
-        }
+        install_child_setup(&mut cmd, spec.limits, child_confinement, fds, code_fd);
         let mut child = tokio::process::Command::from(cmd)
             .kill_on_drop(true)
             .spawn()
@@ -656,4 +581,128 @@ impl Kernel {
         let text = self.spec.redactor.clean(&bytes);
         last_lines(&text, 10)
     }
+}
+
+/// The tool-call server of a local kernel: in-band (no socket) for R and
+/// JavaScript, on 127.0.0.1 with `[rpc] transport = "tcp"`, else a Unix
+/// socket in the kernel's directory that only the kernel's `family` (and,
+/// with cgroups, its cgroup) may use.
+fn tool_server(
+    spec: &KernelSpec,
+    dir: &Path,
+    inband: bool,
+    cgroup: Option<&toolcell_sys::cgroup::KernelCgroup>,
+    family: &Arc<std::sync::OnceLock<Family>>,
+) -> Result<Server, SpawnError> {
+    if inband {
+        // No socket: tool calls come in-band, checked by the same server.
+        return Ok(Server::unbound(
+            Arc::clone(&spec.dispatch),
+            ServerConfig::default(),
+        )?);
+    }
+    if spec.rpc_tcp {
+        return Ok(Server::bind_tcp(
+            Arc::clone(&spec.dispatch),
+            ServerConfig::default(),
+        )?);
+    }
+    let family = Arc::clone(family);
+    let config = ServerConfig::default().peer_check(toolcell_rpc::PeerCheck::new(move |pid| {
+        family
+            .get()
+            .is_some_and(|f| u32::try_from(pid).is_ok_and(|p| f.admits(p)))
+    }));
+    let config = match cgroup {
+        Some(cg) => config.peer_cgroup(cg.proc_path()),
+        None => config,
+    };
+    Ok(Server::bind_unix(dir, Arc::clone(&spec.dispatch), config)?)
+}
+
+/// The kernel's environment and the marker every descendant carries (see
+/// `Kernel::tree`): the socket's endpoint and token for a socket kernel,
+/// only the marker for an in-band one.
+fn kernel_env(
+    spec: &KernelSpec,
+    dir: &Path,
+    server: &Server,
+    inband: bool,
+) -> (Vec<(OsString, OsString)>, String) {
+    let mut env = spec.env.clone();
+    let marker = if inband {
+        let marker = format!("inband:{}", spec.id);
+        env.retain(|(k, _)| k != "TOOLCELL_RPC" && k != "TOOLCELL_RPC_TOKEN");
+        env.push(("TOOLCELL_RPC".into(), marker.clone().into()));
+        marker
+    } else {
+        crate::env::toolcell_vars(&mut env, dir, server.endpoint(), server.token().expose());
+        server.endpoint().to_string()
+    };
+    (env, marker)
+}
+
+/// What the child does between fork and exec: `[limits]`, the Landlock
+/// and seccomp confinement, the request pipe on fd 3, the runner on fd 4
+/// (and its compiled code on fd 5), and a session of its own.
+fn install_child_setup(
+    cmd: &mut std::process::Command,
+    limits: crate::limits::Limits,
+    child_confinement: Option<crate::confine::ChildConfinement>,
+    fds: Option<(i32, i32)>,
+    code_fd: Option<i32>,
+) {
+    // SAFETY: only async-signal-safe calls (dup2, fcntl, setsid,
+    // setrlimit, sigaction, prctl, landlock_restrict_self, seccomp) run
+    // between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            limits.apply_in_child()?;
+            if let Some(c) = &child_confinement {
+                c.restrict()?;
+            }
+            // Move both to high fds first (close-on-exec), so neither
+            // dup2 below can clobber the other; dup2 onto 3 and 4 then
+            // clears close-on-exec on the targets only.
+            let hi = |fd: i32| {
+                let n = nix::libc::fcntl(fd, nix::libc::F_DUPFD_CLOEXEC, 10);
+                if n < 0 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(n)
+                }
+            };
+            if let Some((r, runner_fd)) = fds {
+                let (r_hi, runner_hi) = (hi(r)?, hi(runner_fd)?);
+                let code_hi = match code_fd {
+                    Some(c) => Some(hi(c)?),
+                    None => None,
+                };
+                if nix::libc::dup2(r_hi, 3) < 0 || nix::libc::dup2(runner_hi, 4) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some(c) = code_hi
+                    && nix::libc::dup2(c, 5) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+}
+
+/// Writes a socket kernel's stub module and runner into its directory;
+/// returns the runner, open for the child's fd 4.
+fn write_runner_files(
+    spec: &KernelSpec,
+    dir_handle: &PrivateDir,
+    stub: &str,
+) -> Result<std::fs::File, SpawnError> {
+    let (runner_name, runner_source) = spec.language.runner();
+    let stub_name = spec.language.stub_file();
+    write_in(dir_handle, stub_name, stub).map_err(io_err(format!("writing {stub_name}")))?;
+    write_in(dir_handle, runner_name, runner_source)
+        .map_err(io_err(format!("writing {runner_name}")))
 }
