@@ -188,82 +188,10 @@ impl Kernel {
         let id = id.as_str().to_string();
         let deadline = started + opts.timeout;
         let next_count = self.execution_count + 1;
-        let mut streams = [
-            StreamOut::new(
-                &self.spec.redactor,
-                opts.max_stdout_bytes,
-                opts,
-                &self.spec.id,
-                next_count,
-                StreamKind::Stdout,
-            ),
-            StreamOut::new(
-                &self.spec.redactor,
-                opts.max_stderr_bytes,
-                opts,
-                &self.spec.id,
-                next_count,
-                StreamKind::Stderr,
-            ),
-        ];
-        let mut cell_spec = CellSpec::new(id.clone(), deadline)
-            .budget(opts.max_tool_calls)
-            .enable(self.tool_names.iter().cloned());
-        if let Some((dispatch, names)) = &self.extra {
-            cell_spec = cell_spec
-                .enable(names.iter().cloned())
-                .extra_dispatch(Arc::clone(dispatch));
-        }
-        let handle = match self.server.open_cell(cell_spec) {
-            Ok(h) => Some(h),
-            Err(e) => {
-                tracing::error!(kernel = %self.spec.id, "cannot open the cell's tool authority: {e}");
-                None
-            }
-        };
+        let mut streams = self.open_streams(opts, next_count);
+        let handle = self.open_authority(&id, deadline, opts);
 
-        // Output written since the last cell (or before ready) comes first,
-        // under a one-line marker (docs/protocol.md, "Output between cells").
-        let mut between = [false; 2];
-        let early = std::mem::take(&mut self.early);
-        for (s, b) in early {
-            streams[idx(s)].between(&mut between[idx(s)], &b, opts);
-        }
-        let mut protocol_errors = 0u32;
-        // Output still in the pipes (a thread the last cell left behind)
-        // belongs before this cell: let the readers catch up first. The
-        // common case, empty pipes, costs two ioctls.
-        let settle = Instant::now() + SETTLE_LIMIT;
-        loop {
-            while let Ok(ev) = self.events.try_recv() {
-                match ev {
-                    Ev::Raw(s, b) => streams[idx(s)].between(&mut between[idx(s)], &b, opts),
-                    Ev::Frame(..) => protocol_errors += 1,
-                    Ev::Eof(s) => self.eof[idx(s)] = true,
-                }
-            }
-            if Instant::now() >= settle {
-                break;
-            }
-            if self.pipes_pending() == 0 && self.pumps_busy.load(Ordering::SeqCst) == 0 {
-                // Nothing in the pipes or in a reader's hands; one yield
-                // lets a reader that just returned from read() count itself.
-                tokio::task::yield_now().await;
-                if self.pumps_busy.load(Ordering::SeqCst) == 0 && self.events.is_empty() {
-                    break;
-                }
-                continue;
-            }
-            if let Ok(Some(ev)) =
-                tokio::time::timeout(Duration::from_millis(2), self.events.recv()).await
-            {
-                match ev {
-                    Ev::Raw(s, b) => streams[idx(s)].between(&mut between[idx(s)], &b, opts),
-                    Ev::Frame(..) => protocol_errors += 1,
-                    Ev::Eof(s) => self.eof[idx(s)] = true,
-                }
-            }
-        }
+        let mut protocol_errors = self.settle_between(&mut streams, opts).await;
 
         let mut result: Option<CellResult> = None;
         let mut got_end = false;
@@ -278,36 +206,12 @@ impl Kernel {
         // How many were refused for the kernel's cap on them.
         let mut over_cap = 0usize;
 
-        let line = Request::Execute(Execute {
-            id: id.clone(),
-            code: code.to_string(),
-            stubs: self.pending_stubs.take(),
-        })
-        .to_line();
-        if let Some(secs) = self.spec.limits.cpu_seconds
-            && self.spec.remote.is_none()
-            && !self.dead
-            && let Err(e) = crate::limits::set_cpu_budget(self.pid, secs)
-        {
-            tracing::warn!(kernel = %self.spec.id, "cannot re-arm [limits] cpu_seconds: {e}");
-        }
-        // The request is written while the cell's clock runs: a kernel that
-        // reads nothing (stopped by a cell, a remote that stopped reading)
-        // must not hold the cell, its interrupt or its session's shutdown
-        // past the deadline. The write goes on beside the events, the timer
-        // and the interrupt below; a cell that ends before it is done drops
-        // it, which closes the channel (a torn line is never followed).
+        self.rearm_cpu_budget();
         let not_sent = "it was no longer running when the cell was sent";
-        let mut sending: Option<SendFuture> = match line {
-            Ok(l) if !self.dead && self.eof == [false, false] => {
-                let pipe = Arc::clone(&self.requests);
-                Some(Box::pin(async move { pipe.send_within(&l, None).await }))
-            }
-            _ => {
-                died = Some(not_sent.into());
-                None
-            }
-        };
+        let mut sending = self.send_execute(&id, code);
+        if sending.is_none() {
+            died = Some(not_sent.into());
+        }
 
         while died.is_none() && !(result.is_some() && got_end) {
             let wake = match end_wait {
@@ -325,14 +229,7 @@ impl Kernel {
                     }
                     Some(Ev::Raw(s, b)) => streams[idx(s)].push(&b, opts),
                     Some(Ev::Frame(StreamKind::Stdout, body)) if is_frame_of(&body, "file") => {
-                        match self.take_file(&body, &mut files) {
-                            Ok(()) => {}
-                            Err(FileRefused::OverCap) => over_cap += 1,
-                            Err(FileRefused::Bad(e)) => {
-                                protocol_errors += 1;
-                                tracing::warn!(kernel = %self.spec.id, "dropped a file frame: {e}");
-                            }
-                        }
+                        self.file_frame(&body, &mut files, &mut over_cap, &mut protocol_errors);
                     }
                     Some(Ev::Frame(s, body)) => match (s, Reply::from_body(&body)) {
                         (StreamKind::Stderr, Ok(Reply::End(e))) if e.id == id => got_end = true,
@@ -371,31 +268,8 @@ impl Kernel {
                         // The end frame is late; everything else is in.
                         break;
                     }
-                    match phase {
-                        Phase::Running if opts.on_timeout == OnTimeout::Interrupt => {
-                            self.interrupt();
-                            phase = Phase::Interrupting { by_caller: false };
-                            timer = Instant::now() + opts.interrupt_grace / 2;
-                        }
-                        Phase::Running => {
-                            phase = Phase::Killed { by_caller: false };
-                            break;
-                        }
-                        Phase::Interrupting { by_caller } if !reminded => {
-                            // Halfway through the grace with no answer: say
-                            // it once more (an interrupt that met the cell
-                            // in a moment it could not be delivered), then
-                            // wait out the rest.
-                            reminded = true;
-                            self.interrupt();
-                            phase = Phase::Interrupting { by_caller };
-                            timer = Instant::now() + opts.interrupt_grace / 2;
-                        }
-                        Phase::Interrupting { by_caller } => {
-                            phase = Phase::Killed { by_caller };
-                            break;
-                        }
-                        Phase::Killed { .. } => break,
+                    if self.on_deadline(&mut phase, &mut reminded, &mut timer, opts) {
+                        break;
                     }
                 },
                 () = interrupted(&opts.interrupt, opts.cancel.as_ref()), if phase == Phase::Running => {
@@ -415,33 +289,10 @@ impl Kernel {
             self.kill(opts.kill_grace).await;
         }
         if let Phase::Killed { .. } = phase {
-            self.kill(opts.kill_grace).await;
-            // Collect what is still in the pipes.
-            let _ = tokio::time::timeout(Duration::from_millis(500), async {
-                while let Some(ev) = self.events.recv().await {
-                    match ev {
-                        Ev::Raw(s, b) => streams[idx(s)].push(&b, opts),
-                        Ev::Eof(s) => {
-                            self.eof[idx(s)] = true;
-                            if self.eof == [true, true] {
-                                break;
-                            }
-                        }
-                        Ev::Frame(..) => {}
-                    }
-                }
-            })
-            .await;
+            self.kill_and_drain(&mut streams, opts).await;
         }
         if died.is_some() {
-            self.dead = true;
-            // Make sure nothing of the tree is left: kill first, then reap.
-            // A runner whose pipes a cell closed or covered may still be
-            // running, deaf (waiting for it only delays the result), and
-            // signalling before the reap means the root pid cannot have been
-            // reused by then.
-            self.tree().signal(Signal::SIGKILL);
-            let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+            self.bury().await;
         }
 
         let tools = handle.map(toolcell_rpc::CellHandle::settle);
@@ -453,62 +304,9 @@ impl Kernel {
             .as_ref()
             .map(|r| self.spec.redactor.clean(r.traceback.as_bytes()))
             .unwrap_or_default();
-        if let Some(r) = result.as_mut()
-            && self.spec.remote.is_some()
-        {
-            // The runner names the files it sent; they are in our artifacts
-            // directory now, where `figures.rs` checks them as for a local
-            // kernel. Other paths are left as they are (and dropped there).
-            let artifacts = self.dir.join("artifacts");
-            for d in &mut r.display {
-                if files.iter().any(|(name, _)| *name == d.path) {
-                    d.path = artifacts.join(&d.path).display().to_string();
-                }
-            }
-        }
-        // What the result does not list is of no use to anyone: it goes
-        // now, not with the kernel (a runner could otherwise fill this
-        // host's disk with files nobody asked for).
-        let listed = |name: &str| {
-            result.as_ref().is_some_and(|r| {
-                r.display
-                    .iter()
-                    .any(|d| Path::new(&d.path).file_name() == Some(std::ffi::OsStr::new(name)))
-            })
-        };
-        let (kept, unlisted): (Vec<_>, Vec<_>) =
-            files.into_iter().partition(|(name, _)| listed(name));
-        self.remove_files(&unlisted);
-        self.cell_files = kept;
-        let mut notices = Vec::new();
-        if over_cap > 0 {
-            notices.push(format!(
-                "{over_cap} file(s) the kernel sent back (figures) were refused: the files of this kernel kept on the host would pass [kernels] remote_files_cap ({} bytes). Figures of earlier cells are freed when the session ends or is reset.",
-                self.spec.files_cap
-            ));
-        }
-        if let Some(r) = &result {
-            self.execution_count = r.execution_count;
-            if r.status == toolcell_protocol::RunnerStatus::Exit {
-                // The runner exits after answering (running atexit
-                // handlers); give it a moment, then make sure.
-                let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
-                self.kill(Duration::from_millis(200)).await;
-            }
-        } else {
-            self.execution_count = next_count;
-        }
-        let ending = match (phase, result, died) {
-            (_, _, Some(how)) => Ending::Died { how },
-            (Phase::Killed { by_caller: true }, _, None) => Ending::InterruptedKilled,
-            (Phase::Killed { by_caller: false }, _, None) => Ending::TimedOutKilled,
-            (Phase::Interrupting { by_caller: true }, Some(r), None) => Ending::InterruptedKept(r),
-            (Phase::Interrupting { by_caller: false }, Some(r), None) => Ending::TimedOutKept(r),
-            (Phase::Running, Some(r), None) => Ending::Answered(r),
-            (_, None, None) => Ending::Died {
-                how: "it stopped answering".into(),
-            },
-        };
+        let notices = self.keep_listed_files(result.as_mut(), files, over_cap);
+        self.count_cell(result.as_ref(), next_count).await;
+        let ending = ending_of(phase, result, died);
         CellOutcome {
             ending,
             stdout,
@@ -631,5 +429,296 @@ impl Kernel {
         files.push((f.name, len));
         file.write_all(&bytes).map_err(|e| bad(e.to_string()))?;
         Ok(())
+    }
+}
+
+impl Kernel {
+    /// The stdout and stderr of the cell numbered `next_count`.
+    fn open_streams(&self, opts: &CellOptions, next_count: u64) -> [StreamOut; 2] {
+        [
+            (opts.max_stdout_bytes, StreamKind::Stdout),
+            (opts.max_stderr_bytes, StreamKind::Stderr),
+        ]
+        .map(|(cap, kind)| {
+            StreamOut::new(
+                &self.spec.redactor,
+                cap,
+                opts,
+                &self.spec.id,
+                next_count,
+                kind,
+            )
+        })
+    }
+
+    /// The cell's tool authority on the kernel's rpc server: its id,
+    /// deadline, budget and tools (`None`, logged, if it cannot be opened).
+    fn open_authority(
+        &self,
+        id: &str,
+        deadline: Instant,
+        opts: &CellOptions,
+    ) -> Option<toolcell_rpc::CellHandle> {
+        let mut cell_spec = CellSpec::new(id.to_string(), deadline)
+            .budget(opts.max_tool_calls)
+            .enable(self.tool_names.iter().cloned());
+        if let Some((dispatch, names)) = &self.extra {
+            cell_spec = cell_spec
+                .enable(names.iter().cloned())
+                .extra_dispatch(Arc::clone(dispatch));
+        }
+        match self.server.open_cell(cell_spec) {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::error!(kernel = %self.spec.id, "cannot open the cell's tool authority: {e}");
+                None
+            }
+        }
+    }
+
+    /// Output from before this cell, under its marker; returns the frames
+    /// dropped meanwhile.
+    async fn settle_between(&mut self, streams: &mut [StreamOut; 2], opts: &CellOptions) -> u32 {
+        // Output written since the last cell (or before ready) comes first,
+        // under a one-line marker (docs/protocol.md, "Output between cells").
+        let mut between = [false; 2];
+        let early = std::mem::take(&mut self.early);
+        for (s, b) in early {
+            streams[idx(s)].between(&mut between[idx(s)], &b, opts);
+        }
+        let mut protocol_errors = 0u32;
+        // Output still in the pipes (a thread the last cell left behind)
+        // belongs before this cell: let the readers catch up first. The
+        // common case, empty pipes, costs two ioctls.
+        let settle = Instant::now() + SETTLE_LIMIT;
+        loop {
+            while let Ok(ev) = self.events.try_recv() {
+                match ev {
+                    Ev::Raw(s, b) => streams[idx(s)].between(&mut between[idx(s)], &b, opts),
+                    Ev::Frame(..) => protocol_errors += 1,
+                    Ev::Eof(s) => self.eof[idx(s)] = true,
+                }
+            }
+            if Instant::now() >= settle {
+                break;
+            }
+            if self.pipes_pending() == 0 && self.pumps_busy.load(Ordering::SeqCst) == 0 {
+                // Nothing in the pipes or in a reader's hands; one yield
+                // lets a reader that just returned from read() count itself.
+                tokio::task::yield_now().await;
+                if self.pumps_busy.load(Ordering::SeqCst) == 0 && self.events.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            if let Ok(Some(ev)) =
+                tokio::time::timeout(Duration::from_millis(2), self.events.recv()).await
+            {
+                match ev {
+                    Ev::Raw(s, b) => streams[idx(s)].between(&mut between[idx(s)], &b, opts),
+                    Ev::Frame(..) => protocol_errors += 1,
+                    Ev::Eof(s) => self.eof[idx(s)] = true,
+                }
+            }
+        }
+        protocol_errors
+    }
+
+    /// Starts writing the cell's `execute` request (`None`: the kernel is
+    /// gone). The request is written while the cell's clock runs: a kernel
+    /// that reads nothing (stopped by a cell, a remote that stopped reading)
+    /// must not hold the cell, its interrupt or its session's shutdown past
+    /// the deadline. The write goes on beside the events, the timer and the
+    /// interrupt; a cell that ends before it is done drops it, which closes
+    /// the channel (a torn line is never followed).
+    fn send_execute(&mut self, id: &str, code: &str) -> Option<SendFuture> {
+        let line = Request::Execute(Execute {
+            id: id.to_string(),
+            code: code.to_string(),
+            stubs: self.pending_stubs.take(),
+        })
+        .to_line();
+        match line {
+            Ok(l) if !self.dead && self.eof == [false, false] => {
+                let pipe = Arc::clone(&self.requests);
+                Some(Box::pin(async move { pipe.send_within(&l, None).await }))
+            }
+            _ => None,
+        }
+    }
+
+    /// Re-arms `[limits] cpu_seconds` for this cell (a local kernel's).
+    fn rearm_cpu_budget(&self) {
+        if let Some(secs) = self.spec.limits.cpu_seconds
+            && self.spec.remote.is_none()
+            && !self.dead
+            && let Err(e) = crate::limits::set_cpu_budget(self.pid, secs)
+        {
+            tracing::warn!(kernel = %self.spec.id, "cannot re-arm [limits] cpu_seconds: {e}");
+        }
+    }
+
+    /// A `file` frame of a remote cell: kept, refused over the cap, or
+    /// dropped as malformed.
+    fn file_frame(
+        &mut self,
+        body: &[u8],
+        files: &mut Vec<(String, u64)>,
+        over_cap: &mut usize,
+        protocol_errors: &mut u32,
+    ) {
+        match self.take_file(body, files) {
+            Ok(()) => {}
+            Err(FileRefused::OverCap) => *over_cap += 1,
+            Err(FileRefused::Bad(e)) => {
+                *protocol_errors += 1;
+                tracing::warn!(kernel = %self.spec.id, "dropped a file frame: {e}");
+            }
+        }
+    }
+
+    /// The cell's timer fired: interrupt (and once more halfway through the
+    /// grace), or give up. True when the cell is to be killed.
+    fn on_deadline(
+        &self,
+        phase: &mut Phase,
+        reminded: &mut bool,
+        timer: &mut Instant,
+        opts: &CellOptions,
+    ) -> bool {
+        match *phase {
+            Phase::Running if opts.on_timeout == OnTimeout::Interrupt => {
+                self.interrupt();
+                *phase = Phase::Interrupting { by_caller: false };
+                *timer = Instant::now() + opts.interrupt_grace / 2;
+                false
+            }
+            Phase::Running => {
+                *phase = Phase::Killed { by_caller: false };
+                true
+            }
+            Phase::Interrupting { .. } if !*reminded => {
+                // Halfway through the grace with no answer: say it once
+                // more (an interrupt that met the cell in a moment it could
+                // not be delivered), then wait out the rest.
+                *reminded = true;
+                self.interrupt();
+                *timer = Instant::now() + opts.interrupt_grace / 2;
+                false
+            }
+            Phase::Interrupting { by_caller } => {
+                *phase = Phase::Killed { by_caller };
+                true
+            }
+            Phase::Killed { .. } => true,
+        }
+    }
+
+    /// Kills a cell's kernel and collects what is still in the pipes.
+    async fn kill_and_drain(&mut self, streams: &mut [StreamOut; 2], opts: &CellOptions) {
+        self.kill(opts.kill_grace).await;
+        let _ = tokio::time::timeout(Duration::from_millis(500), async {
+            while let Some(ev) = self.events.recv().await {
+                match ev {
+                    Ev::Raw(s, b) => streams[idx(s)].push(&b, opts),
+                    Ev::Eof(s) => {
+                        self.eof[idx(s)] = true;
+                        if self.eof == [true, true] {
+                            break;
+                        }
+                    }
+                    Ev::Frame(..) => {}
+                }
+            }
+        })
+        .await;
+    }
+
+    /// A kernel that died in a cell: nothing of its tree may be left.
+    async fn bury(&mut self) {
+        self.dead = true;
+        // Kill first, then reap. A runner whose pipes a cell closed or
+        // covered may still be running, deaf (waiting for it only delays
+        // the result), and signalling before the reap means the root pid
+        // cannot have been reused by then.
+        self.tree().signal(Signal::SIGKILL);
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+    }
+
+    /// The files a remote cell sent: those its result lists are moved into
+    /// its paths, the others removed now; returns the notices for files
+    /// refused over the cap.
+    fn keep_listed_files(
+        &mut self,
+        result: Option<&mut CellResult>,
+        files: Vec<(String, u64)>,
+        over_cap: usize,
+    ) -> Vec<String> {
+        let mut result = result;
+        if let Some(r) = result.as_deref_mut()
+            && self.spec.remote.is_some()
+        {
+            // The runner names the files it sent; they are in our artifacts
+            // directory now, where `figures.rs` checks them as for a local
+            // kernel. Other paths are left as they are (and dropped there).
+            let artifacts = self.dir.join("artifacts");
+            for d in &mut r.display {
+                if files.iter().any(|(name, _)| *name == d.path) {
+                    d.path = artifacts.join(&d.path).display().to_string();
+                }
+            }
+        }
+        // What the result does not list is of no use to anyone: it goes
+        // now, not with the kernel (a runner could otherwise fill this
+        // host's disk with files nobody asked for).
+        let listed = |name: &str| {
+            result.as_deref().is_some_and(|r| {
+                r.display
+                    .iter()
+                    .any(|d| Path::new(&d.path).file_name() == Some(std::ffi::OsStr::new(name)))
+            })
+        };
+        let (kept, unlisted): (Vec<_>, Vec<_>) =
+            files.into_iter().partition(|(name, _)| listed(name));
+        self.remove_files(&unlisted);
+        self.cell_files = kept;
+        let mut notices = Vec::new();
+        if over_cap > 0 {
+            notices.push(format!(
+            "{over_cap} file(s) the kernel sent back (figures) were refused: the files of this kernel kept on the host would pass [kernels] remote_files_cap ({} bytes). Figures of earlier cells are freed when the session ends or is reset.",
+            self.spec.files_cap
+        ));
+        }
+        notices
+    }
+
+    /// The execution count after a cell, and a runner that exits after
+    /// answering (running atexit handlers) given a moment, then made sure of.
+    async fn count_cell(&mut self, result: Option<&CellResult>, next_count: u64) {
+        let Some(r) = result else {
+            self.execution_count = next_count;
+            return;
+        };
+        self.execution_count = r.execution_count;
+        if r.status == toolcell_protocol::RunnerStatus::Exit {
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+            self.kill(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// How a cell ended, from its phase, its result and whether its kernel
+/// died.
+fn ending_of(phase: Phase, result: Option<CellResult>, died: Option<String>) -> Ending {
+    match (phase, result, died) {
+        (_, _, Some(how)) => Ending::Died { how },
+        (Phase::Killed { by_caller: true }, _, None) => Ending::InterruptedKilled,
+        (Phase::Killed { by_caller: false }, _, None) => Ending::TimedOutKilled,
+        (Phase::Interrupting { by_caller: true }, Some(r), None) => Ending::InterruptedKept(r),
+        (Phase::Interrupting { by_caller: false }, Some(r), None) => Ending::TimedOutKept(r),
+        (Phase::Running, Some(r), None) => Ending::Answered(r),
+        (_, None, None) => Ending::Died {
+            how: "it stopped answering".into(),
+        },
     }
 }
