@@ -400,7 +400,9 @@ fn check_result_shape(r: &Value) -> Result<(), String> {
         "stderr_spill_path",
     ];
     if let Some(k) = o.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-        return Err(format!("field `{k}` is not in SPEC §6"));
+        return Err(format!(
+            "field `{k}` is not a result field of docs/result.md"
+        ));
     }
     let k = &r["kernel"];
     for (f, ok) in [

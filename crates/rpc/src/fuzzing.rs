@@ -97,15 +97,16 @@ pub fn check_request_bytes(data: &[u8]) {
                         wire::write_ok(&mut out, &Value::Null, ticket.id());
                     }
                     let reply = parse_reply(&out);
-                    let got =
-                        if dispatched {
-                            None
-                        } else {
-                            let code = reply["code"].as_str().unwrap_or_default();
-                            Some(ErrorCode::from_wire(code).unwrap_or_else(|| {
-                                panic!("reply code {code:?} is not a SPEC §7 code")
-                            }))
-                        };
+                    let got = if dispatched {
+                        None
+                    } else {
+                        let code = reply["code"].as_str().unwrap_or_default();
+                        Some(ErrorCode::from_wire(code).unwrap_or_else(|| {
+                            panic!(
+                                "reply code {code:?} is not one of docs/protocol.md's reply codes"
+                            )
+                        }))
+                    };
                     match expected {
                         Expect::Exactly(want) => assert_eq!(got, want, "line {line:?}"),
                         // serde's struct parser rejects duplicate fields that
