@@ -5,12 +5,11 @@
 //! resolves to the result object. Tools of an outside source `NAME` are
 //! the methods of an object `NAME` (`await NAME.tool({...})`).
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use toolcell_tools::DynTool;
-use toolcell_tools::names::{NameClaims, StubError, Unavailable, js_identifier, js_member_name};
+use toolcell_tools::names::{StubError, Unavailable, js_identifier, js_member_name};
 use toolcell_tools::schema;
 
 /// The hand-written part of the module.
@@ -72,39 +71,44 @@ pub fn stub_module(
     tools: &[Arc<dyn DynTool>],
     unavailable: &[Unavailable],
 ) -> Result<String, StubError> {
-    let mut out = String::with_capacity(PRELUDE.len() + tools.len() * 1024);
-    out.push_str(PRELUDE);
-    let mut names = NameClaims::new("JavaScript");
-    let mut claim = |module: &str, ident: String, what: &str| names.claim(module, ident, what);
-    let mut spaces: BTreeMap<&str, Vec<&Arc<dyn DynTool>>> = BTreeMap::new();
-    for t in tools {
-        match t.namespace() {
-            None => {
-                let ident = claim("", js_identifier(t.name()), t.name())?;
-                out.push('\n');
-                out.push_str(&doc_comment(t.as_ref(), ""));
-                let _ = writeln!(
-                    out,
-                    "module.exports.{ident} = async function {ident}(args) {{ return __call({}, args); }};",
-                    js_string(t.name())
-                );
-            }
-            Some(ns) => spaces.entry(ns).or_default().push(t),
-        }
+    crate::skeleton::generate::<Js>(tools, unavailable)
+}
+
+/// JavaScript's parts of the stub module skeleton.
+struct Js;
+
+impl crate::skeleton::Emit for Js {
+    const LANGUAGE: &'static str = "JavaScript";
+    const PRELUDE: &'static str = PRELUDE;
+
+    fn top_name(name: &str) -> String {
+        js_identifier(name)
     }
-    for (ns, members) in &spaces {
-        let ident = claim("", js_identifier(ns), &format!("source {ns}"))?;
+
+    fn member_name(name: &str) -> String {
+        js_member_name(name)
+    }
+
+    fn tool(out: &mut String, tool: &dyn DynTool, ident: &str) -> Result<(), StubError> {
+        out.push('\n');
+        out.push_str(&doc_comment(tool, ""));
+        let _ = writeln!(
+            out,
+            "module.exports.{ident} = async function {ident}(args) {{ return __call({}, args); }};",
+            js_string(tool.name())
+        );
+        Ok(())
+    }
+
+    fn source(
+        out: &mut String,
+        ns: &str,
+        ident: &str,
+        members: &[(&Arc<dyn DynTool>, String)],
+    ) -> Result<(), StubError> {
         let _ = writeln!(out, "\n// Tools of {ns}: await {ident}.tool({{...}})");
         let _ = writeln!(out, "module.exports.{ident} = {{");
-        let mut sorted = members.clone();
-        sorted.sort_by(|a, b| a.name().cmp(b.name()));
-        for t in sorted {
-            let local = t
-                .name()
-                .strip_prefix(ns)
-                .and_then(|r| r.strip_prefix('.'))
-                .unwrap_or(t.name());
-            let local = claim(ns, js_member_name(local), t.name())?;
+        for (t, local) in members {
             out.push_str(&doc_comment(t.as_ref(), "  "));
             let _ = writeln!(
                 out,
@@ -113,22 +117,15 @@ pub fn stub_module(
             );
         }
         out.push_str("};\n");
+        Ok(())
     }
-    for u in unavailable {
-        if spaces.contains_key(u.namespace.as_str()) {
-            continue;
-        }
-        let ident = claim(
-            "",
-            js_identifier(&u.namespace),
-            &format!("source {}", u.namespace),
-        )?;
+
+    fn unavailable(out: &mut String, source: &Unavailable, ident: &str) {
         let _ = writeln!(
             out,
             "\nmodule.exports.{ident} = unavailable({}, {});",
-            js_string(&u.namespace),
-            js_string(&u.message)
+            js_string(&source.namespace),
+            js_string(&source.message)
         );
     }
-    Ok(out)
 }

@@ -7,10 +7,12 @@
 //! tools, their schemas and the naming rules of each language
 //! ([`toolcell_tools::names`]); this crate turns a set of tools into text;
 //! the kernel writes that text into each kernel's directory and the binary
-//! prints the definition (`toolcell schema`). Every generator works on one
-//! skeleton: claim each tool's name in its module ([`NameClaims`]), write
-//! the prelude, one function per top-level tool, one module per source, one
-//! refusing module per source that is down ([`Unavailable`]).
+//! prints the definition (`toolcell schema`). The R and JavaScript
+//! generators share one skeleton: claim each tool's name in its module
+//! ([`NameClaims`]), write the prelude, one function per top-level tool,
+//! one module per source, one refusing module per source that is down
+//! ([`Unavailable`]); Python's claims every name first (its module lists
+//! `__all__` before the functions).
 //!
 //! - [`python`], [`r`], [`js`]: `stub_module` for each language and its
 //!   hand-written prelude (the client of the tool-call protocol,
@@ -40,6 +42,7 @@ mod describe;
 pub mod js;
 pub mod python;
 pub mod r;
+mod skeleton;
 
 pub use describe::{
     DEFAULT_INTERRUPT_GRACE_SECS, DEFAULT_MAX_STDERR_BYTES, DEFAULT_MAX_STDOUT_BYTES,

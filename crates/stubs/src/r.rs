@@ -10,9 +10,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use toolcell_tools::DynTool;
-use toolcell_tools::names::{NameClaims, StubError, Unavailable, r_function_name, r_identifier};
+use toolcell_tools::names::{StubError, Unavailable, r_function_name, r_identifier};
 use toolcell_tools::schema::{self, Param};
-use toolcell_tools::screen::local_name;
 
 /// The hand-written part of the module.
 pub const PRELUDE: &str = include_str!("stub/prelude.R");
@@ -153,55 +152,58 @@ pub fn stub_module(
     tools: &[Arc<dyn DynTool>],
     unavailable: &[Unavailable],
 ) -> Result<String, StubError> {
-    let mut out = String::with_capacity(PRELUDE.len() + tools.len() * 1024);
-    out.push_str(PRELUDE);
-    let mut names = NameClaims::new("R");
-    let mut claim = |module: &str, ident: String, what: &str| names.claim(module, ident, what);
-    let mut spaces: BTreeMap<&str, Vec<&Arc<dyn DynTool>>> = BTreeMap::new();
-    for t in tools {
-        match t.namespace() {
-            None => {
-                let ident = claim("", r_function_name(t.name()), t.name())?;
-                out.push('\n');
-                out.push_str(&function(t.as_ref(), &ident, "")?);
-            }
-            Some(ns) => spaces.entry(ns).or_default().push(t),
-        }
+    crate::skeleton::generate::<R>(tools, unavailable)
+}
+
+/// R's parts of the stub module skeleton.
+struct R;
+
+impl crate::skeleton::Emit for R {
+    const LANGUAGE: &'static str = "R";
+    const PRELUDE: &'static str = PRELUDE;
+
+    fn top_name(name: &str) -> String {
+        r_function_name(name)
     }
-    for (ns, members) in &spaces {
-        let ident = claim("", r_function_name(ns), &format!("source {ns}"))?;
+
+    fn member_name(name: &str) -> String {
+        r_identifier(name)
+    }
+
+    fn tool(out: &mut String, tool: &dyn DynTool, ident: &str) -> Result<(), StubError> {
+        out.push('\n');
+        out.push_str(&function(tool, ident, "")?);
+        Ok(())
+    }
+
+    fn source(
+        out: &mut String,
+        ns: &str,
+        ident: &str,
+        members: &[(&Arc<dyn DynTool>, String)],
+    ) -> Result<(), StubError> {
         let _ = writeln!(out, "\n# Tools of {ns}: {ident}$tool(...)");
         let _ = writeln!(
             out,
             "{ident} <- local({{\n  .ns <- new.env(parent = parent.frame())"
         );
-        let mut sorted = members.clone();
-        sorted.sort_by(|a, b| a.name().cmp(b.name()));
-        for t in sorted {
-            let local = claim(ns, r_identifier(local_name(t.as_ref(), ns)), t.name())?;
-            let body = function(t.as_ref(), &format!(".ns${local}"), "  ")?;
-            out.push_str(&body);
+        for (t, local) in members {
+            out.push_str(&function(t.as_ref(), &format!(".ns${local}"), "  ")?);
         }
         out.push_str("  .ns\n})\n");
+        Ok(())
     }
-    for u in unavailable {
-        if spaces.contains_key(u.namespace.as_str()) {
-            continue;
-        }
-        let ident = claim(
-            "",
-            r_function_name(&u.namespace),
-            &format!("source {}", u.namespace),
-        )?;
+
+    fn unavailable(out: &mut String, source: &Unavailable, ident: &str) {
         let _ = writeln!(
             out,
             "\n{ident} <- .toolcell_unavailable({}, {})",
-            r_string(&u.namespace),
-            r_string(&u.message)
+            r_string(&source.namespace),
+            r_string(&source.message)
         );
     }
-    Ok(out)
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
