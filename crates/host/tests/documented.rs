@@ -1,0 +1,71 @@
+//! Result fields whose documented meaning had no test of its own:
+//! `duration_seconds` counts the wait behind earlier cells of the session
+//! and the kernel's start (docs/result.md, "duration_seconds"), and `usage`
+//! is there when the kernel answered, absent when no code ran
+//! (docs/result.md, "usage").
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Fixture, show};
+use toolcell_host::ExecuteRequest;
+use toolcell_kernel::Status;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_seconds_counts_the_kernels_start_and_the_wait_behind_earlier_cells() {
+    let f = Fixture::new();
+    // The first cell of a session starts its kernel: the result's duration
+    // is the caller's whole wait, not the cell's own run.
+    let t0 = Instant::now();
+    let first = f.reg.execute(ExecuteRequest::new("1").owner("q")).await;
+    let wall = t0.elapsed().as_secs_f64();
+    assert_eq!(first.status, Status::Success, "{}", show(&first));
+    assert!(
+        first.duration_seconds >= wall * 0.8 - 0.01,
+        "duration {} s for a call that took {wall:.3} s",
+        first.duration_seconds
+    );
+    // A cell sent while a 1.5 s cell of its session runs waits its turn,
+    // and its duration says so.
+    let slow = f
+        .reg
+        .execute(ExecuteRequest::new("import time; time.sleep(1.5)").owner("q"));
+    let queued = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        f.reg.execute(ExecuteRequest::new("2").owner("q")).await
+    };
+    let (s, q) = tokio::join!(slow, queued);
+    assert_eq!(s.status, Status::Success, "{}", show(&s));
+    assert_eq!(q.output, "2\n", "{}", show(&q));
+    assert!(
+        q.duration_seconds >= 0.9,
+        "a cell that waited ~1.2 s behind another reports {} s",
+        q.duration_seconds
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_is_there_when_the_kernel_answered_and_absent_when_no_code_ran() {
+    let f = Fixture::with(|o| o.deny = vec![regex::Regex::new("forbidden").unwrap()]);
+    let ran = f.reg.execute(ExecuteRequest::new("x = 1").owner("u")).await;
+    assert_eq!(ran.status, Status::Success, "{}", show(&ran));
+    assert!(ran.usage.is_some(), "{}", show(&ran));
+    let failed = f.reg.execute(ExecuteRequest::new("1/0").owner("u")).await;
+    assert_eq!(failed.status, Status::Error, "{}", show(&failed));
+    assert!(
+        failed.usage.is_some(),
+        "an error the kernel answered has usage"
+    );
+    // Refused by `[guard] deny` before any code ran: no usage, and the
+    // field is left out of the JSON (not null).
+    let refused = f
+        .reg
+        .execute(ExecuteRequest::new("forbidden = 1").owner("u"))
+        .await;
+    assert_ne!(refused.status, Status::Success, "{}", show(&refused));
+    assert!(refused.usage.is_none(), "{}", show(&refused));
+    let json = serde_json::to_value(&refused).unwrap();
+    assert!(json.get("usage").is_none(), "{json}");
+}
