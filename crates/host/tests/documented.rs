@@ -69,3 +69,42 @@ async fn usage_is_there_when_the_kernel_answered_and_absent_when_no_code_ran() {
     let json = serde_json::to_value(&refused).unwrap();
     assert!(json.get("usage").is_none(), "{json}");
 }
+
+/// `[execution] interrupt_grace`: the interrupt is sent again once, halfway
+/// through the grace (docs/configuration.md). A cell that swallows the
+/// first SIGINT stops at the second, and its kernel and state live on;
+/// without the second, it would be killed at the end of the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_interrupt_is_sent_again_halfway_through_the_grace_and_the_state_survives() {
+    let f = Fixture::with(|o| o.interrupt_grace = Duration::from_secs(4));
+    let set = f
+        .reg
+        .execute(ExecuteRequest::new("kept = 41").owner("g"))
+        .await;
+    assert_eq!(set.status, Status::Success, "{}", show(&set));
+    let code = "import signal, time\nseen = []\ndef once(signum, frame):\n    \
+                seen.append(signum)\n    if len(seen) >= 2:\n        raise KeyboardInterrupt\n\
+                signal.signal(signal.SIGINT, once)\nwhile True:\n    time.sleep(0.02)\n";
+    let t0 = Instant::now();
+    let r = f
+        .reg
+        .execute(
+            ExecuteRequest::new(code)
+                .owner("g")
+                .timeout(Duration::from_secs(1)),
+        )
+        .await;
+    let took = t0.elapsed();
+    assert_eq!(r.status, Status::Timeout, "{}", show(&r));
+    // The first interrupt at 1 s, the second at 1 s + 2 s, the kill at 5 s.
+    assert!(
+        took >= Duration::from_millis(2500) && took < Duration::from_millis(4700),
+        "the cell ended after {took:?}"
+    );
+    let next = f
+        .reg
+        .execute(ExecuteRequest::new("print(kept + 1, len(seen))").owner("g"))
+        .await;
+    assert_eq!(next.output, "42 2\n", "{}", show(&next));
+    assert!(!next.kernel.state_reset, "{}", show(&next));
+}
