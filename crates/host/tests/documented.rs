@@ -108,3 +108,46 @@ async fn the_interrupt_is_sent_again_halfway_through_the_grace_and_the_state_sur
     assert_eq!(next.output, "42 2\n", "{}", show(&next));
     assert!(!next.kernel.state_reset, "{}", show(&next));
 }
+
+/// `[mcp_servers.NAME] cwd` (docs/mcp-servers.md): the server runs in that
+/// directory; a relative one is taken from the configuration file's
+/// directory.
+#[cfg(feature = "mcp")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_server_runs_in_its_configured_cwd_relative_to_the_config_file() {
+    use std::path::PathBuf;
+    let deps = std::env::var_os("TOOLCELL_TEST_DEPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/toolcell-ci/deps")
+        });
+    let python = deps.join("venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: install the MCP test servers with `scripts/test-deps.sh`",
+        python.display()
+    );
+    let server =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tools/tests/mcp/fast_server.py");
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = tmp.path().join("conf");
+    std::fs::create_dir_all(conf.join("srv")).unwrap();
+    let file = conf.join("toolcell.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[mcp_servers.fast]\ncommand = [{:?}, {:?}]\ncwd = \"srv\"\nstartup_timeout = 30\n",
+            python.display().to_string(),
+            server.display().to_string()
+        ),
+    )
+    .unwrap();
+    let config = toolcell_host::config::Config::from_file(&file).unwrap();
+    let hub = toolcell_tools::mcp::McpHub::new(config.mcp_specs()).unwrap();
+    let tools = hub.tools().await;
+    assert!(tools.failed.is_empty(), "{:?}", tools.failed);
+    let pid = hub.server_pid("fast").expect("the server runs");
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
+    assert_eq!(cwd, std::fs::canonicalize(conf.join("srv")).unwrap());
+    hub.shutdown().await;
+}
