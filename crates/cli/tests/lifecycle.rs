@@ -1240,3 +1240,45 @@ fn review_s2_an_allocation_is_stopped_before_its_kernel_is_killed() {
     s.close_stdin();
     assert!(s.wait(LIMIT).success());
 }
+
+/// `[remotes.NAME] stop_timeout` (docs/configuration.md): a `stop` that
+/// hangs is given up after that long, so a host's exit does not wait for it
+/// (here 1 s, not the 30 s the stop would take), and it is not left running.
+#[test]
+fn stop_timeout_bounds_a_hung_stop_at_the_hosts_exit() {
+    let (env, _alloc) = env_with("", "stop_timeout = 1");
+    let text = std::fs::read_to_string(env.path().join("toolcell.toml")).unwrap();
+    let stop = text
+        .lines()
+        .find(|l| l.starts_with("stop = "))
+        .unwrap()
+        .to_string();
+    let mark = format!("tc-hung-stop-{}", std::process::id());
+    env.write(
+        "toolcell.toml",
+        &text.replace(
+            &stop,
+            &format!("stop = [\"sh\", \"-c\", \"sleep 30; : {mark}\", \"{{id}}\"]"),
+        ),
+    );
+    let t0 = Instant::now();
+    let out = env.run(&["exec", "--remote", "fake", "--json", "print(6 * 7)"]);
+    let took = t0.elapsed();
+    out.expect_code(0);
+    assert_eq!(out.json()["output"], "42\n", "{}", out.stdout);
+    assert!(
+        took < Duration::from_secs(15),
+        "exec waited {took:?} for a stop bounded at 1 s"
+    );
+    let hung = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .any(|c| String::from_utf8_lossy(&c).contains(&mark))
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || !hung()),
+        "the hung stop is still running"
+    );
+}
