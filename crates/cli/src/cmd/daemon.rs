@@ -171,7 +171,7 @@ pub(crate) fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode>
                         // And its process has exited: "stopped" means gone.
                         if let Some(pid) = pid {
                             for _ in 0..250 {
-                                if !process_lives(pid) {
+                                if !u32::try_from(pid).is_ok_and(toolcell_sys::procfs::alive) {
                                     break;
                                 }
                                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -391,17 +391,6 @@ fn run_daemon(cfg: toolcell_host::config::Config, p: &Paths) -> anyhow::Result<E
         drop(lock);
         Ok(ExitCode::SUCCESS)
     })
-}
-
-/// Whether `pid` is a live process (a zombie is not: it has exited).
-fn process_lives(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name in parentheses.
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
-        Err(_) => false,
-    }
 }
 
 /// A JSON-RPC client over the daemon socket.
