@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The long soak: `toolcell serve` driven by 16 concurrent clients with a
-# chaos thread SIGKILLing kernels (crates/cli/tests/soak.rs).
+# chaos thread SIGKILLing kernels (crates/cli/tests/it/soak.rs).
 #
 #   scripts/soak.sh [SECONDS]
 #
@@ -20,4 +20,4 @@ case "$secs" in
         ;;
 esac
 
-TOOLCELL_SOAK_SECS="$secs" exec cargo test --release -p toolcell-cli --test soak -- --nocapture
+TOOLCELL_SOAK_SECS="$secs" exec cargo test --release -p toolcell-cli --test it soak:: -- --nocapture

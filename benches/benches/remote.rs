@@ -86,7 +86,7 @@ impl Drop for Sshd {
 
 fn sshd() -> Option<Sshd> {
     if !Path::new("/usr/sbin/sshd").exists() {
-        eprintln!("no /usr/sbin/sshd: ssh benches skipped (scripts/test-deps.sh)");
+        toolcell_benches::missing("no /usr/sbin/sshd for the ssh benches (scripts/test-deps.sh)");
         return None;
     }
     let dir = tempfile::tempdir().unwrap();

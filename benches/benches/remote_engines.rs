@@ -90,7 +90,7 @@ fn unavailable(engine: &str) -> Option<String> {
 
 fn bench_engine(c: &mut Criterion, name: &str, remote: Remote) {
     if let Some(why) = unavailable(name) {
-        eprintln!("remote_engines: {name} skipped: {why}");
+        toolcell_benches::missing(&format!("remote_engines: {name}: {why}"));
         return;
     }
     let rt = toolcell_benches::runtime();

@@ -113,7 +113,7 @@ fn main() {
                 eprintln!("\n!!! scale/serve NOT RUN: {msg}\n");
                 failed = true;
             }
-            Err(msg) => eprintln!("\n!!! scale/serve SKIPPED: {msg}\n"),
+            Err(msg) => toolcell_benches::missing(&format!("scale/serve: {msg}")),
         }
     }
     println!("load average at the end: {}", load_average());

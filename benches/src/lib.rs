@@ -73,3 +73,20 @@ pub fn toolcell_binary() -> std::path::PathBuf {
     }
     bin
 }
+
+/// Called where a bench cannot measure its subject on this machine; `what`
+/// says what is missing and how to get it. Under `TOOLCELL_REQUIRE=1`
+/// (`scripts/test-all.sh` sets it, and runs every bench once as a test)
+/// that is a failure; elsewhere the bench says so on stderr and goes on
+/// without that part.
+///
+/// # Panics
+/// Under `TOOLCELL_REQUIRE=1`.
+#[allow(clippy::print_stderr)]
+pub fn missing(what: &str) {
+    assert!(
+        std::env::var_os("TOOLCELL_REQUIRE").is_none_or(|v| v != "1"),
+        "TOOLCELL_REQUIRE=1, and this bench cannot measure its subject here: {what}"
+    );
+    eprintln!("SKIPPED: {what}");
+}

@@ -24,7 +24,7 @@
 //! which the registry runs on the blocking pool.
 //!
 //! [`diff`] and [`FilesChanged::from_changes`] are pure and unit-tested;
-//! the rest is exercised through the binary (`crates/cli/tests/files_changed.rs`).
+//! the rest is exercised through the binary (`crates/cli/tests/it/files_changed.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;

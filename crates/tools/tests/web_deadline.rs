@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "it/web_server/mod.rs"]
 mod web_server;
 
 use std::sync::Arc;

@@ -50,7 +50,7 @@
 //! Add a field to its section in `config/sections.rs` with its type,
 //! default, rule (`config/rules.rs`) and a doc comment whose text is what
 //! users read in `docs/configuration.md`; then regenerate that file with
-//! `UPDATE_DOCS=1 cargo test -p toolcell-host --test config_docs`.
+//! `UPDATE_DOCS=1 cargo test -p toolcell-host --test it config_docs::`.
 
 use std::collections::HashMap;
 use std::ffi::OsString;

@@ -8,7 +8,7 @@ const INTRO: &str = "\
 # Configuration reference
 
 <!-- Generated from crates/host/src/config/sections.rs; do not edit by hand.
-     Regenerate: UPDATE_DOCS=1 cargo test -p toolcell-host --test config_docs -->
+     Regenerate: UPDATE_DOCS=1 cargo test -p toolcell-host --test it config_docs:: -->
 
 toolcell reads one TOML file: the one given with `--config FILE`, else
 `./toolcell.toml` in the working directory, else

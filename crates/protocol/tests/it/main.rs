@@ -1,0 +1,13 @@
+//! The integration tests of `toolcell-protocol`, one module per subject, linked
+//! into one test binary (a binary per file cost most of CI's build time).
+//! Run one module with `cargo test -p toolcell-protocol --test it <module>::`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+
+mod corpus;
+mod decoder;
