@@ -47,7 +47,14 @@ async fn a_conversion_past_the_deadline_stops_its_thread() {
         .call(json!({ "urls": [server.url("/table")] }), cx)
         .await
         .unwrap();
-    assert!(started.elapsed() < deadline, "{:?}", started.elapsed());
+    // Cut at the deadline, with room for a loaded machine (the margin kept
+    // before it is `deadline_margin_leaves_time_to_answer` in
+    // src/builtin/web); the parse would take minutes.
+    assert!(
+        started.elapsed() < deadline + Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
     let e = out["results"][0]["error"].as_str().unwrap_or_default();
     assert!(e.contains("timed out"), "{out}");
     // The thread gives up within one piece of the parse.

@@ -290,6 +290,7 @@ fn racing_execs_end_with_one_daemon() {
     );
     let st = env.daemon_status();
     assert_eq!(st["sessions"].as_array().unwrap().len(), 3, "{st}");
+    // Passage of time is the subject: no second daemon appears later.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(env.daemon_pids().len(), 1);
 }
@@ -330,7 +331,8 @@ fn a_busy_daemon_does_not_exit_when_idle_exit_passes() {
     ]);
     out.expect_code(0);
     assert_eq!(out.stdout, "done\n");
-    // The kernel is alive (idle_timeout is long): the daemon stays.
+    // The kernel is alive (idle_timeout is long): the daemon stays. The
+    // passage of time is the subject: idle_exit (1 s) passes meanwhile.
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(env.daemon_pids().len(), 1);
     let out = env.run(&["exec", "--session", "a", "print(time.time() > 0)"]);

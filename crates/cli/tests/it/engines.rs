@@ -183,6 +183,8 @@ fn lifecycle(
     assert!(exists(&a2));
     common::signal(s.pid(), nix::sys::signal::Signal::SIGKILL);
     let _ = s.wait(LIMIT);
+    // Passage of time is the subject: the allocation stays (nothing is left
+    // to stop it) until the next host sweeps it.
     std::thread::sleep(Duration::from_secs(1));
     assert!(exists(&a2), "nothing stops it when the host is killed");
     env.run(&["exec", "--remote", "", "print(1)"])

@@ -167,6 +167,8 @@ fn a_confined_kernel_cannot_drive_a_daemon_socket() {
         !out.stdout.contains("\"result\""),
         "the daemon answered a confined kernel: {out:?}"
     );
+    // Passage of time is the subject: a daemon that wrongly took the
+    // request would have run its code by now.
     std::thread::sleep(Duration::from_millis(500));
     assert!(!mark.exists(), "a confined kernel made the daemon run code");
 }
@@ -415,6 +417,8 @@ fn review_02_a_process_that_left_its_kernels_cgroup_cannot_drive_a_daemon() {
         !out.stdout.contains("\"result\""),
         "the daemon answered a process a kernel started: {out:?}"
     );
+    // Passage of time is the subject: a daemon that wrongly took the
+    // request would have run its code by now.
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         !mark.exists(),

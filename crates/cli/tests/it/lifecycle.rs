@@ -697,6 +697,11 @@ fn only_records_of_this_machine_and_this_remote_are_swept() {
         "{:?}",
         allocations(&alloc)
     );
+    common::wait_until("the swept host's record is removed", || {
+        !records(&env).contains(&"tc0000000001.fake".to_string())
+    });
+    // Give a sweep that wrongly took the other two time to act, then check
+    // it did not: the passage of time is the subject.
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         alloc.join(&elsewhere).exists(),
@@ -907,7 +912,7 @@ fn the_kubernetes_recipe_runs_its_lifecycle() {
     assert!(records(&env).is_empty(), "{:?}", records(&env));
 }
 
-/// A `start` that waits for its engine (here 3 s) does not hold the
+/// A `start` that waits for its engine (here 5 s) does not hold the
 /// client: a cancel or an interrupt answers at once, and the allocation the
 /// abandoned start makes is stopped when it lands.
 #[test]
@@ -915,41 +920,53 @@ fn cancel_and_interrupt_do_not_wait_for_a_slow_start() {
     let env = Env::new();
     let alloc = env.path().join("alloc");
     std::fs::create_dir(&alloc).unwrap();
-    let remote = fake_remote(&alloc, "").replacen(
-        "start = [\"sh\", \"-c\", \"",
-        "start = [\"sh\", \"-c\", \"sleep 3; ",
-        1,
-    );
-    assert!(remote.contains("sleep 3; "), "{remote}");
+    // Each start marks when it begins (`starting.SESSION`) and when its
+    // allocation exists (`landed.SESSION`), outside `alloc`.
+    let marks = env.path().display().to_string();
+    let remote = fake_remote(&alloc, "")
+        .replacen(
+            "start = [\"sh\", \"-c\", \"",
+            &format!("start = [\"sh\", \"-c\", \"touch {marks}/starting.{{session}}; sleep 5; "),
+            1,
+        )
+        .replacen(
+            "echo made $id >&2",
+            &format!("echo made $id >&2 && touch {marks}/landed.{{session}}"),
+            1,
+        );
+    assert!(remote.contains("sleep 5; "), "{remote}");
+    assert!(remote.contains("landed."), "{remote}");
+    let mark = |name: &str| env.path().join(name);
     let config = FAST_CONFIG.replace("max_kernels = 8\n", "max_kernels = 8\nwarm_pool = 0\n");
     env.write("toolcell.toml", &format!("{config}\n{remote}"));
     let mut s = Serve::start(&env, &[]);
 
-    let t0 = Instant::now();
     s.request(
         1,
         "execute",
         json!({"session": "c", "remote": "fake", "code": "open('ran-c', 'w')"}),
     );
-    std::thread::sleep(Duration::from_millis(300));
+    common::wait_until("session c's start has begun", || {
+        mark("starting.c").exists()
+    });
+    let t0 = Instant::now();
     s.send_raw(
         &json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 1}}).to_string(),
     );
     let r = s.until_id(&json!(1), LIMIT).0;
     assert_eq!(r["error"]["code"], -32800, "{r}");
-    assert!(
-        t0.elapsed() < Duration::from_millis(2500),
-        "{:?}",
-        t0.elapsed()
-    );
+    // At once, not when the start lands (~5 s after the cancel).
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
 
-    let t1 = Instant::now();
     s.request(
         2,
         "execute",
         json!({"session": "i", "remote": "fake", "code": "open('ran-i', 'w')"}),
     );
-    std::thread::sleep(Duration::from_millis(300));
+    common::wait_until("session i's start has begun", || {
+        mark("starting.i").exists()
+    });
+    let t1 = Instant::now();
     let r = s.call(3, "interrupt", json!({"session": "i"}));
     assert_eq!(r["result"]["interrupted"], 1, "{r}");
     let r = s.until_id(&json!(2), LIMIT).0;
@@ -961,14 +978,13 @@ fn cancel_and_interrupt_do_not_wait_for_a_slow_start() {
             .contains("none of its code ran"),
         "{r}"
     );
-    assert!(
-        t1.elapsed() < Duration::from_millis(2500),
-        "{:?}",
-        t1.elapsed()
-    );
+    // At once, not when the start lands (~5 s after the interrupt).
+    assert!(t1.elapsed() < Duration::from_secs(3), "{:?}", t1.elapsed());
 
-    // Both starts land after 3 s; what they made is stopped.
-    std::thread::sleep(Duration::from_secs(3));
+    // Both starts land after 5 s; what they made is stopped.
+    common::wait_until("both abandoned starts have made their allocation", || {
+        mark("landed.c").exists() && mark("landed.i").exists()
+    });
     assert!(
         eventually(Duration::from_secs(10), || allocations(&alloc).is_empty()),
         "{:?}",
@@ -1025,9 +1041,10 @@ fn eof_during_a_slow_start_exits_promptly_and_kills_the_start() {
     let t0 = Instant::now();
     s.close_stdin();
     let status = s.wait(LIMIT);
-    // FAST_CONFIG: interrupt_grace 1 s + kill_grace 0.5 s, plus a second.
+    // FAST_CONFIG: interrupt_grace 1 s + kill_grace 0.5 s, plus 3 s for a
+    // loaded machine; waiting for the start would take 30 s.
     assert!(
-        t0.elapsed() < Duration::from_millis(2500),
+        t0.elapsed() < Duration::from_millis(4500),
         "exit took {:?}",
         t0.elapsed()
     );
@@ -1049,10 +1066,12 @@ fn an_abandoned_start_keeps_its_room_until_it_lands() {
     std::fs::create_dir(&alloc).unwrap();
     let lock = env.path().join("lock");
     let overlap = env.path().join("overlap");
+    let begun = env.path().join("begun");
     let remote = fake_remote(&alloc, "").replacen(
         "start = [\"sh\", \"-c\", \"",
         &format!(
-            "start = [\"sh\", \"-c\", \"mkdir {l} || echo overlap >> {o}; sleep 2; rmdir {l}; ",
+            "start = [\"sh\", \"-c\", \"echo {{session}} >> {b}; mkdir {l} || echo overlap >> {o}; sleep 2; rmdir {l}; ",
+            b = begun.display(),
             l = lock.display(),
             o = overlap.display()
         ),
@@ -1068,7 +1087,16 @@ fn an_abandoned_start_keeps_its_room_until_it_lands() {
             "execute",
             json!({"session": session, "remote": "fake", "code": "pass"}),
         );
-        std::thread::sleep(Duration::from_millis(300));
+        if i == 0 {
+            // The first start takes the one room: wait until it runs.
+            common::wait_until("session a's start has begun", || {
+                std::fs::read_to_string(&begun).is_ok_and(|b| b.lines().any(|l| l == "a"))
+            });
+        } else {
+            // Passage of time is the subject: a start wrongly let past the
+            // bound would begin (and overlap) meanwhile.
+            std::thread::sleep(Duration::from_millis(300));
+        }
         s.send_raw(
             &json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id}})
                 .to_string(),

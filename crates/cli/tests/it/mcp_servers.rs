@@ -123,12 +123,14 @@ fn a_slow_server_hits_the_cell_deadline_and_a_killed_one_comes_back() {
     // Killed mid-call: ToolError naming the server; a later call restarts it.
     let r = serve.call(2, "execute", json!({"code": "print(fast.pid())"}));
     let pid: i32 = output(&r["result"]).trim().parse().unwrap();
+    // The server creates `begun` as it takes the call.
+    let begun = env.path().join("slow-begun");
     serve.request(
         3,
         "execute",
-        json!({"code": "try:\n    fast.slow(20)\nexcept ToolError as e:\n    print('died:', 'fast' in str(e))"}),
+        json!({"code": format!("try:\n    fast.slow(20, marker={:?})\nexcept ToolError as e:\n    print('died:', 'fast' in str(e))", begun.display().to_string())}),
     );
-    std::thread::sleep(Duration::from_millis(500));
+    common::wait_until("the server is in the slow call", || begun.exists());
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
@@ -136,6 +138,8 @@ fn a_slow_server_hits_the_cell_deadline_and_a_killed_one_comes_back() {
     .unwrap();
     let (r, _) = serve.until_id(&json!(3), Duration::from_secs(30));
     assert!(output(&r["result"]).contains("died: True"), "{r}");
+    // Passage of time is the subject: a crashed server is started again
+    // only 5 s after its last start.
     std::thread::sleep(Duration::from_secs(5));
     let r = serve.call(4, "execute", json!({"code": "print(fast.pid())"}));
     let again: i32 = output(&r["result"]).trim().parse().unwrap_or(0);

@@ -603,13 +603,14 @@ fn a_line_is_streamed_before_the_cell_writes_more() {
     s.request(
         1,
         "execute",
-        json!({"session": "l", "stream": true, "code": "print('tick', flush=True)\ntime.sleep(3)"}),
+        json!({"session": "l", "stream": true, "code": "print('tick', flush=True)\ntime.sleep(10)"}),
     );
     let first = s.next(LIMIT);
     assert_eq!(first["method"], "cell/output", "{first}");
     assert_eq!(first["params"]["chunk"], "tick\n");
+    // Well before the cell's end (10 s), when a held line would come out.
     assert!(
-        t0.elapsed() < Duration::from_millis(2500),
+        t0.elapsed() < Duration::from_secs(5),
         "the line arrived only after {:?}, with the cell's end",
         t0.elapsed()
     );
@@ -785,15 +786,22 @@ fn eof_interrupts_running_cells_answers_queued_ones_unrun_and_exits_within_the_g
         "execute",
         json!({"session": "b", "code": "open('queued-ran', 'w').write('x')"}),
     );
-    std::thread::sleep(Duration::from_millis(200));
+    // Synchronise on the request being queued rather than sleeping: serve
+    // admits lines in order (a session's queue is its turn), so the answer
+    // to a request sent after it means it waits behind b's running cell.
+    s.request(5, "sessions", json!({}));
+    let (r, before) = s.until_id(&json!(5), LIMIT);
+    assert!(before.is_empty(), "unexpected messages: {before:?}");
+    assert!(r["result"]["sessions"].is_array(), "{r}");
     let t0 = Instant::now();
     s.close_stdin();
     let got = responses(&s, &[json!(2), json!(3), json!(4)], LIMIT);
     let st = s.wait(LIMIT);
     let took = t0.elapsed();
     assert_eq!(st.code(), Some(0));
-    // interrupt_grace + kill_grace + 1 s.
-    assert!(took < Duration::from_millis(2500), "exit took {took:?}");
+    // interrupt_grace + kill_grace (1.5 s) + 3 s for a loaded machine; the
+    // cells would run 100 s if nothing stopped them.
+    assert!(took < Duration::from_millis(4500), "exit took {took:?}");
 
     let b = &by_id(&got, &json!(2))["result"];
     assert_eq!(b["status"], "interrupted", "{b}");
@@ -935,9 +943,11 @@ fn cancel_request_answers_a_queued_execute_with_32800_and_it_never_runs() {
 
 #[test]
 fn cancel_while_the_kernel_starts_answers_32800_and_the_cell_never_runs() {
-    // Every kernel of this environment takes 2 s to start: a user
-    // `usercustomize` (HOME is the environment's) sleeps at interpreter
-    // start-up. No warm pool: the first cell of a session starts its kernel.
+    // Every kernel of this environment takes 4 s to start: a user
+    // `usercustomize` (HOME is the environment's) marks that the start has
+    // begun, then sleeps, at interpreter start-up. (Interpreter probes run
+    // with `-I -S`, without it.) No warm pool: the first cell of a session
+    // starts its kernel.
     let env = Env::with_config(
         &common::FAST_CONFIG.replace("max_kernels = 8\n", "max_kernels = 8\nwarm_pool = 0\n"),
     );
@@ -949,9 +959,13 @@ fn cancel_while_the_kernel_starts_answers_32800_and_the_cell_never_runs() {
     let site = std::path::PathBuf::from(String::from_utf8(site.stdout).unwrap().trim());
     assert!(site.starts_with(env.path()), "{}", site.display());
     std::fs::create_dir_all(&site).unwrap();
+    let starting = env.path().join("kernel-starting");
     std::fs::write(
         site.join("usercustomize.py"),
-        "import time\ntime.sleep(2)\n",
+        format!(
+            "import time\nopen({:?}, 'w').close()\ntime.sleep(4)\n",
+            starting.display().to_string()
+        ),
     )
     .unwrap();
 
@@ -962,15 +976,18 @@ fn cancel_while_the_kernel_starts_answers_32800_and_the_cell_never_runs() {
         "execute",
         json!({"session": "new", "code": "open('started-ran', 'w').write('x')"}),
     );
-    std::thread::sleep(Duration::from_millis(500));
+    common::wait_until("the session's kernel has begun its start", || {
+        starting.exists()
+    });
+    let cancelled_at = t0.elapsed();
     cancel(&mut s, 1);
     let r = s.until_id(&json!(1), LIMIT).0;
     assert_eq!(r["error"]["code"], -32800, "{r}");
-    // Answered at once, not when the 2 s start is over.
+    // Answered after the cancel and at once, not when the 4 s start is over.
     let answered = t0.elapsed();
     assert!(
-        answered >= Duration::from_millis(500) && answered < Duration::from_millis(1900),
-        "{answered:?}"
+        answered >= cancelled_at && answered - cancelled_at < Duration::from_millis(2500),
+        "answered at {answered:?}, cancelled at {cancelled_at:?}"
     );
     // The session's next cell gets a fresh kernel (the one being started
     // was abandoned); the cancelled cell never ran anywhere.
@@ -1178,6 +1195,7 @@ fn serve_keeps_one_warm_kernel_unless_the_config_says_otherwise() {
     let mut s = Serve::start(&env, &[]);
     let r = s.call(1, "sessions", json!({}));
     assert_eq!(r["result"]["sessions"], json!([]));
+    // Passage of time is the subject: no warm kernel starts meanwhile.
     std::thread::sleep(Duration::from_millis(500));
     assert!(env.python_pids().is_empty(), "{:?}", env.python_pids());
     s.close_stdin();

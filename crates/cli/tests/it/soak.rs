@@ -959,6 +959,7 @@ fn sampler(shared: &Shared, serve_pid: i32, t0: Instant) -> Vec<Sample> {
                 kernels: python_children(serve_pid).len(),
             });
         }
+        // The sampling period (throttling, not synchronisation).
         std::thread::sleep(Duration::from_millis(500));
     }
     samples

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, assert_success, live_channel, show, wait_live};
+use crate::common::{Fixture, assert_success, live_channel, show, wait_live, wait_until};
 use tokio_util::sync::CancellationToken;
 use toolcell_host::ExecuteRequest;
 use toolcell_kernel::Status;
@@ -44,7 +44,7 @@ async fn a_queued_request_cancelled_returns_at_once_and_never_runs() {
         tokio::spawn(async move {
             f.reg
                 .execute(
-                    ExecuteRequest::new("print('go', flush=True)\ntime.sleep(1.5)\nprint('done')")
+                    ExecuteRequest::new("print('go', flush=True)\ntime.sleep(4)\nprint('done')")
                         .live(sink),
                 )
                 .await
@@ -59,15 +59,17 @@ async fn a_queued_request_cancelled_returns_at_once_and_never_runs() {
         let token = token.clone();
         tokio::spawn(async move { f.reg.execute(ExecuteRequest::new(code).cancel(token)).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_until(
+        "the second request waits behind the running cell (busy 2)",
+        || busy(&f) == 2,
+    )
+    .await;
     let t0 = Instant::now();
     token.cancel();
     let q = queued.await.unwrap();
-    assert!(
-        t0.elapsed() < Duration::from_millis(500),
-        "{:?}",
-        t0.elapsed()
-    );
+    // At once: well before the running cell's remaining ~4 s, which is what
+    // waiting for that cell would take.
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     assert_eq!(q.status, Status::Interrupted, "{}", show(&q));
     assert!(q.not_started(), "{}", show(&q));
     let r = running.await.unwrap();
@@ -103,7 +105,11 @@ async fn cancelling_a_running_cell_interrupts_that_cell_only() {
         let f = Arc::clone(&f);
         tokio::spawn(async move { f.reg.execute(ExecuteRequest::new("print(kept)")).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_until(
+        "the second request waits behind the running cell (busy 2)",
+        || busy(&f) == 2,
+    )
+    .await;
     token.cancel();
     let r = tokio::time::timeout(Duration::from_secs(10), running)
         .await
@@ -124,4 +130,9 @@ async fn cancelling_a_running_cell_interrupts_that_cell_only() {
     late.cancel();
     assert_success(&r);
     assert_eq!(f.ok("print(3)").await, "3\n");
+}
+
+/// Cells running or waiting in the fixture's sessions.
+fn busy(f: &Fixture) -> usize {
+    f.reg.sessions().iter().map(|s| s.busy).sum()
 }

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, show};
+use crate::common::{self, Fixture, show};
 use toolcell_host::ExecuteRequest;
 use toolcell_kernel::Status;
 
@@ -25,13 +25,18 @@ async fn duration_seconds_counts_the_kernels_start_and_the_wait_behind_earlier_c
         "duration {} s for a call that took {wall:.3} s",
         first.duration_seconds
     );
-    // A cell sent while a 1.5 s cell of its session runs waits its turn,
+    // A cell sent while a 2 s cell of its session runs waits its turn,
     // and its duration says so.
-    let slow = f
-        .reg
-        .execute(ExecuteRequest::new("import time; time.sleep(1.5)").owner("q"));
+    let started = f.tmp.path().join("slow-started");
+    let slow = f.reg.execute(
+        ExecuteRequest::new(format!(
+            "{}import time; time.sleep(2)",
+            common::py_mark(&started, "1")
+        ))
+        .owner("q"),
+    );
     let queued = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        common::wait_file(&started, common::SYNC_LIMIT).await;
         f.reg.execute(ExecuteRequest::new("2").owner("q")).await
     };
     let (s, q) = tokio::join!(slow, queued);
@@ -39,7 +44,7 @@ async fn duration_seconds_counts_the_kernels_start_and_the_wait_behind_earlier_c
     assert_eq!(q.output, "2\n", "{}", show(&q));
     assert!(
         q.duration_seconds >= 0.9,
-        "a cell that waited ~1.2 s behind another reports {} s",
+        "a cell that waited ~2 s behind another reports {} s",
         q.duration_seconds
     );
 }
@@ -74,7 +79,9 @@ async fn usage_is_there_when_the_kernel_answered_and_absent_when_no_code_ran() {
 /// without the second, it would be killed at the end of the grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_interrupt_is_sent_again_halfway_through_the_grace_and_the_state_survives() {
-    let f = Fixture::with(|o| o.interrupt_grace = Duration::from_secs(4));
+    // A grace long enough that the second interrupt (at 1 s + 3 s) and the
+    // kill (at 1 s + 6 s) are far apart on a loaded machine.
+    let f = Fixture::with(|o| o.interrupt_grace = Duration::from_secs(6));
     let set = f
         .reg
         .execute(ExecuteRequest::new("kept = 41").owner("g"))
@@ -94,9 +101,10 @@ async fn the_interrupt_is_sent_again_halfway_through_the_grace_and_the_state_sur
         .await;
     let took = t0.elapsed();
     assert_eq!(r.status, Status::Timeout, "{}", show(&r));
-    // The first interrupt at 1 s, the second at 1 s + 2 s, the kill at 5 s.
+    // The first interrupt at 1 s, the second at 1 s + 3 s, the kill at 7 s:
+    // the upper bound stays below the kill, or it would prove nothing.
     assert!(
-        took >= Duration::from_millis(2500) && took < Duration::from_millis(4700),
+        took >= Duration::from_millis(3500) && took < Duration::from_millis(6500),
         "the cell ended after {took:?}"
     );
     let next = f

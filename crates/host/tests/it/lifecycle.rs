@@ -394,6 +394,8 @@ async fn sigint_between_cells_is_ignored() {
         )
         .unwrap();
     }
+    // Passage of time is the subject: give the signals time to act (they
+    // must do nothing) before checking the kernel is still there.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(alive(pid as u32));
     let n = f.run("print(x)").await;

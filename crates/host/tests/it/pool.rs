@@ -261,6 +261,8 @@ async fn pooled_kernels_count_against_max_kernels_and_the_pool_yields_to_session
     // Session b takes the pooled kernel; there is no room to refill.
     let b = f.run_as("b", "x = 'b'").await;
     assert_success(&b);
+    // Passage of time is the subject: a refill that wrongly started would
+    // be ready by now.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(
         f.reg.pool_ready(),
@@ -300,6 +302,7 @@ async fn pooled_kernels_count_against_max_kernels_and_the_pool_yields_to_session
         .await;
     assert_success(&d);
     assert_ne!(d.kernel.id, a.kernel.id);
+    // Passage of time is the subject: the pool must not refill meanwhile.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(f.reg.pool_ready(), 0);
     assert_eq!((count(), f.reg.live_kernels()), (2, 2));
@@ -342,6 +345,7 @@ async fn a_pool_spawn_in_flight_gives_its_room_to_a_session() {
         .await;
     assert_success(&r);
     assert_eq!(r.output, "mine\n");
+    // Passage of time is the subject: no pooled kernel may appear meanwhile.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(f.reg.pool_ready(), 0);
     assert_eq!(runner_pids(&root).len(), 1);
@@ -364,6 +368,7 @@ async fn shutdown_all_kills_pooled_kernels_and_the_pool_stays_closed() {
         "pooled kernels survived shutdown_all: {pids:?}"
     );
     assert!(kernel_ids(&f).is_empty(), "{:?}", kernel_ids(&f));
+    // Passage of time is the subject: the closed pool must stay empty.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         f.reg.pool_ready(),

@@ -486,7 +486,9 @@ async fn a_spill_file_a_live_session_reported_stays_until_the_session_ends() {
         eventually(Duration::from_secs(10), || !stray.exists()).await,
         "the pruner never ran"
     );
-    // ...but the one the session's result reported stays.
+    // ...but the one the session's result reported stays, through several
+    // more rounds of the pruner (every 50 ms): the passage of time is the
+    // subject here.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(path.exists(), "a live session's spill file was pruned");
     // The agent can still page it from the session.

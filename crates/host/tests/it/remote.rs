@@ -531,17 +531,17 @@ async fn a_dropped_connection_loses_the_state_and_the_next_cell_reconnects() {
     assert_success(&r);
     let remote_pid = tagged_pid(&r.output, "pid");
     let ssh_pid = f.reg.sessions()[0].pid;
+    let started = f.tmp.path().join("started");
     let cell = tokio::spawn({
         let f = std::sync::Arc::clone(&f);
-        async move {
-            f.reg
-                .execute(req(
-                    "import time\nprint('started', flush=True)\ntime.sleep(30)",
-                ))
-                .await
-        }
+        let code = format!(
+            "{}import time\nprint('started', flush=True)\ntime.sleep(30)",
+            common::py_mark(&started, "1")
+        );
+        async move { f.reg.execute(req(&code)).await }
     });
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The cell runs on the remote (the same machine, through sshd).
+    common::wait_file(&started, common::SYNC_LIMIT).await;
     // The connection drops: the local ssh client dies.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(ssh_pid as i32),

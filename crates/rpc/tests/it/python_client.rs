@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{PyDriver, deadline, runtime};
+use crate::common::{PyDriver, deadline, runtime, wait_until};
 use serde_json::json;
 use toolcell_rpc::testing::EchoDispatch;
 use toolcell_rpc::{CellSpec, Server, ServerConfig};
@@ -165,8 +165,11 @@ fn a_connection_lost_after_sending_is_an_unknown_outcome_and_never_replayed() {
     // (with the new server's verdict on its now-stale token) instead of
     // failing with an unknown outcome.
     // (The old server's connections close on its runtime right after the
-    // drop; give that a moment, as a real client would only call later.)
-    std::thread::sleep(Duration::from_millis(200));
+    // drop; wait until the client can see that, as a real client would
+    // only call later.)
+    wait_until("the client sees the old server's connection closed", || {
+        py.cmd(json!({"op": "cached_usable"}))["usable"] == false
+    });
     let (server2, d2) = unix_server(&dir);
     let _cell = server2
         .open_cell(CellSpec::new("c2", deadline(60)).enable(["echo"]))

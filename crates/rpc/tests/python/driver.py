@@ -118,6 +118,11 @@ def bench(n):
             "p99_ns": lat[min(len(lat) - 1, (len(lat) * 99) // 100)]}
 
 
+def cached_usable():
+    """Whether this (the main) thread's cached connection would be reused."""
+    return {"usable": rpc._usable(getattr(rpc._local, "conn", None))}
+
+
 def main():
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -136,6 +141,8 @@ def main():
             out = fork_call()
         elif op == "interrupt_then_call":
             out = interrupt_then_call(cmd["ms"])
+        elif op == "cached_usable":
+            out = cached_usable()
         elif op == "bench":
             out = bench(cmd["n"])
         else:

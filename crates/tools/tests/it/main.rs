@@ -11,6 +11,8 @@
 
 #[path = "support/golden.rs"]
 mod golden;
+#[path = "support/wait.rs"]
+mod wait;
 mod web_server;
 
 mod extra_tool;

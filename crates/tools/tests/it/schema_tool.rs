@@ -1090,7 +1090,9 @@ fn review_08_an_exponential_schema_renders_within_a_work_budget() {
         "str"
     );
     let took = started.elapsed();
-    assert!(took < Duration::from_secs(2), "rendering took {took:?}");
+    // Room for a debug build on a loaded machine; without the work budget
+    // the 4^12 expansions take far longer.
+    assert!(took < Duration::from_secs(6), "rendering took {took:?}");
 }
 
 #[test]

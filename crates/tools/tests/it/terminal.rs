@@ -117,9 +117,11 @@ async fn a_timeout_kills_the_tree_including_setsid_children_and_keeps_partial_ou
         .map(|p| p.parse().unwrap())
         .collect();
     assert_eq!(pids.len(), 2);
-    tokio::time::sleep(Duration::from_millis(200)).await;
     for p in pids {
-        assert!(!pid_alive(p), "process {p} survived the timeout");
+        assert!(
+            crate::wait::eventually(Duration::from_secs(5), || !pid_alive(p)).await,
+            "process {p} survived the timeout"
+        );
     }
 }
 
@@ -156,8 +158,10 @@ async fn background_jobs_left_behind_are_killed_when_the_shell_exits() {
         .trim()
         .parse()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!pid_alive(pid), "background job {pid} survived");
+    assert!(
+        crate::wait::eventually(Duration::from_secs(5), || !pid_alive(pid)).await,
+        "background job {pid} survived"
+    );
 }
 
 #[tokio::test]

@@ -5,7 +5,8 @@ since mcp 2), for toolcell's MCP client tests.
     python fast_server.py --http PORT      # streamable HTTP on 127.0.0.1:PORT/mcp
     python fast_server.py --garbage        # prints a non-JSON line on stdout first
 
-Tools: echo, add (structured output), fail (raises: isError), slow(seconds),
+Tools: echo, add (structured output), fail (raises: isError), slow(seconds, marker)
+(creates the file `marker`, when given, as the call begins: a test waits for it),
 image(seed) (a PNG whose bytes are PNG_MAGIC + seed), big(mib), pid, add_tool(name)
 (registers a tool at run time and sends notifications/tools/list_changed).
 """
@@ -51,8 +52,10 @@ def fail(message: str) -> str:
 
 
 @server.tool(structured_output=False)
-async def slow(seconds: float) -> str:
+async def slow(seconds: float, marker: str = "") -> str:
     """Sleep, then answer."""
+    if marker:
+        open(marker, "w").close()
     await asyncio.sleep(seconds)
     return f"slept {seconds}"
 

@@ -347,6 +347,21 @@ pub(crate) fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> boo
     }
 }
 
+/// How long [`wait_until`] waits for a condition a test synchronises on:
+/// generous, since only a broken condition takes anywhere near it.
+pub(crate) const SYNC_LIMIT: Duration = Duration::from_secs(60);
+
+/// Polls `cond` every 20 ms until it holds (how a test waits for a state
+/// instead of sleeping for a guessed time); panics naming `what` if it does
+/// not within [`SYNC_LIMIT`].
+#[track_caller]
+pub(crate) fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    assert!(
+        eventually(SYNC_LIMIT, cond),
+        "gave up after {SYNC_LIMIT:?} waiting until {what}"
+    );
+}
+
 /// Sends `sig` to `pid`.
 pub(crate) fn signal(pid: i32, sig: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();

@@ -142,6 +142,20 @@ pub(crate) fn eventually_blocking(within: Duration, mut cond: impl FnMut() -> bo
     }
 }
 
+/// How long [`wait_until`] waits for a condition a test synchronises on:
+/// generous, since only a broken condition takes anywhere near it.
+pub(crate) const SYNC_LIMIT: Duration = Duration::from_secs(60);
+
+/// Polls `cond` every 10 ms until it holds (how a test waits for a state
+/// instead of sleeping for a guessed time); panics naming `what` if it does
+/// not within [`SYNC_LIMIT`].
+pub(crate) async fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    assert!(
+        eventually(SYNC_LIMIT, cond).await,
+        "gave up after {SYNC_LIMIT:?} waiting until {what}"
+    );
+}
+
 /// Every pid printed in `text` on a line `<tag>=<pid>`.
 pub(crate) fn tagged_pids(text: &str, tag: &str) -> Vec<u32> {
     let prefix = format!("{tag}=");

@@ -24,6 +24,25 @@ pub(crate) fn deadline(secs: u64) -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(secs)
 }
 
+/// How long [`wait_until`] waits for a condition a test synchronises on:
+/// generous, since only a broken condition takes anywhere near it.
+pub(crate) const SYNC_LIMIT: Duration = Duration::from_secs(60);
+
+/// Polls `cond` every 10 ms until it holds (how a test waits for a state
+/// instead of sleeping for a guessed time); panics naming `what` if it does
+/// not within [`SYNC_LIMIT`].
+#[track_caller]
+pub(crate) fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let limit = std::time::Instant::now() + SYNC_LIMIT;
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < limit,
+            "gave up after {SYNC_LIMIT:?} waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A blocking client on a real Unix socket.
 pub(crate) struct RawClient {
     pub stream: UnixStream,
