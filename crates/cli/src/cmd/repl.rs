@@ -1,4 +1,4 @@
-//! `toolcell repl`: an interactive session (README.md, "A short tour").
+//! `toolcell repl`: an interactive session (docs/tour.md).
 //!
 //! One kernel (owner `--session`, default `repl`) lives as long as the
 //! REPL. Lines are read with rustyline on the main thread; a complete input
@@ -12,11 +12,14 @@
 //! [`Registry::interrupt`]: the cell is interrupted, the REPL keeps going.
 //! SIGTERM and SIGHUP kill the kernel and end the process.
 //!
-//! A rustyline `Editor` takes SIGINT (and SIGWINCH) over from creation until
-//! it is dropped, so one lives only for the reading of one line
-//! ([`LineReader`]); the history moves from one to the next. (Its
-//! signal-hook feature would leave SIGINT alone, but its reader then stalls
-//! on typed-ahead input.)
+//! One rustyline `Editor` lives as long as the REPL ([`LineReader`]), so
+//! what it read past the end of a line — the rest of a paste, lines typed
+//! ahead while a cell ran — is the start of the next line, never dropped
+//! (rustyline's `buffer-redux` feature keeps those bytes between calls).
+//! The editor takes SIGINT (and SIGWINCH) over from its creation; while a
+//! cell runs, SIGINT goes back to tokio's listener ([`LineReader::run`]) and
+//! returns to the editor afterwards. (rustyline's signal-hook feature would
+//! leave SIGINT alone, but its reader then stalls on typed-ahead input.)
 //!
 //! When is an input complete? See [`needs_more`]: decided locally, without
 //! asking the kernel.
@@ -29,6 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
+use nix::sys::signal::SigAction;
 use rustyline::error::ReadlineError;
 use rustyline::history::{DefaultHistory, History};
 use rustyline::{Config, Editor};
@@ -109,12 +113,14 @@ pub(crate) fn run(config: Option<&Path>, args: Args) -> anyhow::Result<ExitCode>
         let _ = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
         anyhow::Ok(registry)
     })?;
+    let sigint = current_sigint();
     let mut repl = Repl {
         rt: &rt,
         registry: Arc::clone(&registry),
         session: args.session,
         color: use_color(),
         history: None,
+        sigint,
     };
     let outcome = repl.run();
     rt.block_on(registry.shutdown_all());
@@ -161,6 +167,8 @@ struct Repl<'a> {
     color: bool,
     /// The history file, once it could be prepared.
     history: Option<PathBuf>,
+    /// tokio's SIGINT action, put back while a cell runs.
+    sigint: Option<SigAction>,
 }
 
 impl Repl<'_> {
@@ -173,8 +181,9 @@ impl Repl<'_> {
             .auto_add_history(false)
             .build();
         let mut ed = LineReader {
-            history: DefaultHistory::with_config(&config),
-            config,
+            editor: Editor::with_history(config.clone(), DefaultHistory::with_config(&config))
+                .context("starting the line editor")?,
+            sigint: self.sigint,
         };
         self.open_history(&mut ed);
         self.say(&format!(
@@ -199,7 +208,7 @@ impl Repl<'_> {
                 // then leave.
                 Err(ReadlineError::Eof) => {
                     if block.iter().any(|l| !l.trim().is_empty()) {
-                        self.run_cell(block.join("\n"));
+                        ed.run(|| self.run_cell(block.join("\n")));
                     }
                     return Ok(());
                 }
@@ -226,7 +235,7 @@ impl Repl<'_> {
             }
             let code = block.join("\n");
             block.clear();
-            self.run_cell(code);
+            ed.run(|| self.run_cell(code));
         }
     }
 
@@ -240,7 +249,7 @@ impl Repl<'_> {
             self.warn(&format!("no history: {}: {e}", path.display()));
             return;
         }
-        if let Err(e) = ed.history.load(&path) {
+        if let Err(e) = ed.editor.history_mut().load(&path) {
             // An empty file is not an error worth a word.
             if std::fs::metadata(&path).is_ok_and(|m| m.len() > 0) {
                 self.warn(&format!("history not loaded from {}: {e}", path.display()));
@@ -252,9 +261,10 @@ impl Repl<'_> {
     /// Adds a line to the history and appends it to the file at once, so
     /// a REPL that is killed keeps what was typed.
     fn remember(&mut self, ed: &mut LineReader, line: &str) {
-        let _ = ed.history.add(line);
+        let history = ed.editor.history_mut();
+        let _ = history.add(line);
         if let Some(path) = &self.history
-            && let Err(e) = ed.history.append(path)
+            && let Err(e) = history.append(path)
         {
             self.warn(&format!(
                 "history not saved to {} ({e}); not trying again",
@@ -425,23 +435,48 @@ impl Repl<'_> {
     }
 }
 
-/// Reads lines with a rustyline editor made for each line, keeping the
-/// history across them (see the module doc for why).
+/// The REPL's one line editor (see the module doc for why one).
 struct LineReader {
-    config: Config,
-    history: DefaultHistory,
+    editor: Editor<(), DefaultHistory>,
+    /// tokio's SIGINT action (`None`: it could not be read).
+    sigint: Option<SigAction>,
 }
 
 impl LineReader {
     fn readline(&mut self, prompt: &str) -> rustyline::Result<String> {
-        let history =
-            std::mem::replace(&mut self.history, DefaultHistory::with_config(&self.config));
-        let mut ed: Editor<(), DefaultHistory> =
-            Editor::with_history(self.config.clone(), history)?;
-        let line = ed.readline(prompt);
-        std::mem::swap(&mut self.history, ed.history_mut());
-        line
+        self.editor.readline(prompt)
     }
+
+    /// Runs `cell` with SIGINT going to tokio's listener (Ctrl-C interrupts
+    /// the cell), then gives it back to the editor.
+    fn run<T>(&mut self, cell: impl FnOnce() -> T) -> T {
+        use nix::sys::signal::{Signal, sigaction};
+        // SAFETY: both actions were installed in this process by tokio and
+        // by rustyline, for handlers that live as long as the process.
+        let editors = self
+            .sigint
+            .and_then(|tokio| unsafe { sigaction(Signal::SIGINT, &tokio) }.ok());
+        let out = cell();
+        if let Some(editors) = editors {
+            // SAFETY: as above.
+            let _ = unsafe { sigaction(Signal::SIGINT, &editors) };
+        }
+        out
+    }
+}
+
+/// The SIGINT action in place now (tokio's, once its listener exists),
+/// read by swapping in "ignore" and putting it straight back.
+fn current_sigint() -> Option<SigAction> {
+    use nix::sys::signal::{SaFlags, SigHandler, SigSet, Signal, sigaction};
+    let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
+    // SAFETY: the action read is put back unchanged at once; for that
+    // instant a SIGINT is ignored, which is what the REPL does with a stray
+    // one between lines anyway.
+    let now = unsafe { sigaction(Signal::SIGINT, &ignore) }.ok()?;
+    // SAFETY: as above.
+    unsafe { sigaction(Signal::SIGINT, &now) }.ok()?;
+    Some(now)
 }
 
 /// Colors on unless stdout is not a terminal or `NO_COLOR` is set (and not

@@ -146,6 +146,33 @@ fn a_for_block_runs_after_a_blank_line() {
 }
 
 #[test]
+fn a_paste_of_several_lines_runs_every_line() {
+    let home = Home::new();
+    let mut p = home.spawn(&[]);
+    // One write, as a terminal delivers a paste (without bracketed paste)
+    // or lines typed ahead: two statements, a block with its blank line,
+    // then a line using all of them.
+    p.send("a = 1\nb = 2\nfor i in range(3):\n    print('item', i * 10)\n\nprint('sum', a + b)\n")
+        .unwrap();
+    p.flush().unwrap();
+    let out = p.exp_string("cell 4").unwrap();
+    assert!(
+        out.contains("item 0\r\nitem 10\r\nitem 20\r\n"),
+        "the pasted block ran: {out:?}"
+    );
+    assert!(out.contains("sum 3\r\n"), "every pasted line ran: {out:?}");
+    p.exp_string(">>> ").unwrap();
+    // Typed ahead while a cell runs: both lines wait for the prompt.
+    p.send("import time; time.sleep(1)\nprint('after', a + b)\n")
+        .unwrap();
+    p.flush().unwrap();
+    let out = p.exp_string("cell 6").unwrap();
+    assert!(out.contains("after 3\r\n"), "{out:?}");
+    p.exp_string(">>> ").unwrap();
+    leave(p);
+}
+
+#[test]
 fn a_function_defined_over_several_lines_can_be_called() {
     let home = Home::new();
     let mut p = home.spawn(&[]);
