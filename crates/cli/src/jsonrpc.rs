@@ -96,6 +96,9 @@ pub(crate) struct Service {
 pub(crate) struct DaemonHooks {
     /// Fires to stop the daemon.
     pub stop: tokio_util::sync::CancellationToken,
+    /// What the daemon was started from (binary, configuration), for
+    /// `ping`: a client started from something else replaces it.
+    pub started_from: Value,
 }
 
 type Out = mpsc::Sender<String>;
@@ -463,6 +466,7 @@ impl Service {
                 "pid": std::process::id(),
                 "version": env!("CARGO_PKG_VERSION"),
                 "sessions": self.registry.sessions().len(),
+                "started_from": self.daemon.as_ref().map(|d| d.started_from.clone()),
             })),
             "shutdown" if self.daemon.is_some() => {
                 let n = self.registry.shutdown_all().await;

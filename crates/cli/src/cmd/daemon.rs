@@ -97,9 +97,14 @@ fn runtime_dir() -> anyhow::Result<PathBuf> {
 
 /// FNV-1a: a stable short name for a configuration path.
 fn fnv(s: &str) -> String {
+    fnv_bytes(s.as_bytes())
+}
+
+/// FNV-1a of bytes, as 16 hex digits.
+fn fnv_bytes(bytes: &[u8]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= u64::from(b);
+    for b in bytes {
+        h ^= u64::from(*b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{h:016x}")
@@ -300,6 +305,7 @@ fn run_daemon(cfg: toolcell_host::config::Config, p: &Paths) -> anyhow::Result<E
     };
     let _ = std::fs::remove_file(&p.socket); // stale: its daemon is gone
     let idle_exit = cfg.idle_exit();
+    let started_from = started_from(cfg.file());
     let rt = host::runtime()?;
     rt.block_on(async move {
         let listener = {
@@ -313,7 +319,10 @@ fn run_daemon(cfg: toolcell_host::config::Config, p: &Paths) -> anyhow::Result<E
         let service = Arc::new(Service {
             registry: Arc::clone(&registry),
             config: cfg,
-            daemon: Some(DaemonHooks { stop: stop.clone() }),
+            daemon: Some(DaemonHooks {
+                stop: stop.clone(),
+                started_from,
+            }),
         });
         let clients = Arc::new(AtomicUsize::new(0));
         let mut last_active = Instant::now();
@@ -452,17 +461,98 @@ impl Client {
     }
 }
 
+/// What a daemon was started from: its executable (device, inode, size and
+/// modification time, so a rebuild or another install differs) and the
+/// contents of its configuration file. `ping` reports it; a client compares
+/// it with its own (see [`ensure_running`]).
+fn started_from(config: Option<&Path>) -> Value {
+    use std::os::unix::fs::MetadataExt;
+    let binary = std::env::current_exe()
+        .and_then(std::fs::metadata)
+        .map_or_else(
+            |_| "unknown".to_string(),
+            |m| {
+                format!(
+                    "{}:{}:{}:{}.{}",
+                    m.dev(),
+                    m.ino(),
+                    m.size(),
+                    m.mtime(),
+                    m.mtime_nsec()
+                )
+            },
+        );
+    let config = config
+        .map(|c| std::fs::read(c).map_or_else(|e| format!("unreadable: {e}"), |b| fnv_bytes(&b)));
+    json!({ "binary": binary, "config": config })
+}
+
+/// How a running daemon's [`started_from`] differs from this process's, in
+/// words; `None` when it does not. A daemon too old to say counts as
+/// another binary.
+fn differs(theirs: &Value, mine: &Value, config: Option<&Path>) -> Option<String> {
+    let binary = theirs["binary"] != mine["binary"];
+    let config = (theirs["config"] != mine["config"]).then(|| {
+        config.map_or_else(
+            || "no configuration file".to_string(),
+            |c| format!("an earlier version of {}", c.display()),
+        )
+    });
+    match (binary, config) {
+        (false, None) => None,
+        (true, None) => {
+            Some("another toolcell binary (it was rebuilt or reinstalled since)".into())
+        }
+        (false, Some(c)) => Some(c),
+        (true, Some(c)) => Some(format!("another toolcell binary and {c}")),
+    }
+}
+
 /// Connects to the daemon, starting it if needed; returns its pid.
 ///
 /// `config` is the configuration file the caller *discovered* (not only a
 /// `--config` flag): the daemon runs in its own directory, where discovery
 /// would not find `./toolcell.toml`, and it must bind the socket named
 /// after that same file.
+///
+/// A daemon started from another binary or another version of that file
+/// (a rebuild, an edit of `toolcell.toml`) is replaced when it holds no
+/// session, with a note on stderr; one that holds sessions is left alone
+/// and the command is refused with what to run, since replacing it would
+/// end those sessions' kernels.
 pub(crate) async fn ensure_running(config: Option<&Path>, p: &Paths) -> anyhow::Result<u64> {
     if let Ok(mut c) = Client::connect(&p.socket).await
         && let Ok(r) = c.call("ping", json!({})).await
     {
-        return Ok(r["result"]["pid"].as_u64().unwrap_or(0));
+        let pid = r["result"]["pid"].as_u64().unwrap_or(0);
+        let Some(what) = differs(&r["result"]["started_from"], &started_from(config), config)
+        else {
+            return Ok(pid);
+        };
+        let sessions = r["result"]["sessions"].as_u64().unwrap_or(0);
+        if sessions > 0 {
+            return Err(host::usage(format!(
+                "the session daemon (pid {pid}) was started from {what}, and {sessions} \
+                 session(s) hold kernels in it; run `toolcell daemon stop` (it ends them), \
+                 then run this command again"
+            )));
+        }
+        let _ = c.call("shutdown", json!({})).await;
+        drop(c);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !lock_is_free(&p.lock) {
+            if Instant::now() > deadline {
+                anyhow::bail!(
+                    "the session daemon (pid {pid}), started from {what}, did not stop within \
+                     10 s; run `toolcell daemon stop`"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "toolcell: restarted the session daemon (pid {pid}), which was started from {what}"
+        );
     }
     let exe = std::env::current_exe().context("finding the toolcell executable")?;
     let log = std::fs::OpenOptions::new()

@@ -747,3 +747,96 @@ fn review_13_a_squatted_runtime_dir_falls_back_and_exec_session_works() {
     out.expect_code(0);
     assert!(out.stdout.contains("1 kernel killed"), "{}", out.stdout);
 }
+
+#[test]
+fn a_daemon_started_before_an_edit_of_the_configuration_is_replaced_when_idle_and_named_when_busy()
+{
+    let env = Env::fast();
+    env.run(&["exec", "--session", "s", "x = 1"]).expect_code(0);
+    let first = env.daemon_status()["pid"].as_i64().unwrap();
+    // Edited while the session holds a kernel: the command is refused with
+    // what to run, and the daemon and its session are left alone.
+    env.write(
+        "toolcell.toml",
+        &format!(
+            "{}\n[tools]\nenabled = [\"read_file\"]\n",
+            common::FAST_CONFIG
+        ),
+    );
+    let busy = env.run(&["exec", "--session", "s", "print(x)"]);
+    busy.expect_code(2);
+    assert!(
+        busy.stderr
+            .contains("was started from an earlier version of")
+            && busy.stderr.contains("toolcell.toml")
+            && busy.stderr.contains("run `toolcell daemon stop`"),
+        "{}",
+        busy.stderr
+    );
+    assert_eq!(env.daemon_status()["pid"].as_i64(), Some(first));
+    env.run(&["daemon", "stop"]).expect_code(0);
+
+    // Idle (no session): replaced at once, with a note, and the new daemon
+    // runs the new configuration.
+    env.run(&["daemon", "start"]).expect_code(0);
+    let idle = env.daemon_status()["pid"].as_i64().unwrap();
+    env.write(
+        "toolcell.toml",
+        &format!(
+            "{}\n[tools]\nenabled = [\"terminal\"]\n",
+            common::FAST_CONFIG
+        ),
+    );
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "s",
+        "print(terminal('echo from the new config')['output'].strip())",
+    ]);
+    out.expect_code(0);
+    assert_eq!(out.stdout, "from the new config\n");
+    assert!(
+        out.stderr.contains(&format!(
+            "restarted the session daemon (pid {idle}), which was started from an earlier version of"
+        )),
+        "{}",
+        out.stderr
+    );
+    let now = env.daemon_status()["pid"].as_i64().unwrap();
+    assert_ne!(now, idle);
+    let idle = i32::try_from(idle).unwrap();
+    assert!(eventually(Duration::from_secs(10), || !alive(idle)));
+    // The same binary and configuration again: no restart, no note.
+    let again = env.run(&["exec", "--session", "s", "print(1)"]);
+    again.expect_code(0);
+    assert!(!again.stderr.contains("restarted"), "{}", again.stderr);
+    assert_eq!(env.daemon_status()["pid"].as_i64(), Some(now));
+}
+
+#[test]
+fn a_daemon_of_another_toolcell_binary_is_replaced_when_idle() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::fast();
+    // An older build: another file with the same code.
+    let old = env.path().join("old-toolcell");
+    std::fs::copy(common::BIN, &old).unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = env.cmd_of(&old).args(["daemon", "start"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let first = env.daemon_status()["pid"].as_i64().unwrap();
+    let exe = |pid: i64| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    assert_eq!(exe(first), std::fs::canonicalize(&old).unwrap());
+
+    let out = env.run(&["exec", "--session", "s", "print(6 * 7)"]);
+    out.expect_code(0);
+    assert_eq!(out.stdout, "42\n");
+    assert!(
+        out.stderr.contains(&format!(
+            "restarted the session daemon (pid {first}), which was started from another toolcell binary"
+        )),
+        "{}",
+        out.stderr
+    );
+    let now = env.daemon_status()["pid"].as_i64().unwrap();
+    assert_eq!(exe(now), std::fs::canonicalize(common::BIN).unwrap());
+}

@@ -137,7 +137,13 @@ impl Env {
 
     /// A command for the binary, isolated in this environment.
     pub(crate) fn cmd(&self) -> Command {
-        let mut c = Command::new(BIN);
+        self.cmd_of(Path::new(BIN))
+    }
+
+    /// A command for `program` (another copy of the binary, or `sh`) with
+    /// this environment's directory, `HOME`, `TMPDIR` and `XDG_*`.
+    pub(crate) fn cmd_of(&self, program: &Path) -> Command {
+        let mut c = Command::new(program);
         let d = self.path();
         c.current_dir(d)
             .env("XDG_RUNTIME_DIR", d.join("run"))
