@@ -118,6 +118,18 @@ fn main() -> ExitCode {
     toolcell_sys::process::kill_adopted(&[]);
     match result {
         Ok(code) => code,
+        // The reader of stdout went away (`toolcell schema | head`): what
+        // it wanted it has; end quietly, as cat and grep do.
+        Err(e)
+            if e.chain().any(|c| {
+                let kind = c.downcast_ref::<std::io::Error>().map(std::io::Error::kind);
+                let json = c.downcast_ref::<serde_json::Error>();
+                kind.or_else(|| json.and_then(serde_json::Error::io_error_kind))
+                    == Some(std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             let usage = e.downcast_ref::<host::UsageError>().is_some();
             eprintln_error(&e);

@@ -675,3 +675,21 @@ fn daemon_status_documents_its_exit_codes() {
     out.expect_code(3);
     assert!(out.stdout.contains("not running"), "{}", out.stdout);
 }
+
+#[test]
+fn a_reader_that_stops_reading_ends_the_command_quietly() {
+    // `toolcell schema | head -1`: the pipe's reader is gone before the
+    // command writes; it ends with 0 and says nothing.
+    let env = Env::fast();
+    let mut child = env
+        .cmd()
+        .args(["schema", "--format", "anthropic"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = common::finish(child, common::COMMAND_LIMIT);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(out.stderr, "", "{out:?}");
+}
