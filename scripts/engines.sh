@@ -39,7 +39,12 @@ trap 'rc=$?; if [[ $rc != 0 ]]; then echo "engines: script error (rc $rc; log: $
 # first_error CMD... : the first error-looking line CMD prints, for a reason.
 first_error() { { "$@" 2>&1 || true; } | grep -m1 -iE 'fatal|error|cannot|denied|failed' | cut -c1-200 || true; }
 
-note() { printf '%s engines: %s\n' "$(date -u +%FT%TZ)" "$*" >>"$log"; }
+# Each step goes to the log and, so a long apt-get or debootstrap is not
+# silence, to stdout.
+note() {
+    printf '%s engines: %s\n' "$(date -u +%FT%TZ)" "$*" >>"$log"
+    printf 'engines: %s\n' "$*"
+}
 
 # One run at a time (two test binaries may call this at once). Every daemon
 # is started with fd 9 closed (9>&-), or it would hold the lock for ever.

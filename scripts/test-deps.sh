@@ -5,8 +5,11 @@
 # where DEPS is $TOOLCELL_TEST_DEPS (default $HOME/.cache/toolcell-ci/deps).
 # Idempotent: installs only what is missing or at another version; quiet unless
 # something fails. Needs node/npm and python3 (with venv) on PATH.
-# Also installs openssh-server and openssh-client (apt-get) when missing, for
-# the remote-kernel tests (crates/host/tests/it/remote.rs).
+# Also installs, with apt-get (as root or through sudo) when missing:
+# openssh-server and openssh-client for the remote-kernel tests
+# (crates/host/tests/it/remote.rs), R with jsonlite and ggplot2 for the R
+# kernel tests, and old Pythons for the interpreter tests (see the end).
+# Prints each step as it starts it.
 set -euo pipefail
 
 NPM_PKGS=(
@@ -18,6 +21,9 @@ PY_PKGS=("mcp==2.3.0")
 DEPS="${TOOLCELL_TEST_DEPS:-$HOME/.cache/toolcell-ci/deps}"
 mkdir -p "$DEPS"
 log="$DEPS/install.log"
+
+# What it is doing, as it starts doing it (apt-get can take minutes).
+say() { echo "test-deps: $*"; }
 
 fail() {
     echo "test-deps: $1 (log: $log)" >&2
@@ -35,6 +41,7 @@ if [[ ! -x /usr/sbin/sshd ]] || ! command -v ssh >/dev/null || ! command -v ssh-
         sudo="sudo"
     fi
     export DEBIAN_FRONTEND=noninteractive
+    say "installing openssh-server and openssh-client (apt-get)"
     $sudo apt-get update -qq >>"$log" 2>&1 || fail "apt-get update failed"
     $sudo apt-get install -y -qq --no-install-recommends openssh-server openssh-client \
         >>"$log" 2>&1 || fail "apt-get install openssh-server openssh-client failed"
@@ -45,6 +52,7 @@ npm_stamp="$DEPS/npm/.toolcell-stamp"
 want_npm="${NPM_PKGS[*]}"
 if [[ ! -f "$npm_stamp" || "$(cat "$npm_stamp")" != "$want_npm" ]]; then
     command -v npm >/dev/null || fail "npm not found on PATH"
+    say "installing ${NPM_PKGS[*]} (npm) into $DEPS/npm"
     mkdir -p "$DEPS/npm"
     npm install --prefix "$DEPS/npm" --no-audit --no-fund --loglevel=error \
         "${NPM_PKGS[@]}" >>"$log" 2>&1 || fail "npm install failed"
@@ -57,6 +65,7 @@ want_py="${PY_PKGS[*]}"
 if [[ ! -x "$DEPS/venv/bin/python" || ! -f "$py_stamp" || "$(cat "$py_stamp")" != "$want_py" ]]; then
     py=python3
     [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null && py=/usr/bin/python3
+    say "installing ${PY_PKGS[*]} (pip) into a venv at $DEPS/venv"
     "$py" -m venv "$DEPS/venv" >>"$log" 2>&1 || fail "python3 -m venv failed"
     "$DEPS/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         "${PY_PKGS[@]}" >>"$log" 2>&1 || fail "pip install failed"
@@ -78,6 +87,7 @@ if ((${#r_missing[@]})); then
     command -v apt-get >/dev/null || fail "R packages missing (${r_missing[*]}) and no apt-get: install them by hand"
     sudo=()
     [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+    say "installing ${r_missing[*]} (apt-get; R is a few hundred MB)"
     {
         "${sudo[@]}" apt-get update -qq &&
             DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${r_missing[@]}"
@@ -107,7 +117,7 @@ if ((${#old_missing[@]})); then
     command -v apt-get >/dev/null || fail "old Pythons missing (${old_missing[*]}) and no apt-get"
     sudo=()
     [[ $(id -u) -ne 0 ]] && sudo=(sudo)
-    echo "test-deps: installing Debian 11's ${old_missing[*]} (a minute or two)"
+    say "installing Debian 11's ${old_missing[*]} (apt-get, a minute or two)"
     src=/etc/apt/sources.list.d/toolcell-test-bullseye.sources
     printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bullseye\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
         | "${sudo[@]}" tee "$src" >/dev/null
@@ -119,3 +129,4 @@ if ((${#old_missing[@]})); then
     "${sudo[@]}" apt-get update -qq >>"$log" 2>&1 || true
     ((ok)) || fail "apt-get install -t bullseye ${old_missing[*]} failed"
 fi
+say "everything the tests drive is installed"
