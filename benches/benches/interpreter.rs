@@ -1,5 +1,5 @@
 //! What resolving the interpreter and building a kernel's environment cost per
-//! spawn (README.md, "Kernels and the warm pool"; SECURITY.md,
+//! spawn (docs/tour.md, "Kernels and the warm pool"; SECURITY.md,
 //! "Host secrets stay out of the kernel's environment"): a cached resolution
 //! (the path every kernel spawn after the first takes), a cold probe through
 //! `python3` on PATH (a pyenv shim on the development machine) and through the

@@ -1,7 +1,7 @@
 //! What owns many toolcell kernels: the [`Registry`] of sessions, the
 //! [`config`] read from `toolcell.toml`, the [`journal`] of every cell, and
 //! the [`lifecycle`] of remote allocations (docs/serve.md, docs/result.md,
-//! README.md "Kernels and the warm pool").
+//! docs/tour.md, "Kernels and the warm pool").
 //!
 //! A [`Registry`] owns kernels — one live process per session key
 //! `(owner, mode, interpreter, cwd, tools)` — and runs cells in them. A cell

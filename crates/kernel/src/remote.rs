@@ -1,5 +1,5 @@
 //! Remote kernels (docs/protocol.md,
-//! "Remote kernels: the same protocol over a command's stdio"; README.md,
+//! "Remote kernels: the same protocol over a command's stdio"; docs/tour.md,
 //! "Kernels on other machines: ssh, Docker, Kubernetes"): the runner's protocol
 //! carried over the stdio of any command that reaches a process elsewhere
 //! (`ssh`, `docker exec -i`, `kubectl exec -i POD --`), with tool calls

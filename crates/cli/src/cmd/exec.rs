@@ -1,4 +1,4 @@
-//! `toolcell exec`: run one cell (README.md, "A short tour").
+//! `toolcell exec`: run one cell (docs/tour.md).
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};

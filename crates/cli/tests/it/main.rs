@@ -15,6 +15,7 @@ mod client_tools;
 mod commands;
 mod compare_script;
 mod daemon;
+mod doc_examples;
 mod engines;
 mod examples;
 mod exec;

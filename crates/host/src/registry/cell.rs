@@ -585,7 +585,7 @@ impl Inner {
     /// ran while the kernel started, `spawn_kernel`). `None`: not watching.
     async fn files_before(&self, kernel: &mut Kernel) -> Option<Box<watch::Watcher>> {
         // A remote kernel's files are on the remote: the local working
-        // directory says nothing about what its cells changed (README.md,
+        // directory says nothing about what its cells changed (docs/tour.md,
         // "Kernels on other machines: ssh, Docker, Kubernetes").
         if !self.opts.watch_files || kernel.remote().is_some() {
             return None;

@@ -1,5 +1,5 @@
 //! The registry: one kernel per session key, bounded, reaped when idle, cells
-//! in FIFO order per kernel, concurrently across kernels (README.md,
+//! in FIFO order per kernel, concurrently across kernels (docs/tour.md,
 //! "Kernels and the warm pool"; docs/serve.md, "Ordering and concurrency").
 //!
 //! A cell goes through: admit → guard → acquire kernel → execute → capture

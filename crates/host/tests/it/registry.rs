@@ -1,4 +1,4 @@
-//! The registry with real kernels (README.md, "Kernels and the warm pool"):
+//! The registry with real kernels (docs/tour.md, "Kernels and the warm pool"):
 //! isolation under concurrency, LRU eviction, idle reaping, the `sessions`
 //! listing, and admission (guard and `[guard] deny`) before any kernel is
 //! touched.

@@ -204,7 +204,7 @@ pub struct KernelSpec {
     /// Confine the kernel with Landlock (`[execution] confine`): writes only
     /// beneath its private directory, `cwd` and the temp dir.
     pub confine: bool,
-    /// Run the kernel on a remote (README.md,
+    /// Run the kernel on a remote (docs/tour.md,
     /// "Kernels on other machines: ssh, Docker, Kubernetes"): its name and how
     /// to reach it. `[limits]` and `confine` apply to local kernels only.
     pub remote: Option<(String, Arc<crate::remote::Remote>)>,

@@ -292,7 +292,7 @@ fn verdict(
 fn died(how: &str, stderr: &str) -> String {
     let tail = last_lines(stderr, 5);
     let mut e = if how.starts_with("the connection to remote") {
-        // A remote kernel (README.md,
+        // A remote kernel (docs/tour.md,
         // "Kernels on other machines: ssh, Docker, Kubernetes"): `how` already
         // says the state is lost.
         format!("{how}; the next cell starts a new remote kernel")
