@@ -104,7 +104,7 @@ impl crate::skeleton::Emit for Js {
         out: &mut String,
         ns: &str,
         ident: &str,
-        members: &[(&Arc<dyn DynTool>, String)],
+        members: &[crate::skeleton::Named<'_>],
     ) -> Result<(), StubError> {
         let _ = writeln!(out, "\n// Tools of {ns}: await {ident}.tool({{...}})");
         let _ = writeln!(out, "module.exports.{ident} = {{");

@@ -7,12 +7,12 @@
 //! tools, their schemas and the naming rules of each language
 //! ([`toolcell_tools::names`]); this crate turns a set of tools into text;
 //! the kernel writes that text into each kernel's directory and the binary
-//! prints the definition (`toolcell schema`). The R and JavaScript
-//! generators share one skeleton: claim each tool's name in its module
-//! ([`NameClaims`]), write the prelude, one function per top-level tool,
-//! one module per source, one refusing module per source that is down
-//! ([`Unavailable`]); Python's claims every name first (its module lists
-//! `__all__` before the functions).
+//! prints the definition (`toolcell schema`). The Python, R and JavaScript
+//! generators share one skeleton: claim every name the module defines
+//! ([`NameClaims`]: one function per top-level tool, one module per source,
+//! one refusing module per source that is down, [`Unavailable`]), then write
+//! the prelude and each part in the language's own way (Python lists
+//! `__all__` first and defines the source modules before the functions).
 //!
 //! - [`python`], [`r`], [`js`]: `stub_module` for each language and its
 //!   hand-written prelude (the client of the tool-call protocol,

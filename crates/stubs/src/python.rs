@@ -6,16 +6,15 @@
 //! function per enabled tool, whose signature, type hints, defaults and
 //! docstring come from the tool's JSON Schema and doc.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use toolcell_tools::DynTool;
-use toolcell_tools::names::{
-    HELPERS, Lang, NameClaims, StubError, Unavailable, python_function_name,
-};
+use toolcell_tools::names::{HELPERS, Lang, StubError, Unavailable, python_function_name};
 use toolcell_tools::schema::{self, Param};
-use toolcell_tools::screen::{check_params_in, local_name};
+use toolcell_tools::screen::check_params_in;
+
+use crate::skeleton::{Named, Plan};
 
 /// The hand-written part of the module.
 pub const PRELUDE: &str = include_str!("stub/prelude.py");
@@ -191,96 +190,102 @@ pub fn stub_module_with(
     tools: &[Arc<dyn DynTool>],
     unavailable: &[Unavailable],
 ) -> Result<String, StubError> {
-    let mut out = String::with_capacity(PRELUDE.len() + tools.len() * 1024);
-    out.push_str(PRELUDE);
-    let mut all: Vec<String> = HELPERS.iter().map(|h| (*h).to_string()).collect();
-    let mut names = NameClaims::new("Python");
-    let mut claim = |module: &str, ident: String, what: &str| names.claim(module, ident, what);
-    // Each tool with its Python function name.
-    type Named<'a> = (&'a Arc<dyn DynTool>, String);
-    let mut top: Vec<Named<'_>> = Vec::new();
-    let mut spaces: BTreeMap<&str, Vec<Named<'_>>> = BTreeMap::new();
-    for t in tools {
-        match t.namespace() {
-            None => {
-                let ident = claim("", python_function_name(t.name()), t.name())?;
-                all.push(ident.clone());
-                top.push((t, ident));
-            }
-            Some(ns) => {
-                let ident = claim(
-                    ns,
-                    python_function_name(local_name(t.as_ref(), ns)),
-                    t.name(),
-                )?;
-                spaces.entry(ns).or_default().push((t, ident));
-            }
-        }
+    crate::skeleton::generate::<Py>(tools, unavailable)
+}
+
+struct Py;
+
+impl crate::skeleton::Emit for Py {
+    const LANGUAGE: &'static str = "Python";
+    const PRELUDE: &'static str = PRELUDE;
+    const MEMBERS_BY_IDENT: bool = true;
+
+    fn top_name(name: &str) -> String {
+        python_function_name(name)
     }
-    for members in spaces.values_mut() {
-        members.sort_by(|a, b| a.1.cmp(&b.1));
+
+    fn member_name(name: &str) -> String {
+        python_function_name(name)
     }
-    let mut modules: Vec<(String, &str)> = Vec::new();
-    for ns in spaces
-        .keys()
-        .copied()
-        .chain(unavailable.iter().map(|u| u.namespace.as_str()))
-    {
-        if modules.iter().any(|(_, n)| *n == ns) {
-            continue;
-        }
-        let ident = claim("", python_function_name(ns), &format!("source {ns}"))?;
-        all.push(ident.clone());
-        modules.push((ident, ns));
-    }
-    if !modules.is_empty() {
-        // A package, so importers treat `toolcell_tools.NAME` as a submodule.
-        out.push_str("\n\n__path__ = []\n");
-    }
-    out.push_str("\n\n__all__ = [");
-    out.push_str(
-        &all.iter()
-            .map(|n| format!("{n:?}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    out.push_str("]\n");
-    for (ident, ns) in &modules {
-        let doc = schema::python_literal(&format!("Tools of the source {ns:?}.").into());
-        let lit = schema::python_literal(&ident.clone().into());
-        let original = schema::python_literal(&(*ns).into());
+
+    fn tool(out: &mut String, tool: &dyn DynTool, ident: &str) -> Result<(), StubError> {
         out.push_str("\n\n");
-        if let Some(members) = spaces.get(ns) {
-            let _ = writeln!(out, "def _source_{ident}():");
-            for (t, fident) in members {
-                for line in function(t.as_ref(), fident)?.lines() {
-                    if line.is_empty() {
-                        out.push('\n');
-                    } else {
-                        let _ = writeln!(out, "    {line}");
-                    }
+        out.push_str(&function(tool, ident)?);
+        Ok(())
+    }
+
+    fn source(
+        out: &mut String,
+        ns: &str,
+        ident: &str,
+        members: &[Named<'_>],
+    ) -> Result<(), StubError> {
+        let _ = writeln!(out, "\n\ndef _source_{ident}():");
+        for (t, fident) in members {
+            for line in function(t.as_ref(), fident)?.lines() {
+                if line.is_empty() {
+                    out.push('\n');
+                } else {
+                    let _ = writeln!(out, "    {line}");
                 }
-                out.push('\n');
             }
-            let names: Vec<&str> = members.iter().map(|(_, f)| f.as_str()).collect();
-            let _ = writeln!(
-                out,
-                "    return _namespace({lit}, {doc}, [{}])\n\n\n{ident} = _source_{ident}()\ndel _source_{ident}",
-                names.join(", ")
-            );
-        } else if let Some(u) = unavailable.iter().find(|u| u.namespace == *ns) {
-            let msg = schema::python_literal(&u.message.clone().into());
-            let _ = writeln!(
-                out,
-                "{ident} = _unavailable({lit}, {original}, {doc}, {msg})"
-            );
+            out.push('\n');
         }
+        let names: Vec<&str> = members.iter().map(|(_, f)| f.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "    return _namespace({}, {}, [{}])\n\n\n{ident} = _source_{ident}()\ndel _source_{ident}",
+            schema::python_literal(&ident.to_string().into()),
+            source_doc(ns),
+            names.join(", ")
+        );
+        Ok(())
     }
-    // After the sources, so that their temporary builders are gone
-    // before any tool function is defined.
-    for (t, ident) in &top {
-        out.push_str("\n\n");
-        out.push_str(&function(t.as_ref(), ident)?);
+
+    fn unavailable(out: &mut String, source: &Unavailable, ident: &str) {
+        let _ = writeln!(
+            out,
+            "\n\n{ident} = _unavailable({}, {}, {}, {})",
+            schema::python_literal(&ident.to_string().into()),
+            schema::python_literal(&source.namespace.clone().into()),
+            source_doc(&source.namespace),
+            schema::python_literal(&source.message.clone().into())
+        );
     }
-    Ok(out)
+
+    /// `__all__` first (so every name is claimed before any is written),
+    /// then the source modules, then the top-level functions: after the
+    /// sources, so that their temporary builders are gone before any tool
+    /// function is defined.
+    fn module(plan: &Plan<'_>) -> Result<String, StubError> {
+        let mut out = String::with_capacity(PRELUDE.len() + plan.top.len() * 1024);
+        out.push_str(PRELUDE);
+        if !plan.sources.is_empty() {
+            // A package, so importers treat `toolcell_tools.NAME` as a submodule.
+            out.push_str("\n\n__path__ = []\n");
+        }
+        let all: Vec<String> = HELPERS
+            .iter()
+            .map(|h| (*h).to_string())
+            .chain(plan.top.iter().map(|(_, ident)| ident.clone()))
+            .chain(plan.sources.iter().map(|s| s.ident.clone()))
+            .map(|n| format!("{n:?}"))
+            .collect();
+        let _ = writeln!(out, "\n\n__all__ = [{}]", all.join(", "));
+        for s in &plan.sources {
+            match &s.members {
+                Ok(members) => Self::source(&mut out, s.ns, &s.ident, members)?,
+                Err(down) => Self::unavailable(&mut out, down, &s.ident),
+            }
+        }
+        for (t, ident) in &plan.top {
+            Self::tool(&mut out, t.as_ref(), ident)?;
+        }
+        Ok(out)
+    }
+}
+
+/// The docstring of a source's module.
+fn source_doc(ns: &str) -> String {
+    schema::python_literal(&format!("Tools of the source {ns:?}.").into())
 }

@@ -180,7 +180,7 @@ impl crate::skeleton::Emit for R {
         out: &mut String,
         ns: &str,
         ident: &str,
-        members: &[(&Arc<dyn DynTool>, String)],
+        members: &[crate::skeleton::Named<'_>],
     ) -> Result<(), StubError> {
         let _ = writeln!(out, "\n# Tools of {ns}: {ident}$tool(...)");
         let _ = writeln!(
