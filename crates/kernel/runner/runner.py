@@ -23,6 +23,7 @@ import builtins
 import fcntl
 import os
 import resource
+import stat as _stat
 import sys
 import time
 from _queue import SimpleQueue as _SimpleQueue
@@ -1188,6 +1189,10 @@ def _setup_interpreter():
     _watch_linecache()
     builtins.__toolcell_shell__ = _shell
     builtins.__toolcell_pip__ = _pip
+    # Reads are observed, not guessed (docs/result.md, "files"): an audit
+    # hook sees every open(), io.open() and os.open(); it is a no-op
+    # between cells.
+    sys.addaudithook(_on_audit)
 
 
 # --------------------------------------------------------------------------
@@ -1506,6 +1511,129 @@ def _set_last(exc):
         sys.last_exc = exc
 
 
+# --------------------------------------------------------------------------
+# What a cell read (docs/result.md, "files": `read`)
+# --------------------------------------------------------------------------
+
+# Files listed per cell at most; beyond, only counted.
+_READ_LISTED = 50
+# Paths remembered per cell (listed, counted or passed over), so a file
+# opened again costs one set lookup; beyond, every further read of a path
+# not remembered is counted again (the count becomes "at least").
+_READ_KNOWN = 4096
+
+
+class _Reads(object):
+    """The regular files the running cell opened for reading."""
+
+    __slots__ = ("listed", "known", "more")
+
+    def __init__(self):
+        self.listed = {}  # absolute path -> None, in first-read order
+        self.known = set()  # paths as opened, and absolute, already decided
+        self.more = 0  # files read beyond the listed ones
+
+
+# The running cell's reads (None between cells; _READS_NONE_YET until the
+# cell's first open, so a cell that opens nothing allocates nothing).
+_READS_NONE_YET = object()
+_reads = None
+# Where the interpreter's own files live (standard library, site-packages,
+# the runner and the kernel dir): reads there are not the cell's evidence.
+_read_skip = ()
+
+
+def _read_prefixes():
+    import site
+
+    dirs = [sys.prefix, sys.base_prefix, sys.exec_prefix, _KDIR]
+    here = globals().get("__file__")  # none when run from source (remote kernels)
+    if here:
+        dirs.append(os.path.dirname(os.path.abspath(here)))
+    try:
+        dirs.extend(site.getsitepackages())
+    except Exception:
+        pass
+    try:
+        dirs.append(site.getusersitepackages())
+    except Exception:
+        pass
+    out = []
+    for d in dirs:
+        if isinstance(d, str) and d:
+            d = os.path.abspath(d).rstrip(os.sep) + os.sep
+            if d != os.sep and d not in out:
+                out.append(d)
+    return tuple(out)
+
+
+def _on_audit(event, args):
+    """sys.addaudithook: notes each `open` for reading while a cell runs.
+
+    Never raises: a failure here must not break the cell's open."""
+    if event != "open":
+        return
+    global _reads
+    r = _reads
+    if r is None:
+        return
+    if r is _READS_NONE_YET:  # the cell's first open: made only when needed
+        r = _reads = _Reads()
+    try:
+        path, mode, flags = args
+        if mode is None:  # os.open: the flags say
+            if flags & 3 == os.O_WRONLY:
+                return
+        elif "r" not in mode and "+" not in mode:
+            return
+        if isinstance(path, int):  # an open descriptor (fdopen)
+            return
+        if path in r.known:
+            return
+        # Imports read sources and bytecode through importlib.
+        if sys._getframe(1).f_code.co_filename.startswith("<frozen importlib"):
+            return
+        name = os.fsdecode(path) if isinstance(path, bytes) else os.fspath(path)
+        full = os.path.abspath(name)
+        if len(r.known) < _READ_KNOWN:
+            seen = full in r.known
+            r.known.add(path)
+            if seen:
+                return
+            r.known.add(full)
+        elif full in r.listed:
+            return
+        if full.startswith(_read_skip):
+            return
+        if not _stat.S_ISREG(os.stat(full).st_mode):
+            return
+        if len(r.listed) < _READ_LISTED:
+            r.listed[full] = None
+        else:
+            r.more += 1
+    except BaseException:
+        return
+
+
+def _start_reads():
+    global _reads, _read_skip
+    if not _read_skip:
+        try:
+            _read_skip = _read_prefixes()
+        except Exception:
+            _read_skip = (os.path.abspath(sys.prefix) + os.sep,)
+    _reads = _READS_NONE_YET
+
+
+def _end_reads():
+    """`{"paths": [...], "total": n}` of the cell that ran, or None."""
+    global _reads
+    r, _reads = _reads, None
+    if r is None or r is _READS_NONE_YET or not r.listed:
+        return None
+    return {"paths": list(r.listed), "total": len(r.listed) + r.more}
+
+
 def _finish_cell(rid, count, filename, exc, ru0, rc0, t0):
     """Build the result of a cell from how it ended (may raise: runner bug)."""
     status = "ok"
@@ -1531,8 +1659,11 @@ def _finish_cell(rid, count, filename, exc, ru0, rc0, t0):
                 _release_spare()
             _set_last(exc)
             traceback_text = _format_exc(exc, filename)
+    reads = _end_reads()
     display = _save_figures(count)
     result = {"type": "result", "id": rid, "status": status}
+    if reads is not None:
+        result["read"] = reads
     if exit_code is not None:
         result["exit_code"] = exit_code
     result["traceback"] = traceback_text
@@ -1588,6 +1719,7 @@ def _handle_execute(req):
         filename = "<cell-%d>" % count
         _stdin.requested = False
         _register_source(filename, code)
+        _start_reads()
         try:
             exc = _run_user(code, filename)  # returns with SIGINT ignored again
         except KeyboardInterrupt as late:  # landed in runner code around the cell
@@ -1605,6 +1737,7 @@ def _handle_execute(req):
         exit_code = result.get("exit_code")
     except BaseException as err:
         _ignore_sigint()
+        _end_reads()
         if _direct:
             _async(False)
         result = _internal_error_result(rid, count, err)

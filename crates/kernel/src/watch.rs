@@ -832,6 +832,7 @@ impl Watcher {
                 created: f.created.len() as u64,
                 modified: f.modified.len() as u64,
                 deleted: f.deleted.len() as u64,
+                read: 0,
             });
         }
         files

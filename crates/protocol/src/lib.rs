@@ -65,7 +65,7 @@ mod sentinel;
 
 pub use decoder::{DEFAULT_MAX_FRAME_LEN, Decoder, Event, Feed, MAX_HEADER_DIGITS, Rejection};
 pub use message::{
-    CellResult, Display, End, Execute, Hello, PROTOCOL_VERSION, Ready, Reply, Request,
+    CellResult, Display, End, Execute, Hello, PROTOCOL_VERSION, Reads, Ready, Reply, Request,
     RunnerStatus, Usage,
 };
 pub use sentinel::{

@@ -162,6 +162,22 @@ pub struct CellResult {
     /// Files produced for display.
     #[serde(default)]
     pub display: Vec<Display>,
+    /// The regular files the cell opened for reading, when the runner
+    /// observes reads (the Python runner does); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<Reads>,
+}
+
+/// `{"paths", "total"}`: the files a cell read, absolute, each once in
+/// first-read order (at most 50), and how many there were in all.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Reads {
+    /// Absolute paths, in first-read order.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Files read in all, listed or not.
+    #[serde(default)]
+    pub total: u64,
 }
 
 impl Request {
@@ -282,6 +298,7 @@ mod tests {
             stdin_requested: false,
             usage: Usage::default(),
             display: vec![],
+            read: None,
         });
         let v = serde_json::to_value(&r).unwrap();
         assert!(v.get("exit_code").is_none());

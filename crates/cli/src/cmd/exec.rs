@@ -281,11 +281,14 @@ pub(crate) fn report(
     } else {
         String::new()
     };
-    let files = match &result.files {
+    let mut files = match &result.files {
         Some(f) if f.scan_stopped => format!(" · {} (scan stopped early)", f.summary()),
-        Some(f) => format!(" · {}", f.summary()),
-        None => String::new(),
+        Some(f) if f.changed() => format!(" · {}", f.summary()),
+        _ => String::new(),
     };
+    if let Some(read) = result.files.as_ref().and_then(|f| f.read_brief()) {
+        files.push_str(&format!(" · {read}"));
+    }
     writeln!(
         err,
         "[toolcell] {} in {:.2}s · {} tool call{} · {} {} · cell {}{files}{cut}",

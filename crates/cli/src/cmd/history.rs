@@ -100,18 +100,25 @@ fn first_line(code: &str, max: usize) -> String {
     s
 }
 
-/// `+2 ~1 -3` (created, modified, deleted; kinds with none left out), `-`
-/// when the cell changed no files.
+/// `+2 ~1 -3 r4` (created, modified, deleted, read; kinds with none left
+/// out), `-` when the cell changed and read no files.
+///
+/// (Empty when only a stopped scan was reported.)
 fn files_column(r: &CellRecord) -> String {
     let Some(f) = &r.files else {
         return "-".to_string();
     };
     let t = f.totals();
-    let parts: Vec<String> = [('+', t.created), ('~', t.modified), ('-', t.deleted)]
-        .iter()
-        .filter(|(_, n)| *n > 0)
-        .map(|(c, n)| format!("{c}{n}"))
-        .collect();
+    let parts: Vec<String> = [
+        ("+", t.created),
+        ("~", t.modified),
+        ("-", t.deleted),
+        ("r", t.read),
+    ]
+    .iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(c, n)| format!("{c}{n}"))
+    .collect();
     parts.join(" ")
 }
 

@@ -510,8 +510,11 @@ fn status_line(result: &ExecuteResult, label: &str) -> String {
             if result.tool_calls_made == 1 { "" } else { "s" }
         ));
     }
-    if let Some(f) = &result.files {
+    if let Some(f) = result.files.as_ref().filter(|f| f.changed()) {
         s.push_str(&format!(" · {}", f.summary()));
+    }
+    if let Some(read) = result.files.as_ref().and_then(|f| f.read_brief()) {
+        s.push_str(&format!(" · {read}"));
     }
     if k.state_reset {
         s.push_str(" · fresh kernel (earlier state was reset)");

@@ -116,10 +116,16 @@ fn toolcells_own_cache_directory_is_never_reported() {
 }
 
 #[test]
-fn a_cell_that_changes_nothing_has_no_files_field() {
+fn a_cell_that_changes_nothing_has_no_files_field_or_only_what_it_read() {
     let env = Env::fast();
     env.write("data.txt", "x\n");
     let r = exec_json(&env, "x = open('data.txt').read()\nprint(len(x))");
+    assert_eq!(
+        r["files"],
+        json!({"created": [], "modified": [], "deleted": [], "truncated": false, "read": ["data.txt"]}),
+        "{r:#}"
+    );
+    let r = exec_json(&env, "print(1)");
     assert!(r.get("files").is_none(), "{r:#}");
     let out = env.run(&["exec", "print(1)"]);
     assert!(!out.stderr.contains("file"), "{}", out.stderr);
@@ -496,4 +502,101 @@ fn a_strict_mode_kernel_reports_changes_in_its_own_directory() {
     assert_eq!(r["status"], "success", "{r:#}");
     assert_eq!(paths(&r["files"], "created"), ["scratch.txt"], "{r:#}");
     assert_eq!(bytes_of(&r["files"], "created", "scratch.txt"), 3);
+}
+
+#[test]
+fn what_a_python_cell_read_is_listed_once_each_in_first_read_order() {
+    let env = Env::fast();
+    env.write("data/orders.csv", "id,total\n1,120\n2,35.5\n");
+    env.write("notes.txt", "n\n");
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(outside.path(), "elsewhere\n").unwrap();
+    let outside = outside.path().to_str().unwrap().to_string();
+    let r = exec_json(
+        &env,
+        &format!(
+            "import csv, json\n\
+             rows = list(csv.reader(open('data/orders.csv')))\n\
+             for _ in range(10000):\n    open('notes.txt').read()\n\
+             open({outside:?}).read()\n\
+             open('made.txt', 'w').write('m')\n\
+             open('made.txt').read()\n\
+             text = \"open('named_only.txt')\"\n\
+             print(len(rows))"
+        ),
+    );
+    assert_eq!(r["output"], "3\n");
+    let files = &r["files"];
+    assert_eq!(
+        files["read"],
+        json!(["data/orders.csv", "notes.txt", outside, "made.txt"]),
+        "{files:#}"
+    );
+    // Read after it was written: in both lists.
+    assert_eq!(paths(files, "created"), ["made.txt"]);
+    assert!(files.get("counts").is_none(), "{files:#}");
+
+    // The status line names the first read and counts the rest.
+    let out = env.run(&["exec", "print(open('data/orders.csv').read().count(','))"]);
+    out.expect_code(0);
+    assert!(
+        out.stderr.contains(" · read data/orders.csv\n"),
+        "{}",
+        out.stderr
+    );
+
+    // Sixty files: fifty listed, then truncated with the count.
+    let r = exec_json(
+        &env,
+        "import os\nos.makedirs('many')\n\
+         for i in range(60):\n    open('many/f%02d' % i, 'w').close()\n\
+         for i in range(60):\n    open('many/f%02d' % i).close()",
+    );
+    let files = &r["files"];
+    let read = files["read"].as_array().unwrap();
+    assert_eq!(read.len(), 50);
+    assert_eq!(read[0], "many/f00");
+    assert_eq!(read[49], "many/f49");
+    assert_eq!(files["truncated"], true);
+    assert_eq!(files["counts"]["read"], 60, "{files:#}");
+
+    // Nothing read: no `read` key.
+    let r = exec_json(&env, "x = 1 + 1");
+    assert!(r.get("files").is_none(), "{r:#}");
+}
+
+#[test]
+fn reads_reach_the_journal_history_and_the_notebook() {
+    let env = Env::fast();
+    env.write("data.csv", "a\n1\n");
+    let out = env.run(&[
+        "exec",
+        "--session",
+        "j",
+        "print(open('data.csv').read().splitlines()[1])",
+    ]);
+    out.expect_code(0);
+    assert!(out.stderr.contains(" · read data.csv"), "{}", out.stderr);
+    let history = env.run(&["history", "--session", "j"]);
+    history.expect_code(0);
+    assert!(history.stdout.contains(" r1 "), "{}", history.stdout);
+    let json = env.run(&["history", "--session", "j", "--json"]);
+    let row: Value = serde_json::from_str(json.stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(row["files"]["read"], json!(["data.csv"]), "{row:#}");
+    let nb = env.path().join("j.ipynb");
+    env.run(&["export", "--session", "j", "-o", nb.to_str().unwrap()])
+        .expect_code(0);
+    let nb: Value = serde_json::from_str(&std::fs::read_to_string(&nb).unwrap()).unwrap();
+    let cell = nb["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cell_type"] == "code")
+        .unwrap();
+    assert_eq!(
+        cell["metadata"]["toolcell"]["files"]["read"],
+        json!(["data.csv"]),
+        "{cell:#}"
+    );
+    env.run(&["daemon", "stop"]).expect_code(0);
 }

@@ -127,7 +127,12 @@ impl Registry {
         );
         // Files the kernel sent that the check dropped go at once.
         kernel.keep_files(&figures.display);
+        let reads = runner_reads(&mut outcome.ending);
         let (files, files_notice) = inner.files_after(kernel, watcher).await;
+        let files = match reads {
+            Some(r) => inner.with_reads(files, r, kernel.cwd()),
+            None => files,
+        };
         let mut cell_notices = std::mem::take(&mut outcome.notices);
         if ready.refill {
             fill_pool(inner);
@@ -640,6 +645,25 @@ impl Inner {
         (files, notice)
     }
 
+    /// `files` with what the cell read added, paths relative to `cwd` when
+    /// under it and redacted like output.
+    fn with_reads(
+        &self,
+        files: Option<FilesChanged>,
+        reads: toolcell_protocol::Reads,
+        cwd: &std::path::Path,
+    ) -> Option<FilesChanged> {
+        let paths = reads
+            .paths
+            .into_iter()
+            .map(|p| match self.redactor.redact(&p) {
+                std::borrow::Cow::Owned(r) => r,
+                std::borrow::Cow::Borrowed(_) => p,
+            })
+            .collect();
+        FilesChanged::with_reads(files, paths, reads.total, cwd)
+    }
+
     /// What scans of working directories skip: toolcell's own spill
     /// directory, kernels root, journal and cache directory (the probe
     /// cache and compiled runners, written while a kernel starts).
@@ -727,6 +751,21 @@ async fn drop_ended_kernel(guard: &mut KernelGuard<'_>, slot: &Slot, ready: &mut
 }
 
 /// Takes the runner's (unchecked) `display` list out of a cell's ending.
+/// The files the runner saw the cell read (docs/result.md, "files"), taken
+/// out of its result: absolute paths, at most the listed number kept.
+fn runner_reads(ending: &mut Ending) -> Option<toolcell_protocol::Reads> {
+    match ending {
+        Ending::Answered(r) | Ending::TimedOutKept(r) | Ending::InterruptedKept(r) => {
+            let mut reads = r.read.take()?;
+            // The runner's word, bounded: a forged list costs no more than
+            // the listed number of paths.
+            reads.paths.truncate(toolcell_kernel::result::MAX_LISTED);
+            Some(reads)
+        }
+        _ => None,
+    }
+}
+
 fn runner_display(ending: &mut Ending) -> Vec<toolcell_protocol::Display> {
     match ending {
         Ending::Answered(r) | Ending::TimedOutKept(r) | Ending::InterruptedKept(r) => {

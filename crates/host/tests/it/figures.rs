@@ -134,7 +134,17 @@ fn forged_display_entries_are_dropped_with_a_warning_and_nothing_is_read_from_th
             "{w}"
         );
         assert!(!json(&r).contains(HOST_SECRET), "{}", show(&r));
-        assert!(!json(&r).contains("/environ"), "{}", show(&r));
+        // The cell did read the file: `files.read` says so, as evidence.
+        // Nothing else in the result names it.
+        assert_eq!(
+            r.files.as_ref().map(|f| f.read.clone()),
+            Some(vec![environ.clone()]),
+            "{}",
+            show(&r)
+        );
+        let mut rest = r.clone();
+        rest.files = None;
+        assert!(!json(&rest).contains("/environ"), "{}", show(&r));
 
         // An allowed type does not make another path acceptable.
         let r = j

@@ -969,6 +969,71 @@ class Usage(RunnerTest):
         self.assertGreaterEqual(c.result["usage"]["peak_rss_kb"], before + 150 * 1024)
 
 
+class Reads(RunnerTest):
+    """The files a cell opened for reading: result["read"] (files.read)."""
+
+    def test_reads_are_listed_once_in_first_read_order_and_only_reads(self):
+        k = self.kernel()
+        work = k.execute("import os, tempfile; d = tempfile.mkdtemp(); print(d)").out.strip()
+        for name in ("a.txt", "b.txt", "w.txt"):
+            with open(os.path.join(work, name), "w") as f:
+                f.write("x\n")
+        c = k.execute(
+            dedent(
+                """
+                import os, json, csv  # imports are not the cell's reads
+                for _ in range(1000):
+                    open(os.path.join(d, 'b.txt')).read()
+                os.close(os.open(os.path.join(d, 'a.txt'), os.O_RDONLY))
+                open(os.path.join(d, 'w.txt'), 'w').write('y')     # a write only
+                open(os.path.join(d, 'new.txt'), 'w').write('n')
+                open(os.path.join(d, 'new.txt')).read()            # written, then read
+                open(os.devnull).read()                            # not a regular file
+                text = 'open("never.txt")'                         # named, not read
+                """
+            )
+        )
+        self.assertOk(c)
+        self.assertEqual(
+            c.result["read"],
+            {"paths": [os.path.join(work, n) for n in ("b.txt", "a.txt", "new.txt")], "total": 3},
+        )
+
+    def test_a_cell_that_reads_nothing_has_no_read_key(self):
+        k = self.kernel()
+        c = k.execute("import json\nx = 1 + 1")
+        self.assertOk(c)
+        self.assertNotIn("read", c.result)
+
+    def test_past_fifty_files_are_counted_not_listed(self):
+        k = self.kernel()
+        c = k.execute(
+            dedent(
+                """
+                import os, tempfile
+                d = tempfile.mkdtemp()
+                for i in range(60):
+                    p = os.path.join(d, 'f%02d' % i)
+                    open(p, 'w').close()
+                    open(p).close()
+                    open(p).close()
+                """
+            )
+        )
+        self.assertOk(c)
+        read = c.result["read"]
+        self.assertEqual(len(read["paths"]), 50)
+        self.assertTrue(read["paths"][0].endswith("/f00") and read["paths"][-1].endswith("/f49"), read)
+        self.assertEqual(read["total"], 60)
+
+    def test_reads_of_a_failed_cell_are_reported_and_the_next_cell_starts_empty(self):
+        k = self.kernel()
+        c = k.execute("p = __import__('tempfile').mktemp(); open(p, 'w').close(); open(p).read(); 1 / 0")
+        self.assertEqual(c.status, "error")
+        self.assertEqual(len(c.result["read"]["paths"]), 1)
+        self.assertNotIn("read", k.execute("y = 2").result)
+
+
 class BetweenCells(RunnerTest):
     def test_output_of_a_thread_left_running_is_not_lost(self):
         k = self.kernel()

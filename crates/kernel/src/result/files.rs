@@ -1,6 +1,6 @@
 //! The `files` field of a result (docs/result.md, "files"): what a cell (and
 //! the tools it called) created, modified and deleted under the kernel's
-//! working directory. [`crate::watch`] finds the changes; this module holds the
+//! working directory, and what it was seen to read ([`FilesChanged::read`]). [`crate::watch`] finds the changes; this module holds the
 //! shape, the cut to [`MAX_LISTED`] per kind and the short summaries the `exec`
 //! status line, the MCP text, `history` and the export use.
 
@@ -30,6 +30,13 @@ pub struct FileCounts {
     pub modified: u64,
     /// Files deleted.
     pub deleted: u64,
+    /// Files read.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub read: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_false(b: &bool) -> bool {
@@ -56,6 +63,13 @@ pub struct FilesChanged {
     /// reported.
     #[serde(default, skip_serializing_if = "is_false")]
     pub scan_stopped: bool,
+    /// The regular files the cell was seen to read, each once, in
+    /// first-read order, relative to the working directory when under it
+    /// (absolute elsewhere); at most [`MAX_LISTED`] (then `truncated`, and
+    /// `counts.read` says how many). Absent when none was seen, or when the
+    /// kernel's runner does not observe reads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<String>,
 }
 
 /// Changes as found, before the cut: `(path, size)` of created and modified
@@ -89,6 +103,7 @@ impl FilesChanged {
             created: changes.created.len() as u64,
             modified: changes.modified.len() as u64,
             deleted: changes.deleted.len() as u64,
+            read: 0,
         };
         let sized = |mut v: Vec<(String, u64)>| -> Vec<ChangedFile> {
             v.sort_unstable();
@@ -116,15 +131,55 @@ impl FilesChanged {
             truncated,
             counts: truncated.then_some(counts),
             scan_stopped,
+            read: Vec::new(),
         })
     }
 
-    /// How many files changed of each kind (listed or not).
+    /// `files` with the files the cell read added: `paths` absolute (as the
+    /// runner reports them), each made relative to `cwd` when under it, at
+    /// most [`MAX_LISTED`]; `total` the number read in all. `None` stays
+    /// `None` when nothing was read.
+    pub fn with_reads(
+        files: Option<Self>,
+        paths: Vec<String>,
+        total: u64,
+        cwd: &std::path::Path,
+    ) -> Option<Self> {
+        let mut read: Vec<String> = Vec::with_capacity(paths.len().min(MAX_LISTED));
+        for p in paths {
+            let shown = std::path::Path::new(&p)
+                .strip_prefix(cwd)
+                .ok()
+                .filter(|rel| !rel.as_os_str().is_empty())
+                .map_or(p.clone(), |rel| rel.to_string_lossy().into_owned());
+            if read.len() < MAX_LISTED && !read.contains(&shown) {
+                read.push(shown);
+            }
+        }
+        if read.is_empty() {
+            return files;
+        }
+        let total = total.max(read.len() as u64);
+        let mut f = files.unwrap_or_default();
+        if total > read.len() as u64 {
+            let mut counts = f.totals();
+            counts.read = total;
+            f.counts = Some(counts);
+            f.truncated = true;
+        } else if let Some(c) = f.counts.as_mut() {
+            c.read = total;
+        }
+        f.read = read;
+        Some(f)
+    }
+
+    /// How many files changed of each kind (listed or not), and were read.
     pub fn totals(&self) -> FileCounts {
         self.counts.unwrap_or(FileCounts {
             created: self.created.len() as u64,
             modified: self.modified.len() as u64,
             deleted: self.deleted.len() as u64,
+            read: self.read.len() as u64,
         })
     }
 
@@ -159,15 +214,42 @@ impl FilesChanged {
         parts.join(", ")
     }
 
+    /// Whether the cell changed a file (or the scan stopped early), as
+    /// opposed to only reading.
+    pub fn changed(&self) -> bool {
+        let t = self.totals();
+        t.created + t.modified + t.deleted > 0 || self.scan_stopped
+    }
+
+    /// `read data/orders.csv and 3 more` (`None` when nothing was read).
+    pub fn read_brief(&self) -> Option<String> {
+        let first = self.read.first()?;
+        let more = self.totals().read.saturating_sub(1);
+        Some(if more == 0 {
+            format!("read {first}")
+        } else {
+            format!("read {first} and {more} more")
+        })
+    }
+
     /// One short line for a model: `files: created a.csv, b.txt; modified
     /// c.yaml; deleted tmp/x (+3 more)`, at most `names` paths per kind.
     pub fn brief(&self, names: usize) -> String {
         let t = self.totals();
         let mut kinds: Vec<String> = Vec::new();
+        let read: Vec<ChangedFile> = self
+            .read
+            .iter()
+            .map(|p| ChangedFile {
+                path: p.clone(),
+                bytes: None,
+            })
+            .collect();
         for (list, total, word) in [
             (&self.created, t.created, "created"),
             (&self.modified, t.modified, "modified"),
             (&self.deleted, t.deleted, "deleted"),
+            (&read, t.read, "read"),
         ] {
             if total == 0 {
                 continue;
@@ -232,7 +314,8 @@ mod tests {
             Some(FileCounts {
                 created: 60,
                 modified: 2,
-                deleted: 1
+                deleted: 1,
+                read: 0,
             })
         );
         assert_eq!(f.deleted[0].bytes, None);
@@ -262,5 +345,37 @@ mod tests {
             f.brief(3),
             "files: created c000, c001, c002 (+57 more); modified m0; deleted d0, d1"
         );
+    }
+
+    #[test]
+    fn reads_are_relative_under_the_working_directory_once_each_and_counted_past_the_list() {
+        let cwd = std::path::Path::new("/w/proj");
+        let paths = vec![
+            "/w/proj/data/orders.csv".to_string(),
+            "/etc/hostname".to_string(),
+            "/w/proj/data/orders.csv".to_string(),
+        ];
+        let f = FilesChanged::with_reads(None, paths, 2, cwd).unwrap();
+        assert_eq!(f.read, ["data/orders.csv", "/etc/hostname"]);
+        assert!(!f.truncated && f.counts.is_none() && !f.changed());
+        assert_eq!(f.read_brief().unwrap(), "read data/orders.csv and 1 more");
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(v["read"][0], "data/orders.csv");
+        assert!(v.get("counts").is_none());
+
+        let many: Vec<String> = (0..50).map(|i| format!("/w/proj/f{i:02}")).collect();
+        let f = FilesChanged::with_reads(None, many, 60, cwd).unwrap();
+        assert_eq!(f.read.len(), 50);
+        assert!(f.truncated);
+        assert_eq!(f.counts.unwrap().read, 60);
+        assert_eq!(f.read_brief().unwrap(), "read f00 and 59 more");
+        assert!(
+            f.brief(2).contains("read f00, f01 (+58 more)"),
+            "{}",
+            f.brief(2)
+        );
+
+        // Nothing read: what changed stays as it was.
+        assert_eq!(FilesChanged::with_reads(None, vec![], 0, cwd), None);
     }
 }
