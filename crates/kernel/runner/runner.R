@@ -284,6 +284,61 @@ refuse_stdin <- function() {
                  list(message = STDIN_MESSAGE, call = NULL)))
 }
 
+# ---- What a cell read (docs/result.md, "files": read) ----
+# file() and gzfile() (behind readLines, read.csv, scan, readRDS, load,
+# source...) note each regular file opened for reading while a cell runs:
+# once each, in first-read order, 50 listed and the rest counted. Files
+# under R's own home, its libraries and the kernel's directory are left out.
+READ_LISTED <- 50L
+READ_KNOWN <- 4096L
+state$reads <- NULL
+
+new_reads <- function() {
+  r <- new.env()
+  r$known <- new.env(hash = TRUE)
+  r$n_known <- 0L
+  r$listed <- character(0)
+  r$more <- 0
+  r
+}
+
+read_skip <- function() {
+  if (is.null(state$read_skip)) {
+    dirs <- c(R.home(), .libPaths(), if (!REMOTE) KDIR)
+    state$read_skip <- paste0(normalizePath(dirs, mustWork = FALSE), "/")
+  }
+  state$read_skip
+}
+
+note_read <- function(description, open = "") {
+  r <- state$reads
+  if (is.null(r)) return(invisible(NULL))
+  try(silent = TRUE, {
+    if (is.character(description) && length(description) == 1L && nzchar(description) &&
+        (!nzchar(open) || grepl("r|\\+", open)) &&
+        !grepl("^[A-Za-z][A-Za-z0-9+.-]*://", description)) {
+      full <- normalizePath(path.expand(description), mustWork = FALSE)
+      if (!exists(full, envir = r$known, inherits = FALSE)) {
+        if (r$n_known < READ_KNOWN) {
+          assign(full, TRUE, envir = r$known)
+          r$n_known <- r$n_known + 1L
+        }
+        if (!any(startsWith(full, read_skip())) && isTRUE(utils::file_test("-f", full)) &&
+            !(full %in% r$listed)) {
+          if (length(r$listed) < READ_LISTED) r$listed <- c(r$listed, full) else r$more <- r$more + 1
+        }
+      }
+    }
+  })
+  invisible(NULL)
+}
+
+reads_json <- function(r) {
+  if (is.null(r) || !length(r$listed)) return("")
+  paste0(",\"read\":{\"paths\":[", paste(vapply(r$listed, json_str, ""), collapse = ","),
+         "],\"total\":", sprintf("%.0f", length(r$listed) + r$more), "}")
+}
+
 is_stdin <- function(x) {
   (is.character(x) && length(x) == 1L && x %in% c("stdin", "/dev/stdin")) ||
     (inherits(x, "connection") && identical(summary(x)$description, "stdin"))
@@ -316,8 +371,25 @@ install_world <- function() {
   })
   replace_base("file", function(description = "", open = "", ...) {
     if (identical(description, "stdin") && !grepl("w|a", open)) refuse_stdin()
+    note_read(description, open)
     real_file(description, open, ...)
   })
+  real_gzfile <- base::gzfile
+  replace_base("gzfile", function(description, open = "", ...) {
+    note_read(description, open)
+    real_gzfile(description, open, ...)
+  })
+  # base's own functions (readLines, readRDS, load, source) and other
+  # packages' (read.csv, scan) find file() and gzfile() in base's
+  # namespace, not on the search path: the readers are noted there too.
+  for (name in c("file", "gzfile")) {
+    f <- get(name, envir = baseenv())
+    ns <- .BaseNamespaceEnv
+    locked <- bindingIsLocked(name, ns)
+    if (locked) unlockBinding(name, ns)
+    assign(name, f, envir = ns)
+    if (locked) lockBinding(name, ns)
+  }
   exit_fn <- function(save = "default", status = 0, runLast = TRUE) {
     stop(structure(class = c("toolcell_exit", "condition"),
                    list(message = "quit", call = NULL, status = as.integer(status))))
@@ -528,6 +600,7 @@ handle_execute <- function(req) {
   count <- state$count
   t0 <- proc.time()
   state$stdin_requested <- FALSE
+  state$reads <- new_reads()
   res <- tryCatch({
     if (is.character(req$stubs)) load_stubs(req$stubs)
     if (!is.character(req$code)) stop("execute request: code must be a string")
@@ -535,6 +608,9 @@ handle_execute <- function(req) {
   }, error = function(e) list(status = "error",
                               traceback = paste0("toolcell runner: internal error (the kernel is still usable): ", conditionMessage(e), "\n")),
   interrupt = function(e) list(status = "interrupted", traceback = "Interrupted\n"))
+  # The cell's reads end here: what the runner reads next is its own.
+  reads <- state$reads
+  state$reads <- NULL
   # Only our own devices draw into the artifacts directory.
   display <- if (length(state$our_devices)) tryCatch(save_figures(count), error = function(e) list()) else list()
   t1 <- proc.time()
@@ -549,7 +625,8 @@ handle_execute <- function(req) {
     ",\"usage\":{\"cpu_seconds\":", sprintf("%.6f", max(0, cpu)),
     ",\"peak_rss_kb\":", sprintf("%.0f", peak_rss_kb()),
     ",\"wall_seconds\":", sprintf("%.6f", max(0, d[[3L]])), "}",
-    ",\"display\":", if (length(display)) to_json(display) else "[]", "}")
+    ",\"display\":", if (length(display)) to_json(display) else "[]",
+    reads_json(reads), "}")
   flush(stdout())
   flush(stderr())
   send_body(ERR, paste0("{\"type\":\"end\",\"id\":", json_str(rid), "}"))

@@ -27,6 +27,68 @@ const BOOT = module.toolcell || { stubs: '', kdir: '' };
 const REMOTE = !BOOT.kdir;
 const KDIR = BOOT.kdir || '';
 
+// ---- What a cell read (docs/result.md, "files": read) ----
+// fs's reading functions, wrapped: while a cell runs, each regular file they
+// are asked to read is noted once, in first-read order, 50 listed and the
+// rest counted. Files under node's own prefix, any node_modules and the
+// runner's and kernel's directories are the interpreter's, not the cell's,
+// as are the module sources require() reads.
+const READ_LISTED = 50;
+const READ_KNOWN = 4096;
+let reads = null; // { listed: Map, known: Set, more } while a cell runs
+const statSync = fs.statSync;
+const readSkip = [path.resolve(path.dirname(process.execPath), '..') + path.sep]
+  .concat(KDIR ? [path.resolve(KDIR) + path.sep] : [])
+  .concat(typeof __dirname === 'string' && __dirname ? [path.resolve(__dirname) + path.sep] : []);
+
+function noteRead(p) {
+  const r = reads;
+  if (r === null) return;
+  try {
+    if (typeof p !== 'string') {
+      if (p instanceof URL) p = require('url').fileURLToPath(p);
+      else if (Buffer.isBuffer(p)) p = p.toString();
+      else return; // a descriptor: opened before
+    }
+    if (r.known.has(p)) return;
+    const full = path.resolve(p);
+    if (r.known.size < READ_KNOWN) {
+      const seen = r.known.has(full);
+      r.known.add(p);
+      if (seen) return;
+      r.known.add(full);
+    } else if (r.listed.has(full)) return;
+    if (full.includes(`${path.sep}node_modules${path.sep}`) || readSkip.some((d) => full.startsWith(d))) return;
+    // require() reads a module's source through fs too: not the cell's read.
+    if (new Error().stack.includes('node:internal/modules/')) return;
+    if (!statSync(full).isFile()) return;
+    if (r.listed.size < READ_LISTED) r.listed.set(full, true);
+    else r.more += 1;
+  } catch (_) {
+    // Never break the cell's own call.
+  }
+}
+
+function readsFlags(flags) {
+  if (flags === undefined || flags === null) return true;
+  if (typeof flags === 'string') return flags.includes('r') || flags.includes('+');
+  return typeof flags === 'number' && (flags & 3) !== fs.constants.O_WRONLY;
+}
+
+function wrapReads(obj, name, flagsAt) {
+  const orig = obj && obj[name];
+  if (typeof orig !== 'function') return;
+  obj[name] = function (p, ...rest) {
+    if (reads !== null && (flagsAt === undefined || readsFlags(rest[flagsAt - 1]))) noteRead(p);
+    return orig.call(this, p, ...rest);
+  };
+}
+
+for (const name of ['readFileSync', 'readFile', 'createReadStream']) wrapReads(fs, name);
+for (const name of ['openSync', 'open']) wrapReads(fs, name, 1);
+wrapReads(fs.promises, 'readFile');
+wrapReads(fs.promises, 'open', 1);
+
 let MARK = null;
 // Private descriptors of the stdout and stderr pipes (a cell that closes or
 // redirects fd 1 or 2 cannot cut the frame channel); fds 1 and 2 themselves
@@ -547,6 +609,7 @@ async function handleExecute(req) {
   let traceback = '';
   const state = { errors: [], interrupt: null, filename, src: typeof req.code === 'string' ? req.code : '' };
   current = state;
+  reads = { listed: new Map(), known: new Set(), more: 0 };
   try {
     if (typeof req.stubs === 'string') loadStubs(req.stubs, 'toolcell_tools.js');
     if (typeof req.code !== 'string') throw new TypeError('execute request: code must be a string');
@@ -567,6 +630,8 @@ async function handleExecute(req) {
   // Let rejections no one handled surface (they are reported a tick later).
   await new Promise((r) => setImmediate(r));
   current = null;
+  const seen = reads;
+  reads = null;
   state.interrupt = null;
   if (state.errors.length) {
     if (status === 'ok') status = 'error';
@@ -585,6 +650,9 @@ async function handleExecute(req) {
     },
     display: [],
   };
+  if (seen !== null && seen.listed.size > 0) {
+    result.read = { paths: [...seen.listed.keys()], total: seen.listed.size + seen.more };
+  }
   send(ERR_FD, { type: 'end', id: rid });
   send(OUT_FD, result);
 }

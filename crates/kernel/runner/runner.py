@@ -1631,7 +1631,10 @@ def _end_reads():
     r, _reads = _reads, None
     if r is None or r is _READS_NONE_YET or not r.listed:
         return None
-    return {"paths": list(r.listed), "total": len(r.listed) + r.more}
+    # A name that is not UTF-8 (surrogate-escaped) goes as text with
+    # replacement characters: the frame must stay valid JSON.
+    paths = [p.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for p in r.listed]
+    return {"paths": paths, "total": len(r.listed) + r.more}
 
 
 def _finish_cell(rid, count, filename, exc, ru0, rc0, t0):

@@ -103,6 +103,72 @@ pub struct ToolSettings {
     /// values). Tools that bring outside text in (`web_extract`) redact it
     /// with this before returning or saving it.
     pub redactor: Redactor,
+    /// The files tools read on behalf of the kernel's cells (`read_file`,
+    /// `search_files`, `patch`), for the result's `files.read`.
+    pub reads: ReadLog,
+}
+
+/// The files host tools read for one cell (docs/result.md, "files"): each
+/// tool notes the files it reads ([`ToolContext::note_read`]); the host
+/// takes the list when the cell ends ([`ReadLog::take`]). Bounded: at most
+/// [`ReadLog::LISTED`] paths are kept, the rest only counted.
+#[derive(Debug, Default)]
+pub struct ReadLog(std::sync::Mutex<ReadLogInner>);
+
+/// A copy of settings keeps its own log: a clone starts empty.
+impl Clone for ReadLog {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+#[derive(Debug, Default)]
+struct ReadLogInner {
+    cell: Option<Arc<str>>,
+    paths: Vec<PathBuf>,
+    more: u64,
+}
+
+impl ReadLog {
+    /// Paths kept per cell.
+    pub const LISTED: usize = 50;
+
+    /// Notes that a tool called by cell `cell` read `path` (absolute). A
+    /// note of another cell than the last one starts a new list (a late
+    /// call of a cell that ended is not the next cell's).
+    pub fn note(&self, cell: &Arc<str>, path: &Path) {
+        let Ok(mut g) = self.0.lock() else { return };
+        if g.cell.as_ref() != Some(cell) {
+            *g = ReadLogInner {
+                cell: Some(Arc::clone(cell)),
+                ..ReadLogInner::default()
+            };
+        }
+        if g.paths.iter().any(|p| p == path) {
+            return;
+        }
+        if g.paths.len() < Self::LISTED {
+            g.paths.push(path.to_path_buf());
+        } else {
+            g.more += 1;
+        }
+    }
+
+    /// What tools read for cell `cell`, in the order read (at most
+    /// [`Self::LISTED`]), and how many files beyond those; the log is empty
+    /// afterwards.
+    pub fn take(&self, cell: &str) -> (Vec<PathBuf>, u64) {
+        let Ok(mut g) = self.0.lock() else {
+            return (Vec::new(), 0);
+        };
+        let mine = g.cell.as_deref() == Some(cell);
+        let taken = std::mem::take(&mut *g);
+        if mine {
+            (taken.paths, taken.more)
+        } else {
+            (Vec::new(), 0)
+        }
+    }
 }
 
 impl ToolSettings {
@@ -118,6 +184,7 @@ impl ToolSettings {
             web: WebSettings::default(),
             env: None,
             redactor: Redactor::builtin(),
+            reads: ReadLog::default(),
         }
     }
 
@@ -222,6 +289,8 @@ pub struct ToolContext {
     settings: Arc<ToolSettings>,
     deadline: Instant,
     cancel: CancellationToken,
+    /// The calling cell, when the call came from one.
+    cell: Option<Arc<str>>,
 }
 
 impl ToolContext {
@@ -231,12 +300,24 @@ impl ToolContext {
             settings,
             deadline,
             cancel,
+            cell: None,
         }
     }
 
     /// A context from the rpc server's cell context.
     pub fn from_cell(settings: Arc<ToolSettings>, cell: &CellContext) -> Self {
-        Self::new(settings, cell.deadline(), cell.cancelled().clone())
+        let mut cx = Self::new(settings, cell.deadline(), cell.cancelled().clone());
+        cx.cell = Some(Arc::from(cell.cell_id()));
+        cx
+    }
+
+    /// Notes that this call read the regular file `path` on the calling
+    /// cell's behalf (for the result's `files.read`); nothing outside a
+    /// cell.
+    pub fn note_read(&self, path: &Path) {
+        if let Some(cell) = &self.cell {
+            self.settings.reads.note(cell, path);
+        }
     }
 
     /// The kernel's settings.

@@ -600,3 +600,108 @@ fn reads_reach_the_journal_history_and_the_notebook() {
     );
     env.run(&["daemon", "stop"]).expect_code(0);
 }
+
+#[test]
+fn files_host_tools_read_for_the_cell_are_listed_after_its_own() {
+    let env = Env::fast();
+    env.write("own.txt", "mine\n");
+    env.write("via_tool.txt", "tool\n");
+    env.write("src/a.py", "needle = 1\n");
+    env.write("src/b.py", "nothing here\n");
+    env.write("edit.txt", "old\n");
+    let r = exec_json(
+        &env,
+        "open('own.txt').read()\n\
+         read_file('via_tool.txt')\n\
+         read_file('via_tool.txt')\n\
+         search_files(pattern='needle', path='src')\n\
+         patch(mode='replace', path='edit.txt', old_string='old', new_string='new')\n\
+         search_files(pattern='*.py', target='files', path='src')",
+    );
+    assert_eq!(
+        r["files"]["read"],
+        json!(["own.txt", "via_tool.txt", "src/a.py", "edit.txt"]),
+        "{:#}",
+        r["files"]
+    );
+    assert_eq!(paths(&r["files"], "modified"), ["edit.txt"]);
+}
+
+#[test]
+fn r_and_javascript_cells_list_what_host_tools_read_for_them() {
+    let env = Env::fast();
+    env.write("notes.txt", "n\n");
+    for (lang, code) in [
+        ("r", "x <- read_file(path = 'notes.txt')"),
+        (
+            "javascript",
+            "const x = await read_file({path: 'notes.txt'});",
+        ),
+    ] {
+        let out = env.run(&["exec", "--json", "--language", lang, code]);
+        let r = out.json();
+        assert_eq!(r["status"], "success", "{r:#}\n{}", out.stderr);
+        assert_eq!(r["files"]["read"], json!(["notes.txt"]), "{lang}: {r:#}");
+    }
+}
+
+#[test]
+fn what_a_javascript_cell_read_through_fs_is_listed() {
+    let env = Env::fast();
+    env.write("a.txt", "a\n");
+    env.write("b.json", "{\"b\": 1}\n");
+    env.write("c.txt", "c\n");
+    env.write("mod.js", "module.exports = 1;\n");
+    let code = "const fs = require('fs');\n\
+        for (let i = 0; i < 1000; i++) fs.readFileSync('a.txt', 'utf8');\n\
+        JSON.parse(await require('fs/promises').readFile('b.json', 'utf8'));\n\
+        fs.closeSync(fs.openSync('c.txt', 'r'));\n\
+        fs.writeFileSync('w.txt', 'written');\n\
+        fs.closeSync(fs.openSync('w2.txt', 'w'));\n\
+        require('./mod.js');\n\
+        const named = 'fs.readFileSync(\"never.txt\")';";
+    let out = env.run(&["exec", "--json", "--language", "javascript", code]);
+    let r = out.json();
+    assert_eq!(r["status"], "success", "{r:#}\n{}", out.stderr);
+    assert_eq!(
+        r["files"]["read"],
+        json!(["a.txt", "b.json", "c.txt"]),
+        "{:#}",
+        r["files"]
+    );
+}
+
+#[test]
+fn what_an_r_cell_read_through_its_connections_is_listed() {
+    let env = Env::fast();
+    env.write("a.txt", "a\n");
+    env.write("b.csv", "x,y\n1,2\n");
+    let code = "for (i in 1:100) x <- readLines('a.txt')\n\
+        d <- read.csv('b.csv')\n\
+        saveRDS(d, 'd.rds')\n\
+        e <- readRDS('d.rds')\n\
+        writeLines('w', 'w.txt')\n\
+        s <- 'readLines(\"never.txt\")'\n\
+        cat(nrow(e), '\\n')";
+    let out = env.run(&["exec", "--json", "--language", "r", code]);
+    let r = out.json();
+    assert_eq!(r["status"], "success", "{r:#}\n{}", out.stderr);
+    assert_eq!(r["output"], "1 \n", "{r:#}");
+    assert_eq!(
+        r["files"]["read"],
+        json!(["a.txt", "b.csv", "d.rds"]),
+        "{:#}",
+        r["files"]
+    );
+}
+
+#[test]
+fn a_read_file_whose_name_is_not_utf8_is_listed_with_a_replacement_character() {
+    let env = Env::fast();
+    let r = exec_json(
+        &env,
+        "open(b'caf\\xe9.txt', 'wb').close()\nopen(b'caf\\xe9.txt', 'rb').close()\nprint('ok')",
+    );
+    assert_eq!(r["output"], "ok\n");
+    assert_eq!(r["files"]["read"], json!(["caf\u{fffd}.txt"]), "{r:#}");
+}

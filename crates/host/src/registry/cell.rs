@@ -127,7 +127,10 @@ impl Registry {
         );
         // Files the kernel sent that the check dropped go at once.
         kernel.keep_files(&figures.display);
-        let reads = runner_reads(&mut outcome.ending);
+        let reads = all_reads(
+            runner_reads(&mut outcome.ending),
+            kernel.take_tool_reads(plan.cell_id.as_str()),
+        );
         let (files, files_notice) = inner.files_after(kernel, watcher).await;
         let files = match reads {
             Some(r) => inner.with_reads(files, r, kernel.cwd()),
@@ -764,6 +767,29 @@ fn runner_reads(ending: &mut Ending) -> Option<toolcell_protocol::Reads> {
         }
         _ => None,
     }
+}
+
+/// The cell's own reads (in first-read order), then those of the host
+/// tools it called; `None` when neither saw any.
+fn all_reads(
+    runner: Option<toolcell_protocol::Reads>,
+    (tool_paths, tool_more): (Vec<std::path::PathBuf>, u64),
+) -> Option<toolcell_protocol::Reads> {
+    if tool_paths.is_empty() {
+        return runner;
+    }
+    let mut reads = runner.unwrap_or_default();
+    let mut total = reads.total.max(reads.paths.len() as u64) + tool_more;
+    for p in tool_paths {
+        let p = p.to_string_lossy().into_owned();
+        if !reads.paths.contains(&p) {
+            total += 1;
+            reads.paths.push(p);
+        }
+    }
+    reads.paths.truncate(toolcell_kernel::result::MAX_LISTED);
+    reads.total = total;
+    Some(reads)
 }
 
 fn runner_display(ending: &mut Ending) -> Vec<toolcell_protocol::Display> {

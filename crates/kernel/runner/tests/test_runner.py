@@ -999,6 +999,23 @@ class Reads(RunnerTest):
             {"paths": [os.path.join(work, n) for n in ("b.txt", "a.txt", "new.txt")], "total": 3},
         )
 
+    def test_a_name_that_is_not_utf8_is_reported_with_replacement_characters(self):
+        k = self.kernel()
+        c = k.execute(
+            dedent(
+                """
+                import os, tempfile
+                d = tempfile.mkdtemp()
+                p = os.path.join(os.fsencode(d), b'caf\\xe9.txt')
+                open(p, 'wb').close()
+                open(p, 'rb').close()
+                print(d)
+                """
+            )
+        )
+        self.assertOk(c)
+        self.assertEqual(c.result["read"]["paths"], [os.path.join(c.out.strip(), "caf\ufffd.txt")])
+
     def test_a_cell_that_reads_nothing_has_no_read_key(self):
         k = self.kernel()
         c = k.execute("import json\nx = 1 + 1")

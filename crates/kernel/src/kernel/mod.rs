@@ -429,6 +429,12 @@ impl Kernel {
         &self.spec.cwd
     }
 
+    /// What host tools read for cell `cell_id` (`files.read`): absolute
+    /// paths in the order read, and how many more; the log is emptied.
+    pub fn take_tool_reads(&self, cell_id: &str) -> (Vec<std::path::PathBuf>, u64) {
+        self.spec.tool_settings.reads.take(cell_id)
+    }
+
     /// Takes the watcher of the kernel's working directory (put back after
     /// the cell with [`Kernel::put_files_watcher`]).
     pub fn take_files_watcher(&mut self) -> Option<Box<crate::watch::Watcher>> {

@@ -124,7 +124,7 @@ impl Tool for Patch {
             PatchMode::Replace => replace_mode(&args, &resolve, &cwd, max_diff, &worker_stop),
             PatchMode::Patch => patch_mode(&args, &resolve, &cwd, max_diff, &worker_stop),
         });
-        tokio::select! {
+        let out = tokio::select! {
             joined = work => joined.unwrap_or_else(|e| Err(ToolError::failed(format!(
                 "patch: the edit thread failed ({e}); check the files with read_file before retrying"
             )))),
@@ -136,7 +136,17 @@ impl Tool for Patch {
                 "patch: the cell's time ran out during the edit; check the files with read_file \
                  before retrying (an edit is written whole or not at all)"
             )),
+        };
+        // The files it edited (read, then written) are the cell's reads.
+        if let Ok(o) = &out {
+            for f in &o.files_changed {
+                let path = cx.resolve(f);
+                if path.is_file() {
+                    cx.note_read(&path);
+                }
+            }
         }
+        out
     }
 }
 

@@ -91,44 +91,53 @@ impl Tool for ReadFile {
     type Output = Output;
 
     async fn call(&self, args: Args, cx: &ToolContext) -> Result<Output, ToolError> {
-        if cx.cancelled().is_cancelled() {
-            return Err(ToolError::Cancelled(Self::NAME));
-        }
-        let path = cx.resolve(&args.path);
-        let stop = Arc::new(AtomicBool::new(false));
-        // However this future ends (answer, deadline, cancellation, or the
-        // rpc server dropping it), the worker stops.
-        let _guard = StopOnDrop(Arc::clone(&stop));
-        let worker_stop = Arc::clone(&stop);
-        let (offset, limit) = (args.offset.get(), args.limit.get());
-        // A small file on the local root file system is read right here: a
-        // trip through the blocking pool costs two thread hand-offs, more
-        // than the read. Anything else (another mount, a network file
-        // system, a large file, any error) goes to the blocking pool.
-        let scan = match fsutil::open_regular_local(&path) {
-            Some((file, meta)) => {
-                let mut scan = Scan::new(file, meta.len(), &path, offset, limit);
-                if meta.len() <= INLINE_MAX_BYTES {
-                    // Bounded: a file that grows while it is read (a cell
-                    // appending to it) continues on the blocking pool.
-                    if let Some(out) = scan.run(&stop, Some(2 * INLINE_MAX_BYTES))? {
-                        return Ok(out);
-                    }
-                }
-                Some(scan)
+        // What it read goes to the cell's `files.read`, once it has.
+        let noted = cx.resolve(&args.path);
+        let out = async move {
+            if cx.cancelled().is_cancelled() {
+                return Err(ToolError::Cancelled(Self::NAME));
             }
-            None => None,
-        };
-        let work = tokio::task::spawn_blocking(move || match scan {
-            Some(scan) => scan.read_to_end(&worker_stop),
-            None => read(&path, offset, limit, &worker_stop),
-        });
-        tokio::select! {
-            joined = work => joined
-                .map_err(|e| ToolError::failed(format!("read_file: worker failed: {e}")))?,
-            () = cx.cancelled().cancelled() => Err(ToolError::Cancelled(Self::NAME)),
-            () = tokio::time::sleep_until(cx.deadline()) => Err(ToolError::failed(OUT_OF_TIME)),
+            let path = cx.resolve(&args.path);
+            let stop = Arc::new(AtomicBool::new(false));
+            // However this future ends (answer, deadline, cancellation, or the
+            // rpc server dropping it), the worker stops.
+            let _guard = StopOnDrop(Arc::clone(&stop));
+            let worker_stop = Arc::clone(&stop);
+            let (offset, limit) = (args.offset.get(), args.limit.get());
+            // A small file on the local root file system is read right here: a
+            // trip through the blocking pool costs two thread hand-offs, more
+            // than the read. Anything else (another mount, a network file
+            // system, a large file, any error) goes to the blocking pool.
+            let scan = match fsutil::open_regular_local(&path) {
+                Some((file, meta)) => {
+                    let mut scan = Scan::new(file, meta.len(), &path, offset, limit);
+                    if meta.len() <= INLINE_MAX_BYTES {
+                        // Bounded: a file that grows while it is read (a cell
+                        // appending to it) continues on the blocking pool.
+                        if let Some(out) = scan.run(&stop, Some(2 * INLINE_MAX_BYTES))? {
+                            return Ok(out);
+                        }
+                    }
+                    Some(scan)
+                }
+                None => None,
+            };
+            let work = tokio::task::spawn_blocking(move || match scan {
+                Some(scan) => scan.read_to_end(&worker_stop),
+                None => read(&path, offset, limit, &worker_stop),
+            });
+            tokio::select! {
+                joined = work => joined
+                    .map_err(|e| ToolError::failed(format!("read_file: worker failed: {e}")))?,
+                () = cx.cancelled().cancelled() => Err(ToolError::Cancelled(Self::NAME)),
+                () = tokio::time::sleep_until(cx.deadline()) => Err(ToolError::failed(OUT_OF_TIME)),
+            }
         }
+        .await;
+        if out.is_ok() {
+            cx.note_read(&noted);
+        }
+        out
     }
 }
 

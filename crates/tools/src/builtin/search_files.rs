@@ -176,6 +176,7 @@ impl Tool for SearchFiles {
             return Err(ToolError::failed(OUT_OF_TIME));
         }
         let root = cx.resolve(&args.path);
+        let reads_contents = args.target == Target::Content;
         let stop = Arc::new(AtomicBool::new(false));
         // However this future ends (answer, deadline, cancellation, or the
         // rpc server dropping it), the search thread stops.
@@ -195,7 +196,17 @@ impl Tool for SearchFiles {
             }
         };
         match outcome {
-            Ok(result) => result,
+            Ok(result) => {
+                // The files whose contents came back: the cell's reads.
+                if let Ok(out) = &result
+                    && reads_contents
+                {
+                    for m in &out.matches {
+                        cx.note_read(&cx.resolve(&m.path));
+                    }
+                }
+                result
+            }
             Err(e) => Err(ToolError::failed(format!(
                 "search_files: the search thread failed ({e}); this is a bug, please report it"
             ))),
