@@ -483,6 +483,21 @@ fn mcp_text_has_one_files_line() {
     let (msg, _) = s.until_id(&json!(3), LIMIT);
     let text = msg["result"]["content"][0]["text"].as_str().unwrap();
     assert!(!text.contains("files:"), "{text}");
+    // What a cell read is on the same line.
+    s.request(
+        4,
+        "tools/call",
+        json!({"name": "execute_code", "arguments": {
+            "code": "for i in range(7): open(f'o/{i}.txt').read()"}}),
+    );
+    let (msg, _) = s.until_id(&json!(4), LIMIT);
+    let text = msg["result"]["content"][0]["text"].as_str().unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("files:")).collect();
+    assert_eq!(
+        lines,
+        ["files: read o/0.txt, o/1.txt, o/2.txt, o/3.txt, o/4.txt (+2 more)"],
+        "{text}"
+    );
     s.close_stdin();
     s.wait(LIMIT);
 }
