@@ -344,8 +344,7 @@ is_stdin <- function(x) {
     (inherits(x, "connection") && identical(summary(x)$description, "stdin"))
 }
 
-replace_base <- function(name, f) {
-  env <- baseenv()
+replace_base <- function(name, f, env = baseenv()) {
   locked <- bindingIsLocked(name, env)
   if (locked) unlockBinding(name, env)
   assign(name, f, envir = env)
@@ -383,12 +382,7 @@ install_world <- function() {
   # packages' (read.csv, scan) find file() and gzfile() in base's
   # namespace, not on the search path: the readers are noted there too.
   for (name in c("file", "gzfile")) {
-    f <- get(name, envir = baseenv())
-    ns <- .BaseNamespaceEnv
-    locked <- bindingIsLocked(name, ns)
-    if (locked) unlockBinding(name, ns)
-    assign(name, f, envir = ns)
-    if (locked) lockBinding(name, ns)
+    replace_base(name, get(name, envir = baseenv()), .BaseNamespaceEnv)
   }
   exit_fn <- function(save = "default", status = 0, runLast = TRUE) {
     stop(structure(class = c("toolcell_exit", "condition"),

@@ -237,24 +237,22 @@ impl FilesChanged {
     pub fn brief(&self, names: usize) -> String {
         let t = self.totals();
         let mut kinds: Vec<String> = Vec::new();
-        let read: Vec<ChangedFile> = self
-            .read
-            .iter()
-            .map(|p| ChangedFile {
-                path: p.clone(),
-                bytes: None,
-            })
-            .collect();
-        for (list, total, word) in [
-            (&self.created, t.created, "created"),
-            (&self.modified, t.modified, "modified"),
-            (&self.deleted, t.deleted, "deleted"),
-            (&read, t.read, "read"),
+        fn paths(list: &[ChangedFile], names: usize) -> Vec<&str> {
+            list.iter().take(names).map(|f| f.path.as_str()).collect()
+        }
+        for (shown, total, word) in [
+            (paths(&self.created, names), t.created, "created"),
+            (paths(&self.modified, names), t.modified, "modified"),
+            (paths(&self.deleted, names), t.deleted, "deleted"),
+            (
+                self.read.iter().take(names).map(String::as_str).collect(),
+                t.read,
+                "read",
+            ),
         ] {
             if total == 0 {
                 continue;
             }
-            let shown: Vec<&str> = list.iter().take(names).map(|f| f.path.as_str()).collect();
             let more = total.saturating_sub(shown.len() as u64);
             let mut s = format!("{word} {}", shown.join(", "));
             if more > 0 {
