@@ -18,6 +18,9 @@
 //!   left every other trace is still found.
 //! - [`procfs`]: what `/proc/<pid>/stat` says (alive, parent, start time),
 //!   read in one place.
+//! - [`sandbox`]: a process tree in namespaces of its own, with a
+//!   read-only view of the machine, a seccomp filter and no capabilities;
+//!   joining it later; what it may read and write.
 //! - [`private_dir`]: directories opened from `/` one component at a time
 //!   with `O_NOFOLLOW` descriptors, and files made `O_EXCL` inside them.
 //!
@@ -45,3 +48,4 @@ pub mod lineage;
 pub mod private_dir;
 pub mod process;
 pub mod procfs;
+pub mod sandbox;

@@ -1,0 +1,3 @@
+//! The sandbox, from outside: real processes in real namespaces.
+
+mod sandbox;
