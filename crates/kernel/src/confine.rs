@@ -368,6 +368,8 @@ const X32_SYSCALL_BIT: i64 = 0x4000_0000;
 #[derive(Debug)]
 pub struct Confinement {
     fd: OwnedFd,
+    /// The access rights beneath a writable directory (Landlock bits).
+    write_bits: u64,
     filter: Arc<seccompiler::BpfProgram>,
     writable: Vec<PathBuf>,
 }
@@ -378,10 +380,54 @@ pub struct Confinement {
 #[derive(Debug, Clone)]
 pub struct ChildConfinement {
     ruleset_fd: RawFd,
+    write_bits: u64,
     filter: Arc<seccompiler::BpfProgram>,
 }
 
 impl ChildConfinement {
+    /// Adds a writable rule for `dir` as the calling process sees it (a
+    /// sandbox's own `/tmp`, which the host could not open). For the
+    /// child between fork and exec: raw system calls only.
+    ///
+    /// # Errors
+    /// The failing call's `errno`.
+    pub fn allow_beneath_in_child(&self, dir: &std::ffi::CStr) -> std::io::Result<()> {
+        #[repr(C, packed)]
+        struct PathBeneathAttr {
+            allowed_access: u64,
+            parent_fd: i32,
+        }
+        // SAFETY: open/landlock_add_rule/close with a stack struct in the
+        // kernel's layout.
+        unsafe {
+            let fd = nix::libc::open(
+                dir.as_ptr(),
+                nix::libc::O_PATH | nix::libc::O_DIRECTORY | nix::libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let attr = PathBeneathAttr {
+                allowed_access: self.write_bits,
+                parent_fd: fd,
+            };
+            // LANDLOCK_RULE_PATH_BENEATH = 1
+            let rc = nix::libc::syscall(
+                nix::libc::SYS_landlock_add_rule,
+                self.ruleset_fd,
+                1u32,
+                &raw const attr,
+                0u32,
+            );
+            let err = std::io::Error::last_os_error();
+            nix::libc::close(fd);
+            if rc != 0 {
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
     /// Enforces Landlock, then the seccomp filter, on the calling process.
     /// Meant for the child between fork and exec: raw system calls only, no
     /// allocation (async-signal-safe).
@@ -472,6 +518,7 @@ impl Confinement {
         })?;
         Ok(Self {
             fd,
+            write_bits: write.bits(),
             filter: Arc::new(seccomp_program()?),
             writable: writable.to_vec(),
         })
@@ -481,6 +528,7 @@ impl Confinement {
     pub fn for_child(&self) -> ChildConfinement {
         ChildConfinement {
             ruleset_fd: self.fd.as_raw_fd(),
+            write_bits: self.write_bits,
             filter: Arc::clone(&self.filter),
         }
     }

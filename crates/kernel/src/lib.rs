@@ -78,6 +78,8 @@
 //!     session: "demo".into(),
 //!     lifecycle: None,
 //!     files_cap: 0,
+//!     sandbox: toolcell_kernel::sandbox::Policy::auto(),
+//!     sandbox_off: None,
 //! })
 //! .await?;
 //!
@@ -105,6 +107,7 @@ pub mod language;
 pub mod limits;
 pub mod remote;
 pub mod result;
+pub mod sandbox;
 pub mod watch;
 
 pub use extra::{ExtraTools, ToolSource};

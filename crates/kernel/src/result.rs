@@ -64,6 +64,10 @@ pub struct KernelInfo {
     /// The remote the kernel runs on (`[remotes.NAME]`); absent: local.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<String>,
+    /// What the kernel ran in (docs/sandbox.md): its sandbox, `off` with
+    /// the reason, or `remote`. Absent only when no kernel was reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::SandboxInfo>,
 }
 
 /// CPU and memory of a cell.

@@ -394,6 +394,27 @@ impl Server {
         Ok(server)
     }
 
+    /// Accepts connections on `listener` too, under the same token and
+    /// checks: the same port bound inside a kernel's sandbox (its own
+    /// network namespace), handed over by the sandbox.
+    ///
+    /// # Errors
+    /// [`BindError`] when the listener cannot be registered.
+    pub fn accept_also(&self, listener: std::net::TcpListener) -> Result<(), BindError> {
+        let at = Path::new("a sandbox's listener");
+        listener
+            .set_nonblocking(true)
+            .map_err(io_err("cannot configure", at))?;
+        let listener = {
+            let _guard = self.runtime.enter();
+            TcpListener::from_std(listener).map_err(io_err("cannot register", at))?
+        };
+        let core = Arc::clone(&self.core);
+        self.runtime
+            .spawn(accept_tcp(listener, core, self.shutdown.clone()));
+        Ok(())
+    }
+
     /// A server with no listener: connections come only from
     /// [`Server::serve_stream`] / [`testing::Connection::open`](crate::testing::Connection::open).
     /// For tests of the request logic that need no filesystem or port.

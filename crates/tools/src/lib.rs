@@ -168,7 +168,8 @@ pub use inventory;
 pub use registry::{RegistryError, ToolDispatcher, ToolRegistry, default_enabled_tools};
 pub use schema_tool::SchemaTool;
 pub use tool::{
-    DynTool, ReadLog, Tool, ToolContext, ToolEntry, ToolError, ToolSettings, WebSettings, erase,
+    DynTool, ReadLog, SandboxHandle, SandboxSlot, Tool, ToolContext, ToolEntry, ToolError,
+    ToolSettings, WebSettings, erase,
 };
 /// The boxed future [`DynTool::call`] returns (from the rpc crate), for
 /// embedders implementing [`DynTool`] themselves.

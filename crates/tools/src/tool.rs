@@ -106,6 +106,44 @@ pub struct ToolSettings {
     /// The files tools read on behalf of the kernel's cells (`read_file`,
     /// `search_files`, `patch`), for the result's `files.read`.
     pub reads: ReadLog,
+    /// The sandbox of the kernel these settings serve, once it started
+    /// (docs/sandbox.md): `terminal` runs inside it, the file tools keep to
+    /// what it could read and write.
+    pub sandbox: SandboxSlot,
+}
+
+/// What a tool acting for a sandboxed kernel needs: where to join it, what
+/// the kernel may read and write, the variables a command there gets.
+#[derive(Debug)]
+pub struct SandboxHandle {
+    /// The sandboxed runner's pid, as the host sees it.
+    pub pid: u32,
+    /// Its start time (`/proc` clock ticks): a recycled pid is never joined.
+    pub started: Option<u64>,
+    /// What the kernel may read and write.
+    pub view: toolcell_sys::sandbox::View,
+    /// Variables a command run inside gets (the proxy, `TMPDIR`).
+    pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+}
+
+/// Where the kernel puts its [`SandboxHandle`] when it starts (and takes it
+/// away when it ends). Clones share it: a copy of the settings serves the
+/// same kernel.
+#[derive(Debug, Default, Clone)]
+pub struct SandboxSlot(Arc<std::sync::Mutex<Option<Arc<SandboxHandle>>>>);
+
+impl SandboxSlot {
+    /// Puts (or, with `None`, removes) the kernel's sandbox.
+    pub fn set(&self, handle: Option<Arc<SandboxHandle>>) {
+        if let Ok(mut g) = self.0.lock() {
+            *g = handle;
+        }
+    }
+
+    /// The kernel's sandbox, when it runs in one.
+    pub fn get(&self) -> Option<Arc<SandboxHandle>> {
+        self.0.lock().ok().and_then(|g| g.clone())
+    }
 }
 
 /// The files host tools read for one cell (docs/result.md, "files"): each
@@ -185,6 +223,7 @@ impl ToolSettings {
             env: None,
             redactor: Redactor::builtin(),
             reads: ReadLog::default(),
+            sandbox: SandboxSlot::default(),
         }
     }
 
@@ -283,6 +322,16 @@ impl fmt::Debug for WebSettings {
     }
 }
 
+fn denied(path: &Path, why: toolcell_sys::sandbox::Denied) -> ToolError {
+    ToolError::failed(match why {
+        toolcell_sys::sandbox::Denied::ReadOnly => format!(
+            "{}: read-only in this sandbox (the kernel may write only in its working directory, its own directory and [sandbox] writable)",
+            path.display()
+        ),
+        _ => format!("{}: not found", path.display()),
+    })
+}
+
 /// What a tool call knows: the kernel's settings and the calling cell.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
@@ -317,6 +366,31 @@ impl ToolContext {
     pub fn note_read(&self, path: &Path) {
         if let Some(cell) = &self.cell {
             self.settings.reads.note(cell, path);
+        }
+    }
+
+    /// Refuses `path` (resolved) when the calling kernel's sandbox could
+    /// not read it: a hidden path is "not found".
+    ///
+    /// # Errors
+    /// [`ToolError::Failed`] naming the path.
+    pub fn check_read(&self, path: &Path) -> Result<(), ToolError> {
+        match self.settings.sandbox.get() {
+            Some(s) => s.view.check_read(path).map_err(|e| denied(path, e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses `path` (resolved) when the calling kernel's sandbox could
+    /// not write it: "read-only in this sandbox" outside the writable set,
+    /// "not found" for a hidden path.
+    ///
+    /// # Errors
+    /// [`ToolError::Failed`] naming the path.
+    pub fn check_write(&self, path: &Path) -> Result<(), ToolError> {
+        match self.settings.sandbox.get() {
+            Some(s) => s.view.check_write(path).map_err(|e| denied(path, e)),
+            None => Ok(()),
         }
     }
 

@@ -72,7 +72,7 @@ mod sections;
 pub use mcp::McpServer;
 pub use reference::reference_markdown;
 pub use sections::{
-    Daemon, Env, Execution, Guard, JournalConfig, Kernels, Limits, Output, Rpc, Tools, Web,
+    Daemon, Env, Execution, Guard, JournalConfig, Kernels, Limits, Output, Rpc, Sandbox, Tools, Web,
 };
 
 use rules::{Kind, expected_got, one_line, parse_flag_value};
@@ -173,6 +173,23 @@ impl Named for toolcell_kernel::language::Language {
     }
     fn from_name(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|l| l.as_str() == text)
+    }
+}
+
+impl Named for toolcell_kernel::sandbox::Mode {
+    const NAMES: &'static [&'static str] = &["auto", "required", "off"];
+    fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Required => "required",
+            Self::Off => "off",
+        }
+    }
+    fn from_name(text: &str) -> Option<Self> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == text)
+            .map(|i| [Self::Auto, Self::Required, Self::Off][i])
     }
 }
 
@@ -595,6 +612,8 @@ config! {
         daemon: Daemon,
         /// `[journal]`
         journal: JournalConfig,
+        /// `[sandbox]`
+        sandbox: Sandbox,
     }
 }
 
@@ -1060,6 +1079,73 @@ impl Config {
         self.mcp_servers.keys().cloned().collect()
     }
 
+    /// `[sandbox] writable` and `hidden`: each path exists, and no
+    /// writable path lies under a hidden one.
+    fn check_sandbox_paths(&self) -> Result<(), ConfigError> {
+        let writable = self.sandbox_paths(&self.sandbox.writable);
+        let hidden = self.sandbox_paths(&self.sandbox.hidden);
+        for (key, list) in [("sandbox.writable", &writable), ("sandbox.hidden", &hidden)] {
+            for p in list {
+                if std::fs::symlink_metadata(p).is_err() {
+                    return Err(ConfigError::Invalid {
+                        origin: self.source_or_default(key).clone(),
+                        key: key.into(),
+                        message: format!(
+                            "{} does not exist (create it, or remove it from the list)",
+                            p.display()
+                        ),
+                    });
+                }
+            }
+        }
+        for w in &writable {
+            let w = toolcell_sys::sandbox::resolve(w);
+            if let Some(h) = hidden
+                .iter()
+                .find(|h| w.starts_with(toolcell_sys::sandbox::resolve(h)))
+            {
+                return Err(ConfigError::Invalid {
+                    origin: self.source_or_default("sandbox.writable").clone(),
+                    key: "sandbox.writable".into(),
+                    message: format!(
+                        "{} is under a hidden path ({}, sandbox.hidden): a hidden path shows nothing, so nothing under it can be writable",
+                        w.display(),
+                        h.display()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The paths of a `[sandbox]` list, `~/` expanded.
+    fn sandbox_paths(&self, list: &[String]) -> Vec<PathBuf> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        list.iter()
+            .map(|p| match (p.strip_prefix("~/"), &home) {
+                (Some(rest), Some(h)) => h.join(rest),
+                _ if p == "~" => home.clone().unwrap_or_else(|| PathBuf::from("/")),
+                _ => PathBuf::from(p),
+            })
+            .collect()
+    }
+
+    /// The sandbox policy `[sandbox]` describes: the user's lists plus the
+    /// credential stores and `toolcell_dirs` hidden.
+    pub fn sandbox_policy(&self, toolcell_dirs: &[PathBuf]) -> toolcell_kernel::sandbox::Policy {
+        let mut hidden = toolcell_kernel::sandbox::credential_stores();
+        hidden.extend(toolcell_dirs.iter().cloned());
+        hidden.extend(self.sandbox_paths(&self.sandbox.hidden));
+        toolcell_kernel::sandbox::Policy {
+            mode: self.sandbox.mode,
+            network: self.sandbox.network.clone(),
+            writable: self.sandbox_paths(&self.sandbox.writable),
+            hidden,
+            readable: Vec::new(),
+            tmp_bytes: self.sandbox.tmp_bytes,
+        }
+    }
+
     /// Rules involving two keys.
     fn check_cross(&self) -> Result<(), ConfigError> {
         let file_origin = || {
@@ -1124,6 +1210,7 @@ impl Config {
                 ),
             });
         }
+        self.check_sandbox_paths()?;
         if self.execution.confine && self.execution.mode != Mode::Strict {
             return Err(ConfigError::Invalid {
                 origin: self.source_or_default("execution.confine").clone(),

@@ -265,6 +265,10 @@ impl Size {
     pub(crate) const LIMIT: Self = Self {
         accepts: "a size in bytes >= 0 (0 = no limit): a whole number or a string like \"512MiB\" or \"2GiB\"",
     };
+    /// The sandbox's private `/tmp`.
+    pub(crate) const TMP: Self = Self {
+        accepts: "a size in bytes (at least 1MiB): a whole number or a string like \"512MiB\" or \"2GiB\"",
+    };
     /// A cap on total bytes (0 = no cap).
     pub(crate) const CAP: Self = Self {
         accepts: "a size in bytes >= 0 (0 = no cap): a whole number or a string like \"500MiB\" or \"1GiB\"",
@@ -286,6 +290,7 @@ impl Rule<u64> for Size {
         };
         bytes
             .filter(|b| *b <= i64::MAX as u64)
+            .filter(|b| self.accepts != Self::TMP.accepts || *b >= 1 << 20)
             .ok_or_else(|| self.accepts())
     }
     fn to_value(&self, value: &u64) -> Value {
@@ -399,6 +404,9 @@ pub(crate) enum List {
     ToolNames,
     /// Regexes that compile.
     Regexes,
+    /// Paths (`~/` for the home directory; relative ones anchored at the
+    /// config file's directory).
+    Paths,
 }
 
 impl Rule<Vec<String>> for List {
@@ -412,6 +420,7 @@ impl Rule<Vec<String>> for List {
             }
             Self::ToolNames => "a list of distinct tool names",
             Self::Regexes => "a list of regexes",
+            Self::Paths => "a list of paths",
         }
         .to_string()
     }
@@ -436,6 +445,11 @@ impl Rule<Vec<String>> for List {
                         return Err(format!("{expected}, but {} is {why}", render(item)));
                     }
                 }
+                Self::Paths => {
+                    if s.is_empty() || s.contains('\0') {
+                        return Err(format!("{expected}, but an item is {}", render(item)));
+                    }
+                }
                 Self::Regexes => {
                     if let Err(e) = regex::Regex::new(s) {
                         return Err(format!(
@@ -452,6 +466,63 @@ impl Rule<Vec<String>> for List {
     }
     fn to_value(&self, value: &Vec<String>) -> Value {
         Value::Array(value.iter().cloned().map(Value::String).collect())
+    }
+    fn anchor(&self, value: &mut Vec<String>, base: &Path) {
+        if matches!(self, Self::Paths) {
+            for p in value.iter_mut() {
+                if !p.starts_with('/') && !p.starts_with("~/") && p != "~" {
+                    *p = base.join(&*p).to_string_lossy().into_owned();
+                }
+            }
+        }
+    }
+}
+
+/// `[sandbox] network`: `"none"`, `"packages"`, `"host"` or a list of
+/// destinations.
+pub(crate) struct NetworkRule;
+
+impl Rule<toolcell_kernel::sandbox::Network> for NetworkRule {
+    fn kind(&self) -> Kind {
+        Kind::Text
+    }
+    fn accepts(&self) -> String {
+        "\"packages\", \"none\", \"host\" or a list of destinations (\"example.com\", \"*.example.org\", \"example.net:8443\", \"127.0.0.1:9000\")".to_string()
+    }
+    fn parse(&self, value: &Value) -> Result<toolcell_kernel::sandbox::Network, String> {
+        use toolcell_kernel::sandbox::{Dest, Network};
+        match value {
+            Value::String(s) => match s.as_str() {
+                "packages" => Ok(Network::Packages),
+                "none" => Ok(Network::None),
+                "host" => Ok(Network::Host),
+                _ => Err(self.accepts()),
+            },
+            Value::Array(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for item in items {
+                    match item.as_str() {
+                        Some(s) if Dest::parse(s).is_some() => out.push(s.to_string()),
+                        _ => {
+                            return Err(format!(
+                                "{}, but an item is {}",
+                                self.accepts(),
+                                render(item)
+                            ));
+                        }
+                    }
+                }
+                Ok(Network::List(out))
+            }
+            _ => Err(self.accepts()),
+        }
+    }
+    fn to_value(&self, value: &toolcell_kernel::sandbox::Network) -> Value {
+        use toolcell_kernel::sandbox::Network;
+        match value {
+            Network::List(l) => Value::Array(l.iter().cloned().map(Value::String).collect()),
+            other => Value::String(other.name().to_string()),
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! key's doc is its summary there; write it for users.
 
 use super::rules::{
-    AutoFlag, Choice, Count, Days, Flag, Limit, List, Seconds, Size, Text, WarmPool,
+    AutoFlag, Choice, Count, Days, Flag, Limit, List, NetworkRule, Seconds, Size, Text, WarmPool,
 };
 use super::section::section;
 use super::{
@@ -165,5 +165,21 @@ section! {
         enabled: Switch = Switch::Auto, AutoFlag;
         /// The database file; empty: `$XDG_DATA_HOME/toolcell/journal.db` (else `~/.local/share/toolcell/journal.db`). A relative path is taken from the config file's directory.
         path: String = String::new(), Text::Path;
+    }
+}
+
+section! {
+    /// The sandbox every local kernel runs in (docs/sandbox.md): namespaces of its own, a read-only view of the machine with the credential stores hidden, and a network rule.
+    pub struct Sandbox {
+        /// `"auto"` sandboxes each local kernel where the machine allows it (root, or unprivileged user namespaces) and otherwise runs it unsandboxed, saying why in every result; `"required"` makes a kernel that cannot be sandboxed an error before any code runs; `"off"` runs kernels without a sandbox.
+        mode: toolcell_kernel::sandbox::Mode = toolcell_kernel::sandbox::Mode::Auto, Choice;
+        /// What a sandboxed kernel can reach over the network: `"packages"` (only the package indexes pip, npm and R are configured with, through a proxy), `"none"` (only its own loopback), `"host"` (the host's network, no isolation) or a list of destinations such as `["example.com", "*.example.org", "example.net:8443", "127.0.0.1:9000"]` (a name without a port allows every port).
+        network: toolcell_kernel::sandbox::Network = toolcell_kernel::sandbox::Network::Packages, NetworkRule;
+        /// Paths a sandboxed kernel may write besides its working directory, its own directory and its private `/tmp`. Each must exist; `~/` is the home directory; a relative path is taken from the config file's directory.
+        writable: Vec<String> = Vec::new(), List::Paths;
+        /// Paths a sandboxed kernel sees empty, besides the credential stores (`~/.ssh`, `~/.aws`, …) and toolcell's own directories. Each must exist.
+        hidden: Vec<String> = Vec::new(), List::Paths;
+        /// Size of a sandboxed kernel's private `/tmp`, in bytes or a size string such as `"512MiB"`.
+        tmp_bytes: u64 = toolcell_kernel::sandbox::DEFAULT_TMP_BYTES, Size::TMP;
     }
 }

@@ -154,6 +154,7 @@ impl Registry {
             state_kept: None,
             ended: None,
             remote: kernel.remote().map(str::to_string),
+            sandbox: Some(kernel.sandbox().clone()),
         };
         inner.settle(guard, &slot, &plan, &mut outcome).await;
         let hint_cx = || {

@@ -106,6 +106,10 @@ pub struct RegistryOptions {
     /// `[execution] confine`: Landlock-confine strict-mode kernels; cells in
     /// project mode are refused.
     pub confine: bool,
+    /// `[sandbox]`: the sandbox every local kernel runs in. The registry
+    /// adds toolcell's own directories (kernels, spill files, journal,
+    /// configuration) to its hidden paths.
+    pub sandbox: toolcell_kernel::sandbox::Policy,
     /// How long a kernel may take to start.
     pub startup_timeout: Duration,
     /// Ready kernels kept for new sessions of the default shape (default
@@ -219,6 +223,7 @@ impl Default for RegistryOptions {
             default_cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             limits: toolcell_kernel::limits::Limits::default(),
             confine: false,
+            sandbox: toolcell_kernel::sandbox::Policy::auto(),
             kernels_root: None,
             startup_timeout: Duration::from_secs(60),
             warm_pool: 0,
@@ -291,6 +296,7 @@ impl RegistryOptions {
             default_cwd,
             limits: config.limits(),
             confine: config.execution.confine,
+            sandbox: config.sandbox_policy(&[]),
             kernels_root: None,
             startup_timeout: Duration::from_secs(60),
             warm_pool: 0,
@@ -303,6 +309,31 @@ impl RegistryOptions {
             inband_tools: false,
         })
     }
+}
+
+/// toolcell's own directories, hidden from sandboxed kernels: its
+/// configuration, data (the journal) and cache (spill files), wherever the
+/// environment puts them.
+pub(super) fn toolcell_dirs() -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    let xdg = |var: &str, fallback: &str| {
+        std::env::var_os(var)
+            .filter(|x| !x.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(fallback)))
+            .map(|d| d.join("toolcell"))
+    };
+    [
+        xdg("XDG_CONFIG_HOME", ".config"),
+        xdg("XDG_DATA_HOME", ".local/share"),
+        xdg("XDG_CACHE_HOME", ".cache"),
+        xdg("XDG_STATE_HOME", ".local/state"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// `[kernels] remote_files_cap` by default: 64 MiB per kernel.

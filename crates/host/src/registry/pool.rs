@@ -30,6 +30,29 @@ pub(super) struct Shape {
     pub(super) remote: Option<(String, Arc<toolcell_kernel::remote::Remote>)>,
 }
 
+/// The sandbox of one local kernel: the configured policy with toolcell's
+/// own directories hidden (the kernels root holds every other kernel's
+/// socket and files; the spill dir other sessions' output) and the
+/// session's own spill files and figures readable to its file tools.
+fn sandbox_policy(
+    inner: &Inner,
+    settings: &ToolSettings,
+    shape: &Shape,
+) -> toolcell_kernel::sandbox::Policy {
+    let mut policy = inner.opts.sandbox.clone();
+    if shape.remote.is_some() {
+        policy.mode = toolcell_kernel::sandbox::Mode::Off;
+        return policy;
+    }
+    policy.hidden.extend(super::options::toolcell_dirs());
+    policy.hidden.push(inner.root.clone());
+    policy.hidden.push(inner.opts.spill_dir.clone());
+    policy.hidden.extend(inner.opts.remote_records.clone());
+    policy.readable.push(settings.spill_dir.clone());
+    policy.readable.push(settings.files_dir().to_path_buf());
+    policy
+}
+
 /// Starts a kernel of `shape` (strict mode: in a fresh private working
 /// directory the kernel owns). The error is a sentence for the result.
 pub(super) async fn spawn_kernel(
@@ -58,6 +81,7 @@ pub(super) async fn spawn_kernel(
     // Where tools save files for the cell (an MCP server's images): the
     // kernel's own directory, which Kernel::spawn creates under the root.
     settings.kernel_dir = Some(inner.root.join(&id));
+    let sandbox = sandbox_policy(inner, &settings, shape);
     let settings = Arc::new(settings);
     let watch_cwd = kcwd.clone();
     let spec = KernelSpec {
@@ -84,6 +108,8 @@ pub(super) async fn spawn_kernel(
             &inner.lifecycle,
         )))),
         files_cap: inner.opts.remote_files_cap,
+        sandbox,
+        sandbox_off: None,
     };
     // The first scan of the working directory (docs/result.md, "files") runs
     // while the interpreter starts.

@@ -155,6 +155,15 @@ pub enum SpawnError {
     /// No random bytes from the OS.
     #[error("cannot generate a sentinel: {0}")]
     Random(String),
+    /// `[sandbox] mode = "required"` and the kernel could not be
+    /// sandboxed (with `"auto"` it runs unsandboxed instead).
+    #[error(
+        "cannot sandbox the kernel: {reason} (set [sandbox] mode = \"auto\" to run kernels unsandboxed where the machine refuses a sandbox)"
+    )]
+    Sandbox {
+        /// The step that failed and why.
+        reason: String,
+    },
     /// A remote kernel's command failed to connect or start the runner.
     #[error("cannot start a kernel on remote \"{remote}\": {reason}{}", remote_stderr_suffix(.stderr))]
     Remote {
@@ -223,6 +232,13 @@ pub struct KernelSpec {
     /// frames that may be kept on this host at once (`[kernels]
     /// remote_files_cap`); 0: no cap.
     pub files_cap: u64,
+    /// `[sandbox]`: the sandbox every local kernel runs in
+    /// ([`crate::sandbox`]); [`crate::sandbox::Policy::off`] for none.
+    pub sandbox: crate::sandbox::Policy,
+    /// Why this kernel runs unsandboxed although the policy asked for a
+    /// sandbox (`mode = "auto"` on a machine that refused one); set by
+    /// [`Kernel::spawn`].
+    pub sandbox_off: Option<String>,
 }
 
 impl KernelSpec {
@@ -375,6 +391,10 @@ pub struct Kernel {
     proc_stat: Option<std::fs::File>,
     /// When the runner started (`/proc` clock ticks), for [`Kernel::tree`].
     started: Option<u64>,
+    /// What the kernel runs in (`kernel.sandbox` of every result).
+    sandbox: crate::sandbox::SandboxInfo,
+    /// The proxy of its network rule, while it lives.
+    _proxy: Option<crate::sandbox::Proxy>,
     dir: PathBuf,
     child: tokio::process::Child,
     pid: u32,
@@ -454,6 +474,12 @@ impl Kernel {
     /// The runner's process id.
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// What the kernel runs in: its sandbox, or why it has none
+    /// (`kernel.sandbox` of every result).
+    pub fn sandbox(&self) -> &crate::sandbox::SandboxInfo {
+        &self.sandbox
     }
 
     /// The kernel's private directory.

@@ -69,6 +69,12 @@ pub(super) struct Launched {
     pub(super) marker: String,
     /// Written before `hello` (a remote kernel's bootstrap payload).
     pub(super) payload: Vec<u8>,
+    /// What it runs in.
+    pub(super) sandbox: crate::sandbox::SandboxInfo,
+    /// The proxy of its network rule.
+    pub(super) proxy: Option<crate::sandbox::Proxy>,
+    /// For the tools: where to join it and what it may read and write.
+    pub(super) handle: Option<Arc<toolcell_tools::SandboxHandle>>,
 }
 
 /// Removes a directory on drop unless disarmed with `mem::forget`.
@@ -89,7 +95,31 @@ impl Kernel {
     /// [`SpawnError`] saying what failed; nothing is left behind.
     pub async fn spawn(spec: KernelSpec) -> Result<Kernel, SpawnError> {
         let limits = spec.limits;
-        Self::spawn_inner(spec).await.map_err(|e| match e {
+        let mut spec = spec;
+        if spec.remote.is_none() && spec.sandbox.mode == crate::sandbox::Mode::Auto {
+            if let Some(reason) = unavailable() {
+                spec.sandbox.mode = crate::sandbox::Mode::Off;
+                spec.sandbox_off = Some(reason);
+            }
+        }
+        let first = if spec.remote.is_none() && spec.sandbox.mode == crate::sandbox::Mode::Auto {
+            let retry = spec.clone();
+            match Self::spawn_inner(spec).await {
+                Err(SpawnError::Sandbox { reason }) => {
+                    // `auto`: the machine refused; run unsandboxed and say
+                    // so in every result (one warning per host process).
+                    remember_unavailable(&reason);
+                    let mut spec = retry;
+                    spec.sandbox.mode = crate::sandbox::Mode::Off;
+                    spec.sandbox_off = Some(reason);
+                    Self::spawn_inner(spec).await
+                }
+                other => other,
+            }
+        } else {
+            Self::spawn_inner(spec).await
+        };
+        first.map_err(|e| match e {
             SpawnError::NotReady { .. } | SpawnError::Io { .. } if !limits.is_empty() => {
                 SpawnError::UnderLimits {
                     limits: limits.describe(),
@@ -147,7 +177,11 @@ impl Kernel {
             lineage,
             marker,
             payload,
+            sandbox,
+            proxy,
+            handle,
         } = launched;
+        spec.tool_settings.sandbox.set(handle);
 
         let sentinel = Sentinel::generate().map_err(|e| SpawnError::Random(e.to_string()))?;
         let (tx, events) = mpsc::channel(EVENT_QUEUE);
@@ -206,6 +240,8 @@ impl Kernel {
             // thread's times on each read (~10 µs for a Python kernel).
             proc_stat: std::fs::File::open(format!("/proc/{pid}/task/{pid}/stat")).ok(),
             started: toolcell_sys::process::start_time(pid),
+            sandbox,
+            _proxy: proxy,
             files_kept: 0,
             cell_files: Vec::new(),
             allocation,
@@ -310,6 +346,9 @@ impl Kernel {
             lineage: None,
             marker,
             payload: crate::remote::payload(spec.language.runner().1, stub),
+            sandbox: crate::sandbox::SandboxInfo::Remote,
+            proxy: None,
+            handle: None,
         })
     }
 
@@ -349,7 +388,30 @@ impl Kernel {
         // pid and lineage are known once it is spawned, before it runs code.
         let family: Arc<std::sync::OnceLock<Family>> = Arc::default();
         let server = tool_server(spec, &dir, inband, cgroup.as_ref(), &family)?;
-        let (env, marker) = kernel_env(spec, &dir, &server, inband);
+        let (mut env, marker) = kernel_env(spec, &dir, &server, inband);
+        // The sandbox: its plan, prepared here (paths checked, filter
+        // compiled); the child only enters it.
+        let plan = (spec.sandbox.mode != crate::sandbox::Mode::Off).then(|| {
+            let rpc_port = server
+                .endpoint()
+                .strip_prefix("tcp://127.0.0.1:")
+                .and_then(|p| p.parse().ok());
+            crate::sandbox::plan(&spec.sandbox, &spec.cwd, &dir, rpc_port, &spec.env)
+        });
+        let prepared = match &plan {
+            Some(p) => Some(
+                toolcell_sys::sandbox::Prepared::new(&p.layout).map_err(|e| {
+                    SpawnError::Sandbox {
+                        reason: e.to_string(),
+                    }
+                })?,
+            ),
+            None => None,
+        };
+        if let Some(p) = &plan {
+            env.retain(|(k, _)| !p.env.iter().any(|(pk, _)| pk == k));
+            env.extend(p.env.iter().cloned());
+        }
 
         let (req_r, req_w) = if inband {
             (None, None)
@@ -397,16 +459,92 @@ impl Kernel {
         let child_confinement = confinement
             .as_ref()
             .map(crate::confine::Confinement::for_child);
-        install_child_setup(&mut cmd, spec.limits, child_confinement, fds, code_fd);
-        let mut child = tokio::process::Command::from(cmd)
+        install_child_setup(
+            &mut cmd,
+            spec.limits,
+            child_confinement,
+            prepared
+                .as_ref()
+                .map(toolcell_sys::sandbox::Prepared::child),
+            fds,
+            code_fd,
+        );
+        let spawned = tokio::process::Command::from(cmd)
             .kill_on_drop(true)
-            .spawn()
-            .map_err(io_err(format!("launching {}", spec.interpreter.display())))?;
+            .spawn();
         drop(req_r);
         drop(runner);
         drop(code);
         drop(confinement);
-        let pid = child.id().unwrap_or(0);
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(reason) = prepared.and_then(toolcell_sys::sandbox::Prepared::failure) {
+                    return Err(SpawnError::Sandbox { reason });
+                }
+                return Err(io_err(format!("launching {}", spec.interpreter.display()))(
+                    e,
+                ));
+            }
+        };
+        let outer = child.id();
+        let mut sandbox = crate::sandbox::SandboxInfo::Off {
+            reason: spec
+                .sandbox_off
+                .clone()
+                .unwrap_or_else(|| "sandbox.mode = \"off\"".into()),
+        };
+        let (mut proxy, mut handle) = (None, None);
+        let pid = match (prepared, plan) {
+            (Some(prepared), Some(plan)) => {
+                let report = tokio::task::spawn_blocking(move || {
+                    prepared.started(outer, SANDBOX_REPORT_TIMEOUT)
+                })
+                .await
+                .unwrap_or_else(|e| {
+                    Err(toolcell_sys::sandbox::SandboxError::Refused(e.to_string()))
+                });
+                let started = match report {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = child.start_kill();
+                        let _ = child.wait().await;
+                        return Err(SpawnError::Sandbox {
+                            reason: e.to_string(),
+                        });
+                    }
+                };
+                let mut listeners = started.listeners.into_iter();
+                if let Some(rule) = plan.rule.clone()
+                    && let Some(l) = listeners.next()
+                {
+                    proxy = Some(
+                        crate::sandbox::Proxy::start(l, rule)
+                            .map_err(io_err("starting the sandbox's proxy"))?,
+                    );
+                }
+                if plan.rpc_port.is_some()
+                    && let Some(l) = listeners.next()
+                {
+                    server.accept_also(l)?;
+                }
+                sandbox = crate::sandbox::SandboxInfo::Namespaces {
+                    network: spec.sandbox.network.name().to_string(),
+                };
+                handle = Some(Arc::new(toolcell_tools::SandboxHandle {
+                    pid: started.pid,
+                    started: toolcell_sys::process::start_time(started.pid),
+                    view: toolcell_sys::sandbox::View::new(
+                        &plan.layout.writable,
+                        &plan.layout.hidden,
+                        &spec.sandbox.readable,
+                    ),
+                    env: plan.env.clone(),
+                }));
+                started.pid
+            }
+            _ => outer.unwrap_or(0),
+        };
         let lineage = toolcell_sys::lineage::Lineage::adopt(pid).map(Arc::new);
         let _ = family.set(Family {
             root: pid,
@@ -464,6 +602,9 @@ impl Kernel {
             } else {
                 Vec::new()
             },
+            sandbox,
+            proxy,
+            handle,
         })
     }
 
@@ -649,16 +790,26 @@ fn install_child_setup(
     cmd: &mut std::process::Command,
     limits: crate::limits::Limits,
     child_confinement: Option<crate::confine::ChildConfinement>,
+    sandbox: Option<toolcell_sys::sandbox::ChildSandbox>,
     fds: Option<(i32, i32)>,
     code_fd: Option<i32>,
 ) {
     // SAFETY: only async-signal-safe calls (dup2, fcntl, setsid,
-    // setrlimit, sigaction, prctl, landlock_restrict_self, seccomp) run
-    // between fork and exec.
+    // setrlimit, sigaction, prctl, landlock_restrict_self, seccomp, and
+    // the sandbox's unshare, mount and fork) run between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
             limits.apply_in_child()?;
+            // Returns in the sandboxed runner (pid 2 of its namespace).
+            if let Some(s) = &sandbox {
+                s.enter()?;
+            }
             if let Some(c) = &child_confinement {
+                if sandbox.is_some() {
+                    // Its /tmp is the sandbox's own, not the host's the
+                    // ruleset was built with.
+                    c.allow_beneath_in_child(c"/tmp")?;
+                }
                 c.restrict()?;
             }
             // Move both to high fds first (close-on-exec), so neither
@@ -690,6 +841,34 @@ fn install_child_setup(
             nix::unistd::setsid().map_err(std::io::Error::from)?;
             Ok(())
         });
+    }
+}
+
+/// How long a sandbox may take to report that it holds.
+const SANDBOX_REPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why sandboxes are refused on this machine, once one was (for
+/// `mode = "auto"`: later kernels do not try again).
+static UNAVAILABLE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+fn unavailable() -> Option<String> {
+    UNAVAILABLE.lock().ok().and_then(|g| g.clone())
+}
+
+/// Remembers a refusal that is the machine's, not this kernel's: the
+/// namespaces, the user mapping or `/proc` refused.
+fn remember_unavailable(reason: &str) {
+    let machine = [
+        "creating namespaces",
+        "mapping the user",
+        "mounting /proc",
+        "making / private",
+    ]
+    .iter()
+    .any(|m| reason.starts_with(m));
+    tracing::warn!(%reason, "kernels run unsandboxed: the machine refused a sandbox");
+    if machine && let Ok(mut g) = UNAVAILABLE.lock() {
+        *g = Some(reason.to_string());
     }
 }
 

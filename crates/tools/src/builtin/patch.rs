@@ -113,7 +113,13 @@ impl Tool for Patch {
         let cwd = cx.cwd().to_path_buf();
         let resolve = {
             let cx = cx.clone();
-            move |p: &str| cx.resolve(p)
+            // Every file an edit touches must be writable for the calling
+            // kernel (its sandbox, when it has one).
+            move |p: &str| {
+                let path = cx.resolve(p);
+                cx.check_write(&path)?;
+                Ok(path)
+            }
         };
         let stop = Arc::new(AtomicBool::new(false));
         // However this future ends (answer, deadline, cancellation, or the
@@ -399,7 +405,7 @@ fn ceil_char(s: &str, mut i: usize) -> usize {
 
 fn replace_mode(
     args: &PatchArgs,
-    resolve: &dyn Fn(&str) -> PathBuf,
+    resolve: &dyn Fn(&str) -> Result<PathBuf, ToolError>,
     cwd: &Path,
     max_diff: usize,
     stop: &AtomicBool,
@@ -441,7 +447,7 @@ fn replace_mode(
             "patch: old_string and new_string are identical; nothing would change",
         ));
     }
-    let path = edit_target(resolve(shown))?;
+    let path = edit_target(resolve(shown)?)?;
     let text = read_text(&path, shown, cwd)?;
     // A CRLF file edited with \n strings: match and write CRLF.
     let (old, new) = if uses_crlf(&text) && !old_arg.contains('\r') {
@@ -1149,7 +1155,7 @@ struct Change {
 
 fn patch_mode(
     args: &PatchArgs,
-    resolve: &dyn Fn(&str) -> PathBuf,
+    resolve: &dyn Fn(&str) -> Result<PathBuf, ToolError>,
     cwd: &Path,
     max_diff: usize,
     stop: &AtomicBool,
@@ -1178,7 +1184,7 @@ fn patch_mode(
     for op in &ops {
         match op {
             Op::Add { path, line, lines } => {
-                let p = resolve(path);
+                let p = resolve(path)?;
                 claim(&p, path, *line)?;
                 check_target(&p, path)?;
                 if p.exists() {
@@ -1202,7 +1208,7 @@ fn patch_mode(
                 replacements += 1;
             }
             Op::Delete { path, line } => {
-                let p = resolve(path);
+                let p = resolve(path)?;
                 claim(&p, path, *line)?;
                 let text = read_text(&p, path, cwd)?;
                 changes.push(Change {
@@ -1222,16 +1228,16 @@ fn patch_mode(
                 hunks,
             } => {
                 let p = if move_to.is_some() {
-                    resolve(path)
+                    resolve(path)?
                 } else {
-                    edit_target(resolve(path))?
+                    edit_target(resolve(path)?)?
                 };
                 claim(&p, path, *line)?;
                 let text = read_text(&p, path, cwd)?;
                 let new_text = apply_hunks(&text, hunks, path)?;
                 let (to, shown_to) = match move_to {
                     Some(dest) => {
-                        let d = resolve(dest);
+                        let d = resolve(dest)?;
                         if d != p {
                             claim(&d, dest, *line)?;
                             check_target(&d, dest)?;

@@ -93,6 +93,7 @@ impl Tool for ReadFile {
     async fn call(&self, args: Args, cx: &ToolContext) -> Result<Output, ToolError> {
         // What it read goes to the cell's `files.read`, once it has.
         let noted = cx.resolve(&args.path);
+        cx.check_read(&noted)?;
         let out = async move {
             if cx.cancelled().is_cancelled() {
                 return Err(ToolError::Cancelled(Self::NAME));

@@ -176,6 +176,7 @@ impl Tool for SearchFiles {
             return Err(ToolError::failed(OUT_OF_TIME));
         }
         let root = cx.resolve(&args.path);
+        cx.check_read(&root)?;
         let reads_contents = args.target == Target::Content;
         let stop = Arc::new(AtomicBool::new(false));
         // However this future ends (answer, deadline, cancellation, or the
@@ -196,7 +197,15 @@ impl Tool for SearchFiles {
             }
         };
         match outcome {
-            Ok(result) => {
+            Ok(mut result) => {
+                // Nothing the calling kernel's sandbox hides (a hidden
+                // directory inside the searched one).
+                if let Ok(out) = &mut result
+                    && cx.settings().sandbox.get().is_some()
+                {
+                    out.matches
+                        .retain(|m| cx.check_read(&cx.resolve(&m.path)).is_ok());
+                }
                 // The files whose contents came back: the cell's reads.
                 if let Ok(out) = &result
                     && reads_contents

@@ -112,11 +112,33 @@ impl Tool for Terminal {
             NEXT_JOB.fetch_add(1, Ordering::Relaxed)
         );
         cmd.env(MARKER_VAR, &marker);
+        // A sandboxed kernel's command runs inside its sandbox: the same
+        // namespaces, view and network rule (docs/sandbox.md).
+        let join = match cx.settings().sandbox.get() {
+            Some(sandbox) => {
+                cmd.envs(sandbox.env.iter().map(|(k, v)| (k, v)));
+                let join = toolcell_sys::sandbox::Join::open(sandbox.pid, sandbox.started, &dir)
+                    .map_err(|e| {
+                        ToolError::failed(format!(
+                            "terminal: cannot enter the kernel's sandbox: {e}"
+                        ))
+                    })?;
+                let inside = join.child();
+                // SAFETY: `enter` makes only raw system calls (setns, chdir,
+                // fork, prctl, seccomp) between fork and exec.
+                unsafe {
+                    cmd.pre_exec(move || inside.enter());
+                }
+                Some(join)
+            }
+            None => None,
+        };
         let mut child = cmd
             .spawn()
             .map_err(|e| ToolError::failed(format!("terminal: cannot start sh: {e}")))?;
         // Close our copies of the write end, or EOF never comes.
         drop(cmd);
+        drop(join);
         let pid = child.id().unwrap_or(0);
         let tree = process::Tree {
             root: pid,

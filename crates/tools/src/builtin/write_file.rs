@@ -44,6 +44,7 @@ impl Tool for WriteFile {
             return Err(ToolError::Cancelled(Self::NAME));
         }
         let path = cx.resolve(&args.path);
+        cx.check_write(&path)?;
         let bytes = args.content.len();
         let p = path.clone();
         let work = tokio::task::spawn_blocking(move || {
