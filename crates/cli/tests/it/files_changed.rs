@@ -100,7 +100,9 @@ fn create_modify_delete_and_rename_are_reported() {
 /// starts or by a cell, is never reported.
 #[test]
 fn toolcells_own_cache_directory_is_never_reported() {
-    let env = Env::fast();
+    // Unsandboxed: a sandboxed cell cannot write there at all (toolcell's
+    // directories are hidden, read-only; sandbox::…_hidden_paths_…).
+    let env = Env::fast_unsandboxed();
     let r = exec_json(
         &env,
         "import os\n\
@@ -524,7 +526,8 @@ fn what_a_python_cell_read_is_listed_once_each_in_first_read_order() {
     let env = Env::fast();
     env.write("data/orders.csv", "id,total\n1,120\n2,35.5\n");
     env.write("notes.txt", "n\n");
-    let outside = tempfile::NamedTempFile::new().unwrap();
+    // Not under /tmp: a sandboxed kernel's /tmp is its own.
+    let outside = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     std::fs::write(outside.path(), "elsewhere\n").unwrap();
     let outside = outside.path().to_str().unwrap().to_string();
     let r = exec_json(

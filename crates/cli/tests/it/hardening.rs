@@ -142,7 +142,9 @@ fn a_confined_kernel_cannot_drive_a_daemon_socket() {
     env.run(&["daemon", "start"]).expect_code(0);
     env.write(
         "attack.toml",
-        "[execution]\nmode = \"strict\"\nconfine = true\ntimeout = 60\n[tools]\nenabled = [\"read_file\"]\n",
+        // Unsandboxed: Landlock and cgroups as the layers under the
+        // sandbox, which hides the daemon's socket altogether.
+        "[execution]\nmode = \"strict\"\nconfine = true\ntimeout = 60\n[tools]\nenabled = [\"read_file\"]\n[sandbox]\nmode = \"off\"\n",
     );
     env.write("attack.py", SOCKET_ATTACK);
     let mark = env.path().join("pwned");
@@ -288,7 +290,8 @@ fn review_02_a_process_that_joins_a_kernels_cgroup_cannot_use_its_socket() {
     let Some(mount) = root_with_cgroups("review_02") else {
         return;
     };
-    let env = Env::fast();
+    // Unsandboxed: the cgroup layer under the sandbox.
+    let env = Env::fast_unsandboxed();
     let info = env.path().join("tmp").join("kernel-info");
     let done = env.path().join("tmp").join("done");
     let target = env.path().join("pwned.txt");
@@ -389,7 +392,8 @@ fn review_02_a_process_that_left_its_kernels_cgroup_cannot_drive_a_daemon() {
     env.run(&["daemon", "start"]).expect_code(0);
     env.write(
         "attack.toml",
-        "[execution]\ntimeout = 60\n[tools]\nenabled = [\"read_file\"]\n",
+        // Unsandboxed: the cgroup check as the layer under the sandbox.
+        "[execution]\ntimeout = 60\n[tools]\nenabled = [\"read_file\"]\n[sandbox]\nmode = \"off\"\n",
     );
     env.write("attack.py", LEAVE_AND_DRIVE);
     let mark = env.path().join("pwned");
@@ -431,7 +435,8 @@ fn review_05_a_process_that_left_its_kernels_cgroup_ends_with_its_session() {
     let Some(mount) = root_with_cgroups("review_05") else {
         return;
     };
-    let env = Env::fast();
+    // Unsandboxed: the cgroup layer under the sandbox.
+    let env = Env::fast_unsandboxed();
     let tag = format!("7775{}", std::process::id() % 10_000);
     let code = format!(
         "import os, subprocess, time\n\

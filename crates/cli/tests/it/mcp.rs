@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::{Env, Serve, alive, eventually};
+use crate::common::{Env, Serve, eventually};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest,
     ProgressNotificationParam,
@@ -365,12 +365,9 @@ async fn disconnect_shuts_every_kernel_down() {
         json!({"code": "import os; print(os.getpid())"}),
     )
     .await;
-    let pid: i32 = structured(&r)["output"]
-        .as_str()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // (A sandboxed cell's pid is its namespace's: the kernels are
+    // counted from the host instead.)
+    assert!(structured(&r)["output"].as_str().is_some(), "{r:?}");
     call(
         &client,
         "execute_code",
@@ -383,7 +380,6 @@ async fn disconnect_shuts_every_kernel_down() {
         "expected 3 kernels, found {:?}",
         env.python_pids()
     );
-    assert!(alive(pid));
     let Client {
         service, mut child, ..
     } = client;
@@ -394,7 +390,6 @@ async fn disconnect_shuts_every_kernel_down() {
         .expect("mcp exits after the client disconnects")
         .unwrap();
     assert!(status.success(), "{status:?}");
-    assert!(!alive(pid), "kernel {pid} outlived the server");
     assert!(env.python_pids().is_empty(), "{:?}", env.python_pids());
 }
 

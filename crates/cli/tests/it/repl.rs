@@ -290,6 +290,9 @@ fn ctrl_d_exits_zero_and_kills_the_kernel() {
     line(&mut p, "import os; print('pid', os.getpid())");
     let (_, m) = p.exp_regex(r"pid \d+").unwrap();
     let pid: u32 = m.trim_start_matches("pid ").parse().unwrap();
+    // The host's pid of the kernel (inside its sandbox it is 2).
+    let pid =
+        crate::common::host_pid_with(&home.dir.path().display().to_string(), pid as i32) as u32;
     p.exp_string(">>> ").unwrap();
     assert!(!dead(pid), "the kernel runs while the repl does");
     leave(p);
@@ -407,6 +410,9 @@ fn sigterm_restores_the_terminal_and_kills_the_kernel() {
     line(&mut p, "import os; print('pid', os.getpid())");
     let (_, m) = p.exp_regex(r"pid \d+").unwrap();
     let pid: u32 = m.trim_start_matches("pid ").parse().unwrap();
+    // The host's pid of the kernel (inside its sandbox it is 2).
+    let pid =
+        crate::common::host_pid_with(&home.dir.path().display().to_string(), pid as i32) as u32;
     p.exp_string(">>> ").unwrap();
     // At the prompt rustyline holds the terminal in raw mode.
     let master = p.process().get_file_handle().unwrap();

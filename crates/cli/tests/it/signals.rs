@@ -35,7 +35,11 @@ fn serve_with_running_cell(env: &Env) -> (Serve, i32, i32) {
         .unwrap()
         .split_whitespace()
         .map(|p| p.parse::<i32>().unwrap());
-    let (kernel, child) = (it.next().unwrap(), it.next().unwrap());
+    // The cell prints its sandbox's pids; the host's are checked.
+    let (kernel, child) = (
+        env.host_pid(it.next().unwrap()),
+        env.host_pid(it.next().unwrap()),
+    );
     // The kernel pid, as the client finds it: through `sessions`.
     let r = s.call(2, "sessions", json!({}));
     assert_eq!(session_pid(&r["result"], "k"), Some(kernel));
@@ -120,7 +124,11 @@ fn exec_with_running_cell(env: &Env, extra: &[&str]) -> (std::process::Child, i3
         .read_line(&mut line)
         .unwrap();
     let mut it = line.split_whitespace().map(|p| p.parse::<i32>().unwrap());
-    let pids = (it.next().unwrap(), it.next().unwrap());
+    // The cell prints its sandbox's pids; the host's are checked.
+    let pids = (
+        env.host_pid(it.next().unwrap()),
+        env.host_pid(it.next().unwrap()),
+    );
     assert!(alive(pids.0) && alive(pids.1));
     (child, pids.0, pids.1)
 }

@@ -542,7 +542,7 @@ async fn a_cell_that_ignores_sigint_and_sigterm_is_killed_at_the_timeout() {
     assert!(err.contains("killed") && err.contains("lost"), "{err}");
     // Timeout 1.5 s + interrupt grace + kill grace, with room for a loaded machine.
     assert!(r.duration_seconds < 10.0, "{}", show(&r));
-    let pid = tagged_pid(&r.output, "kernel");
+    let pid = f.host_pid(tagged_pid(&r.output, "kernel"));
     assert!(
         eventually(Duration::from_secs(2), || !alive(pid)).await,
         "SIGKILL after the grace did not end the kernel"
@@ -634,7 +634,10 @@ async fn a_hundred_subprocesses_live_with_their_kernel_and_die_with_it() {
     // a server for the next one): they live as long as the kernel does...
     let r = f.run(HUNDRED).await;
     assert_success(&r);
-    let pids = common::tagged_pids(&r.output, "sleep");
+    let pids: Vec<u32> = common::tagged_pids(&r.output, "sleep")
+        .into_iter()
+        .map(|p| f.host_pid(p))
+        .collect();
     assert_eq!(pids.len(), 100);
     assert!(
         pids.iter().all(|&p| alive(p)),
@@ -670,7 +673,12 @@ async fn a_hundred_subprocesses_live_with_their_kernel_and_die_with_it() {
         .await;
     assert_success(&r);
     assert_eq!(r.kernel.ended, Some(true), "{}", show(&r));
-    let pids = common::tagged_pids(&r.output, "sleep");
+    // (Sandboxed, the kernel's PID namespace went with it: a pid no live
+    // process of ours is known by inside one is gone.)
+    let pids: Vec<u32> = common::tagged_pids(&r.output, "sleep")
+        .into_iter()
+        .map(|p| f.host_pid(p))
+        .collect();
     assert_eq!(pids.len(), 100);
     assert!(
         eventually(Duration::from_secs(5), || pids.iter().all(|&p| !alive(p))).await,
@@ -696,7 +704,10 @@ async fn a_hundred_subprocesses_live_with_their_kernel_and_die_with_it() {
     let (r, signalled) = tokio::join!(run, interrupt);
     assert_eq!(signalled, 1);
     assert_eq!(r.status, Status::Interrupted, "{}", show(&r));
-    let pids = common::tagged_pids(&r.output, "sleep");
+    let pids: Vec<u32> = common::tagged_pids(&r.output, "sleep")
+        .into_iter()
+        .map(|p| f.host_pid(p))
+        .collect();
     assert_eq!(pids.len(), 100, "{}", show(&r));
     assert_eq!(r.kernel.state_kept, Some(true), "{}", show(&r));
     // HUNDRED starts the even-numbered ones in sessions of their own.
@@ -967,7 +978,9 @@ def call(endpoint, token):
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cell_cannot_use_another_kernels_socket_without_its_token_or_outside_its_cell() {
-    let f = Fixture::new();
+    // The token and peer checks, as the layer under the sandbox (which
+    // hides the other kernel's socket altogether).
+    let f = Fixture::unsandboxed();
     std::fs::write(f.work().join("small.txt"), "one line\n").unwrap();
     let b_file = f.work().join("b-endpoint.json");
     // Session B writes where its socket is and its token (to a file: the
@@ -1074,7 +1087,12 @@ fn a_cell_reading_the_hosts_proc_environ_gets_no_secret_back_through_toolcell() 
         .build()
         .unwrap();
     rt.block_on(async {
-        let f = Fixture::with(|o| o.max_stdout_bytes = 2000);
+        // The redactor, as the layer under the sandbox (which hides the
+        // host's process altogether: sandbox::the_hosts_environ_fds_and_memory_are_out_of_reach).
+        let f = Fixture::with(|o| {
+            o.max_stdout_bytes = 2000;
+            o.sandbox = toolcell_kernel::sandbox::Policy::off();
+        });
         // The kernel's own environment does not have it.
         let r = f
             .run("import os\nprint('TOOLCELL_ADV_SECRET_TOKEN' in os.environ, os.getppid())")

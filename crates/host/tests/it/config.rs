@@ -149,6 +149,13 @@ idle_exit = 30
 [journal]
 enabled = false
 path = "/var/toolcell/journal.db"
+
+[sandbox]
+mode = "required"
+network = ["example.com", "127.0.0.1:9000"]
+writable = ["/var"]
+hidden = ["/etc/hostname"]
+tmp_bytes = "64MiB"
 "#,
     );
     let c = Config::from_file(&path).unwrap();
@@ -196,6 +203,17 @@ path = "/var/toolcell/journal.db"
     assert_eq!(c.idle_exit(), Duration::from_secs(30));
     assert!(!c.journal.enabled.resolve(true));
     assert_eq!(c.journal_path(), Path::new("/var/toolcell/journal.db"));
+    assert_eq!(c.sandbox.mode, toolcell_kernel::sandbox::Mode::Required);
+    assert_eq!(
+        c.sandbox.network,
+        toolcell_kernel::sandbox::Network::List(vec![
+            "example.com".into(),
+            "127.0.0.1:9000".into()
+        ])
+    );
+    assert_eq!(c.sandbox.writable, ["/var"]);
+    assert_eq!(c.sandbox.hidden, ["/etc/hostname"]);
+    assert_eq!(c.sandbox.tmp_bytes, 64 << 20);
     assert_eq!(c.file(), Some(path.as_path()));
     for key in Config::keys() {
         assert_eq!(c.source(key), Some(&Source::File(path.clone())), "{key}");
@@ -417,7 +435,7 @@ fn unknown_sections_and_non_table_sections_are_errors() {
     assert!(
         msg.ends_with(
             "unknown section `[exec]` (known sections: execution, kernels, limits, output, env, \
-             tools, rpc, web, guard, daemon, journal); did you mean [execution]?"
+             tools, rpc, web, guard, daemon, journal, sandbox); did you mean [execution]?"
         ),
         "{msg}"
     );
@@ -431,7 +449,7 @@ fn unknown_sections_and_non_table_sections_are_errors() {
         "{msg}"
     );
     let (_, msg) = file_error("[zzz]\n");
-    assert!(msg.ends_with("guard, daemon, journal)"), "{msg}");
+    assert!(msg.ends_with("guard, daemon, journal, sandbox)"), "{msg}");
     let (_, msg) = file_error("execution = 3\n");
     assert!(
         msg.ends_with("execution: expected a table [execution], got 3"),

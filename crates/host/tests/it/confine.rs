@@ -38,6 +38,9 @@ impl Confined {
             default_cwd: outside.clone(),
             mode: Mode::Strict,
             confine: true,
+            // Landlock and its seccomp filter alone, as the layer under the
+            // sandbox (sandbox::confine_inside_a_sandbox covers both).
+            sandbox: toolcell_kernel::sandbox::Policy::off(),
             ..RegistryOptions::default()
         })
         .unwrap();
@@ -406,6 +409,7 @@ async fn chown_xattrs_inode_flags_and_io_uring_are_refused_but_chmod_and_utime_a
         spill_dir: tmp.path().join("spill"),
         default_cwd: tmp.path().to_path_buf(),
         mode: Mode::Strict,
+        sandbox: toolcell_kernel::sandbox::Policy::off(),
         ..RegistryOptions::default()
     })
     .unwrap();

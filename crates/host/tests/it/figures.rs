@@ -50,11 +50,26 @@ struct Journaled {
 
 impl Journaled {
     fn new() -> Self {
+        Self::made(false)
+    }
+
+    /// Without a sandbox: for the tests of the layers under it (a sandboxed
+    /// cell cannot see the host's process to read its environment).
+    fn unsandboxed() -> Self {
+        Self::made(true)
+    }
+
+    fn made(unsandboxed: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.db");
         let journal = Journal::open(&path).unwrap();
         let j = journal.clone();
-        let f = Fixture::with(move |o| o.journal = Some(j));
+        let f = Fixture::with(move |o| {
+            o.journal = Some(j);
+            if unsandboxed {
+                o.sandbox = toolcell_kernel::sandbox::Policy::off();
+            }
+        });
         Self {
             f,
             journal,
@@ -109,7 +124,7 @@ fn forged_display_entries_are_dropped_with_a_warning_and_nothing_is_read_from_th
         return;
     }
     rt().block_on(async {
-        let j = Journaled::new();
+        let j = Journaled::unsandboxed();
         let out = j.f.ok(FORGE).await;
         let art = PathBuf::from(out.trim().strip_prefix("artifacts ").unwrap());
         let host = std::process::id();
@@ -308,7 +323,7 @@ fn an_svg_holding_a_host_secret_comes_back_redacted() {
         return;
     }
     rt().block_on(async {
-        let j = Journaled::new();
+        let j = Journaled::unsandboxed();
         j.f.ok(FORGE).await;
         let r = j
             .run(&format!(

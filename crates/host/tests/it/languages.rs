@@ -520,7 +520,14 @@ fn a_host_killed_mid_cell_takes_its_r_and_javascript_kernels_along() {
         );
     }
     let text = std::fs::read_to_string(&pidfile).unwrap();
-    let pids = ["r", "js"].map(|t| common::tagged_pid(&text, t));
+    // Sandboxed, both runners are pid 2 of their own namespaces: every
+    // process of both sandboxes is watched instead (the host's are found
+    // by the scratch directory in their environment).
+    let mut pids = common::sandboxed_processes(tmp.path().to_str().unwrap());
+    if pids.is_empty() {
+        pids = ["r", "js"].map(|t| common::tagged_pid(&text, t)).to_vec();
+    }
+    assert!(pids.len() >= 2, "{text}: {pids:?}");
     assert!(pids.iter().all(|&p| common::alive(p)), "{text}");
     child.kill().unwrap();
     child.wait().unwrap();

@@ -129,7 +129,8 @@ async fn a_sigint_ignoring_cell_is_killed_with_its_whole_tree_and_state_is_lost(
     let hint = r.hint.as_deref().unwrap_or_default();
     assert!(hint.contains("killed after the timeout"), "{}", show(&r));
 
-    let pids = ["kernel", "child", "grandchild", "forked"].map(|t| tagged_pid(&r.output, t));
+    let pids =
+        ["kernel", "child", "grandchild", "forked"].map(|t| f.host_pid(tagged_pid(&r.output, t)));
     let all_dead = eventually(Duration::from_secs(2), || pids.iter().all(|&p| !alive(p))).await;
     let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
     assert!(all_dead, "still alive after the kill: {left:?} of {pids:?}");
@@ -224,7 +225,7 @@ async fn shutting_the_owner_down_interrupts_a_waiting_cell_before_any_code_runs(
     assert!(!marker.exists(), "the waiting cell's code ran");
     // The running cell ended too, and its kernel is gone.
     assert_ne!(a.status, Status::Success, "{}", show(&a));
-    let pid = tagged_pid(&seen, "kernel");
+    let pid = f.host_pid(tagged_pid(&seen, "kernel"));
     assert!(eventually(Duration::from_secs(2), || !alive(pid)).await);
     assert_eq!(f.reg.live_kernels(), 0);
     // The owner can start again; its state is gone.
@@ -245,7 +246,7 @@ async fn dropping_the_registry_kills_every_kernel_and_removes_their_directories(
     assert!(pids.iter().all(|&p| alive(p)));
     let dirs = common::entries(&root);
     assert_eq!(dirs.len(), 3, "{dirs:?}");
-    let Fixture { reg, tmp } = f;
+    let Fixture { reg, tmp, .. } = f;
     drop(reg);
     assert!(
         eventually(Duration::from_secs(2), || pids.iter().all(|&p| !alive(p))).await,
@@ -287,7 +288,9 @@ fn killing_the_host_with_sigkill_mid_cell_leaves_no_python_behind() {
         );
     }
     let text = std::fs::read_to_string(&pidfile).unwrap();
-    let pids = ["kernel", "child", "setsid"].map(|t| tagged_pid(&text, t));
+    let marker = tmp.path().join("kernels").display().to_string();
+    let pids = ["kernel", "child", "setsid"]
+        .map(|t| common::host_pid_in(&marker, tagged_pid(&text, t)).unwrap_or(common::GONE));
     assert!(pids.iter().all(|&p| alive(p)), "{text}");
     // SIGKILL: no destructor, no signal handler runs in the host.
     child.kill().unwrap();
@@ -386,7 +389,7 @@ async fn sigint_between_cells_is_ignored() {
     let f = Fixture::new();
     let r = f.run("import os\nx = 'kept'\nos.getpid()").await;
     assert_success(&r);
-    let pid: i32 = r.output.trim().parse().unwrap();
+    let pid = f.host_pid(r.output.trim().parse().unwrap()) as i32;
     for _ in 0..3 {
         nix::sys::signal::killpg(
             nix::unistd::Pid::from_raw(pid),
@@ -475,7 +478,7 @@ async fn a_kernel_killed_between_cells_is_noticed_and_the_next_cell_runs_in_a_fr
     let f = Fixture::new();
     let r = f.run("import os\nx = 1\nprint(f'pid={os.getpid()}')").await;
     assert_success(&r);
-    let pid = tagged_pid(&r.output, "pid");
+    let pid = f.host_pid(tagged_pid(&r.output, "pid"));
     // Killed from outside while idle (what the OOM killer does).
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
@@ -527,7 +530,7 @@ async fn a_cell_sent_right_after_a_kill_runs_in_a_fresh_kernel() {
     for round in 0..8 {
         let r = f.run("import os\nx = 1\nprint(f'pid={os.getpid()}')").await;
         assert_success(&r);
-        let pid = tagged_pid(&r.output, "pid");
+        let pid = f.host_pid(tagged_pid(&r.output, "pid"));
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
             nix::sys::signal::Signal::SIGKILL,
@@ -561,7 +564,7 @@ async fn a_kernel_that_os_exits_from_a_left_behind_thread_is_noticed_before_the_
     );
     let r = f.run(&code).await;
     assert_success(&r);
-    let pid = tagged_pid(&r.output, "pid");
+    let pid = f.host_pid(tagged_pid(&r.output, "pid"));
     wait_file(&gone, Duration::from_secs(10)).await;
     assert!(eventually(Duration::from_secs(10), || !alive(pid)).await);
     let n = f.run("print('x' in globals())").await;

@@ -296,7 +296,10 @@ async fn fork_bomb() {
         "{}",
         show(&r)
     );
-    let kids = tagged_pids(&r.output, "kid");
+    let kids: Vec<u32> = tagged_pids(&r.output, "kid")
+        .into_iter()
+        .map(|k| f.host_pid(k))
+        .collect();
     assert!(
         kids.len() >= 5 && kids.len() < 500,
         "forked {} children",

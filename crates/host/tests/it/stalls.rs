@@ -62,7 +62,7 @@ async fn review_10_a_kernel_a_cell_sigstops_cannot_hang_a_large_next_cell() {
         )
         .await;
     assert_success(&r);
-    let pid = tagged_pid(&r.output, "pid");
+    let pid = f.host_pid(tagged_pid(&r.output, "pid"));
     assert!(
         eventually(Duration::from_secs(20), || state(pid) == Some('T')).await,
         "the kernel never stopped: {:?}",
@@ -164,7 +164,11 @@ fn relay_fixture(stall_after: i32) -> Fixture {
     o.interrupt_grace = Duration::from_secs(1);
     o.kill_grace = Duration::from_millis(500);
     let reg = toolcell_host::Registry::new(o).unwrap();
-    Fixture { reg, tmp }
+    Fixture {
+        reg,
+        tmp,
+        sandboxed: true,
+    }
 }
 
 fn on(remote: &str, session: &str, code: &str) -> ExecuteRequest {

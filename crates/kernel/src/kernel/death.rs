@@ -14,8 +14,11 @@ pub(super) fn signal_name(sig: i32) -> String {
 /// Whether `pid` is a zombie (or dying) according to `/proc`: a thread
 /// group leader that exited while other threads of it still unwind, which
 /// `waitpid` does not report yet. Unknown (no `/proc`) is `false`: only
-/// `waitpid` then says a kernel ended.
-pub(super) fn exited_leader(stat: Option<&std::fs::File>) -> bool {
+/// `waitpid` then says a kernel ended. `reaped_elsewhere`: the process is
+/// not our child (a sandboxed runner, whose parent is its sandbox's init),
+/// so a failed read means it is gone, before `waitpid` on the sandbox says
+/// so.
+pub(super) fn exited_leader(stat: Option<&std::fs::File>, reaped_elsewhere: bool) -> bool {
     use std::os::unix::fs::FileExt;
     let Some(f) = stat else {
         return false;
@@ -23,9 +26,9 @@ pub(super) fn exited_leader(stat: Option<&std::fs::File>) -> bool {
     let mut buf = [0u8; 512];
     let n = match f.read_at(&mut buf, 0) {
         Ok(n) => n,
-        // Not reaped (waitpid said so), so its entry exists: a failed read
-        // says nothing.
-        Err(_) => return false,
+        // Our own child is not reaped (waitpid said so), so its entry
+        // exists: a failed read says nothing. Another's child: it is gone.
+        Err(_) => return reaped_elsewhere,
     };
     let stat = &buf[..n];
     let Some(close) = memchr::memrchr(b')', stat) else {
@@ -89,7 +92,7 @@ impl Kernel {
         // still exit, before `waitpid` reports it: count that as dead too.
         if !self.dead
             && (!matches!(self.child.try_wait(), Ok(None))
-                || exited_leader(self.proc_stat.as_ref()))
+                || exited_leader(self.proc_stat.as_ref(), self.sandbox.is_sandboxed()))
         {
             self.dead = true;
         }
@@ -106,7 +109,9 @@ impl Kernel {
             return None;
         }
         match self.child.try_wait() {
-            Ok(None) if !exited_leader(self.proc_stat.as_ref()) => None,
+            Ok(None) if !exited_leader(self.proc_stat.as_ref(), self.sandbox.is_sandboxed()) => {
+                None
+            }
             Ok(None) => {
                 // A zombie whose other threads are still exiting: `waitpid`
                 // reports it only once they are gone, a moment later.

@@ -96,11 +96,10 @@ impl Kernel {
     pub async fn spawn(spec: KernelSpec) -> Result<Kernel, SpawnError> {
         let limits = spec.limits;
         let mut spec = spec;
-        if spec.remote.is_none() && spec.sandbox.mode == crate::sandbox::Mode::Auto {
-            if let Some(reason) = unavailable() {
-                spec.sandbox.mode = crate::sandbox::Mode::Off;
-                spec.sandbox_off = Some(reason);
-            }
+        let auto = spec.remote.is_none() && spec.sandbox.mode == crate::sandbox::Mode::Auto;
+        if let Some(reason) = unavailable().filter(|_| auto) {
+            spec.sandbox.mode = crate::sandbox::Mode::Off;
+            spec.sandbox_off = Some(reason);
         }
         let first = if spec.remote.is_none() && spec.sandbox.mode == crate::sandbox::Mode::Auto {
             let retry = spec.clone();

@@ -102,6 +102,9 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<(Vec<u8>, V
         buf.extend_from_slice(&chunk[..n]);
         if let Some(i) = memchr::memmem::find(&buf[start..], b"\r\n\r\n") {
             let end = start + i + 4;
+            if end > MAX_HEAD {
+                return Ok(Some((Vec::new(), Vec::new())));
+            }
             let rest = buf.split_off(end);
             return Ok(Some((buf, rest)));
         }

@@ -34,10 +34,8 @@ pub struct View {
 /// file about to be created, a missing path), `..` taken lexically only
 /// after the existing part.
 pub fn resolve(p: &Path) -> PathBuf {
-    if let Ok(c) = std::fs::canonicalize(p) {
-        return c;
-    }
-    let mut rest = Vec::new();
+    use std::path::Component;
+    let mut rest: Vec<std::ffi::OsString> = Vec::new();
     let mut cur = p.to_path_buf();
     loop {
         if let Ok(c) = std::fs::canonicalize(&cur) {
@@ -45,21 +43,20 @@ pub fn resolve(p: &Path) -> PathBuf {
             for part in rest.iter().rev() {
                 if part == ".." {
                     out.pop();
-                } else if part != "." {
+                } else {
                     out.push(part);
                 }
             }
             return out;
         }
-        match (
-            cur.file_name().map(std::ffi::OsStr::to_os_string),
-            cur.parent(),
-        ) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                cur = parent.to_path_buf();
-            }
+        match cur.components().next_back() {
+            Some(Component::Normal(n)) => rest.push(n.to_os_string()),
+            Some(Component::ParentDir) => rest.push("..".into()),
+            Some(Component::CurDir) => {}
             _ => return p.to_path_buf(),
+        }
+        if !cur.pop() {
+            return p.to_path_buf();
         }
     }
 }
@@ -133,7 +130,7 @@ mod tests {
         let v = View::new(
             &[home.clone(), session.clone()],
             &[ssh.clone(), cache.clone()],
-            &[spill.clone()],
+            std::slice::from_ref(&spill),
         );
         assert_eq!(v.check_read(&ssh.join("id_rsa")), Err(Denied::Hidden));
         assert_eq!(v.check_write(&ssh.join("id_rsa")), Err(Denied::Hidden));

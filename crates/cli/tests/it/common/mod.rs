@@ -105,6 +105,13 @@ impl Env {
         env
     }
 
+    /// [`FAST_CONFIG`] with `[sandbox] mode = "off"`: for tests of the
+    /// layers under the sandbox (tokens, cgroups, Landlock, redaction),
+    /// which the sandbox would stop before they are reached.
+    pub(crate) fn fast_unsandboxed() -> Self {
+        Self::with_config(&format!("{FAST_CONFIG}\n[sandbox]\nmode = \"off\"\n"))
+    }
+
     /// An environment with [`FAST_CONFIG`].
     pub(crate) fn fast() -> Self {
         Self::with_config(FAST_CONFIG)
@@ -185,13 +192,28 @@ impl Env {
         finish(child, COMMAND_LIMIT)
     }
 
-    /// Pids of `toolcell daemon run` processes of this environment.
+    /// Pids of `toolcell daemon run` processes of this environment. A
+    /// daemon's own forks (a kernel's sandbox before it renames itself, a
+    /// child before its `exec`) carry the same argv: a process whose
+    /// parent is a daemon is not one.
     pub(crate) fn daemon_pids(&self) -> Vec<i32> {
-        self.processes(|argv| {
+        let all = self.processes(|argv| {
             argv.len() >= 3
                 && argv[0].ends_with("toolcell")
                 && argv.windows(2).any(|w| w[0] == "daemon" && w[1] == "run")
-        })
+        });
+        let parent = |pid: i32| -> Option<i32> {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            stat[stat.rfind(')')? + 1..]
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        };
+        all.iter()
+            .copied()
+            .filter(|&p| parent(p).is_none_or(|pp| !all.contains(&pp)))
+            .collect()
     }
 
     /// Pids of Python processes started under this environment (kernels and
@@ -204,6 +226,27 @@ impl Env {
                     .is_some_and(|n| n.to_string_lossy().starts_with("python"))
             })
         })
+    }
+
+    /// The host pid of this environment's process that a cell sees as
+    /// `pid`: inside a sandbox, `os.getpid()` is its PID namespace's number
+    /// (the runner is 2). Unsandboxed, `pid` itself; sandboxed and no live
+    /// process here is `pid` inside its namespace, 0 (no process is 0, so
+    /// [`alive`] says no).
+    pub(crate) fn host_pid(&self, pid: i32) -> i32 {
+        let found: Vec<i32> = self
+            .processes(|_| true)
+            .into_iter()
+            .filter(|p| ns_pid(*p) == Some(pid))
+            .collect();
+        let unsandboxed = std::fs::read_to_string(self.path().join("toolcell.toml"))
+            .is_ok_and(|t| t.contains("[sandbox]\nmode = \"off\""));
+        match found.as_slice() {
+            [one] => *one,
+            [] if unsandboxed => pid,
+            [] => 0,
+            many => panic!("several sandboxed processes are {pid} inside: {many:?}"),
+        }
     }
 
     /// Live (non-zombie) processes whose environment carries this
@@ -656,4 +699,52 @@ pub(crate) fn missing(what: &str) {
         "TOOLCELL_REQUIRE=1, and this test cannot run its subject here: {what}"
     );
     eprintln!("SKIPPED: {what}");
+}
+
+/// The pid `pid` has inside its own PID namespace, when that is not the
+/// host's (the last `NSpid` of `/proc/<pid>/status`).
+pub(crate) fn ns_pid(pid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+    let ids: Vec<i32> = line[6..]
+        .split_whitespace()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    (ids.len() > 1).then(|| ids[ids.len() - 1])
+}
+
+/// Live processes whose environment holds `needle` (a `NAME=value` or a
+/// part of one).
+pub(crate) fn with_environ(needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        if alive(pid) && String::from_utf8_lossy(&environ).contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The host pid of the process that a cell of a sandboxed kernel sees as
+/// `pid`, among the processes whose environment holds `needle`; `pid` when
+/// none is in a namespace of its own.
+pub(crate) fn host_pid_with(needle: &str, pid: i32) -> i32 {
+    let found: Vec<i32> = with_environ(needle)
+        .into_iter()
+        .filter(|p| ns_pid(*p) == Some(pid))
+        .collect();
+    match found.as_slice() {
+        [one] => *one,
+        [] => pid,
+        many => panic!("several sandboxed processes are {pid} inside: {many:?}"),
+    }
 }

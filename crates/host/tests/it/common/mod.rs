@@ -24,10 +24,15 @@ use toolcell_kernel::{ExecuteResult, LiveSink, Status, StreamKind};
 /// Options whose every directory is under `tmp`, so a test never touches the
 /// user's runtime, cache or working directories.
 pub(crate) fn opts(tmp: &Path) -> RegistryOptions {
+    let mut sandbox = toolcell_kernel::sandbox::Policy::auto();
+    // The test's scratch root stays writable for the marker files tests
+    // poll (its kernels root and spill dir are still hidden).
+    sandbox.writable.push(tmp.to_path_buf());
     RegistryOptions {
         kernels_root: Some(tmp.join("kernels")),
         spill_dir: tmp.join("spill"),
         default_cwd: tmp.join("work"),
+        sandbox,
         ..RegistryOptions::default()
     }
 }
@@ -37,6 +42,7 @@ pub(crate) fn opts(tmp: &Path) -> RegistryOptions {
 pub(crate) struct Fixture {
     pub reg: Registry,
     pub tmp: TempDir,
+    pub sandboxed: bool,
 }
 
 impl Fixture {
@@ -45,14 +51,38 @@ impl Fixture {
         Self::with(|_| {})
     }
 
+    /// Default options without a sandbox: for tests of the layers inside
+    /// it (tokens, peer checks, cgroups, Landlock), which a sandbox would
+    /// stop before they are reached.
+    pub(crate) fn unsandboxed() -> Self {
+        Self::with(|o| o.sandbox = toolcell_kernel::sandbox::Policy::off())
+    }
+
     /// Default options, adjusted by `f`.
     pub(crate) fn with(f: impl FnOnce(&mut RegistryOptions)) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(tmp.path().join("work")).unwrap();
         let mut o = opts(tmp.path());
         f(&mut o);
+        let sandboxed = o.sandbox.mode != toolcell_kernel::sandbox::Mode::Off;
         let reg = Registry::new(o).unwrap();
-        Self { reg, tmp }
+        Self {
+            reg,
+            tmp,
+            sandboxed,
+        }
+    }
+
+    /// The host pid of this fixture's kernel process that a cell sees as
+    /// `pid`: inside a sandbox, `os.getpid()` is its PID namespace's number
+    /// (the runner is 2). Unsandboxed, `pid` itself. Sandboxed and no live
+    /// process here is `pid` inside its namespace: [`GONE`].
+    pub(crate) fn host_pid(&self, pid: u32) -> u32 {
+        match host_pid_in(&self.kernels_root().display().to_string(), pid) {
+            Some(p) => p,
+            None if self.sandboxed => GONE,
+            None => pid,
+        }
     }
 
     /// The working directory of project-mode cells.
@@ -302,4 +332,77 @@ pub(crate) fn missing(what: &str) {
         "TOOLCELL_REQUIRE=1, and this test cannot run its subject here: {what}"
     );
     eprintln!("SKIPPED: {what}");
+}
+
+/// Live processes inside a PID namespace of their own (sandboxed) whose
+/// environment mentions `marker`, as the host numbers them.
+pub(crate) fn sandboxed_processes(marker: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        if !String::from_utf8_lossy(&environ).contains(marker) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let nested = status
+            .lines()
+            .find(|l| l.starts_with("NSpid:"))
+            .is_some_and(|l| l[6..].split_whitespace().count() > 1);
+        if nested && alive(p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// What [`Fixture::host_pid`] answers for a sandboxed process that is no
+/// longer there: no process has pid 0, so [`alive`] says no.
+pub(crate) const GONE: u32 = 0;
+
+/// The host pid of the live kernel process whose environment mentions
+/// `marker` and which its sandbox knows as `pid`; `None` when there is none.
+pub(crate) fn host_pid_in(marker: &str, pid: u32) -> Option<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        if !String::from_utf8_lossy(&environ).contains(marker) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        if status.lines().any(|l| l.starts_with("State:\tZ")) {
+            continue;
+        }
+        let ns: Vec<u32> = status
+            .lines()
+            .find(|l| l.starts_with("NSpid:"))
+            .map(|l| {
+                l[6..]
+                    .split_whitespace()
+                    .filter_map(|s| s.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if ns.len() > 1 && ns[ns.len() - 1] == pid {
+            found.push(p);
+        }
+    }
+    match found.as_slice() {
+        [one] => Some(*one),
+        [] => None,
+        many => panic!("several sandboxed processes are {pid} inside: {many:?}"),
+    }
 }
