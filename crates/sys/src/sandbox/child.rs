@@ -35,7 +35,7 @@ fn errname(e: c::c_int) -> &'static str {
         c::EACCES => "Permission denied",
         c::ENOENT => "No such file or directory",
         c::EINVAL => "Invalid argument",
-        c::ENOSPC => "No space left (too many namespaces?)",
+        c::ENOSPC => "No space left",
         c::EUSERS => "Too many nested user namespaces",
         c::ENOSYS => "Not supported by this kernel",
         c::EROFS => "Read-only file system",
@@ -48,15 +48,36 @@ fn errname(e: c::c_int) -> &'static str {
 
 /// Sends `fail <what>: <errno text>` to the host (best effort).
 fn fail(report: RawFd, what: &str, e: c::c_int) {
-    let mut msg = Vec::with_capacity(128);
-    msg.extend_from_slice(b"fail ");
-    msg.extend_from_slice(what.as_bytes());
-    msg.extend_from_slice(b": ");
-    msg.extend_from_slice(errname(e).as_bytes());
-    msg.extend_from_slice(format!(" (errno {e})").as_bytes());
+    // No allocation here: this runs between fork and exec, where another
+    // thread of the host may have held the allocator's lock.
+    let mut msg = [0u8; 512];
+    let mut n = 0;
+    let mut put = |b: &[u8]| {
+        let take = b.len().min(msg.len() - n);
+        msg[n..n + take].copy_from_slice(&b[..take]);
+        n += take;
+    };
+    put(b"fail ");
+    put(what.as_bytes());
+    put(b": ");
+    put(errname(e).as_bytes());
+    put(b" (errno ");
+    let mut digits = [0u8; 12];
+    let mut i = digits.len();
+    let mut v = e.unsigned_abs();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 || i == 0 {
+            break;
+        }
+    }
+    put(&digits[i..]);
+    put(b")");
     // SAFETY: a plain send on a datagram socket we own a copy of.
     unsafe {
-        c::send(report, msg.as_ptr().cast(), msg.len(), c::MSG_DONTWAIT);
+        c::send(report, msg.as_ptr().cast(), n, c::MSG_DONTWAIT);
     }
 }
 
@@ -93,6 +114,55 @@ fn close_all_but(keep: &[RawFd]) {
     }
     // SAFETY: as above.
     unsafe { c::syscall(c::SYS_close_range, from, c::c_uint::MAX, 0) };
+}
+
+/// Renames this process (a fork of the host, which would otherwise show
+/// the host's command line in `ps`): `comm` and the argv area that
+/// `/proc/<pid>/cmdline` shows are overwritten in place.
+pub(super) fn retitle(title: &CStr) {
+    // SAFETY: PR_SET_NAME takes a NUL-terminated string.
+    unsafe { c::prctl(c::PR_SET_NAME, title.as_ptr(), 0, 0, 0) };
+    let mut buf = [0u8; 1024];
+    // SAFETY: open/read/close into a stack buffer.
+    let n = unsafe {
+        let fd = c::open(c"/proc/self/stat".as_ptr(), c::O_RDONLY | c::O_CLOEXEC);
+        if fd < 0 {
+            return;
+        }
+        let n = c::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        c::close(fd);
+        n
+    };
+    let Ok(n) = usize::try_from(n) else { return };
+    let stat = &buf[..n];
+    // Fields after the command's closing parenthesis start at field 3;
+    // arg_start and arg_end are fields 48 and 49.
+    let Some(close) = stat.iter().rposition(|&b| b == b')') else {
+        return;
+    };
+    let mut fields = stat[close + 1..]
+        .split(|&b| b == b' ')
+        .filter(|f| !f.is_empty());
+    let parse =
+        |f: Option<&[u8]>| -> Option<usize> { std::str::from_utf8(f?).ok()?.trim().parse().ok() };
+    let start = parse(fields.nth(45));
+    let end = parse(fields.next());
+    let (Some(start), Some(end)) = (start, end) else {
+        return;
+    };
+    if end <= start || end - start > 1 << 20 {
+        return;
+    }
+    let text = title.to_bytes();
+    let len = end - start;
+    // SAFETY: [start, end) is this process's own argument area (mapped,
+    // writable: it is on the initial stack), which nothing reads after
+    // the fork but /proc.
+    unsafe {
+        let p = start as *mut u8;
+        std::ptr::write_bytes(p, 0, len);
+        std::ptr::copy_nonoverlapping(text.as_ptr(), p, text.len().min(len - 1));
+    }
 }
 
 /// Waits for `pid` and returns its raw wait status.
@@ -138,6 +208,7 @@ fn exit_like(status: c::c_int) -> ! {
 /// `status_r`).
 fn outer(init: c::pid_t, status_r: RawFd) -> ! {
     close_all_but(&[status_r]);
+    retitle(c"toolcell-sandbox");
     // An interrupt for the program's process group is not for us.
     // SAFETY: signal dispositions of this process only.
     unsafe {
@@ -665,19 +736,44 @@ pub(super) unsafe fn enter(plan: &Plan, report: RawFd) -> std::io::Result<()> {
     // SAFETY: unshare in a single-threaded child.
     if unsafe { c::unshare(ns) } < 0 {
         let e = errno();
-        fail(report, "creating namespaces (unshare)", e);
+        let step = match e {
+            c::ENOSPC => {
+                "creating a user namespace (unshare): the machine's limit is reached (sysctl user.max_user_namespaces)"
+            }
+            c::EPERM => {
+                "creating a user namespace (unshare): this user may not (sysctl kernel.unprivileged_userns_clone, or on Ubuntu kernel.apparmor_restrict_unprivileged_userns)"
+            }
+            _ => "creating the user and other namespaces (unshare)",
+        };
+        fail(report, step, e);
         return Err(std::io::Error::from_raw_os_error(e));
     }
+    // A host that made itself non-dumpable (`forbid_inspection`) passes
+    // that on to this fork, and a non-dumpable process's /proc files are
+    // root's: without root, its own maps cannot be opened. Dumpable for
+    // the three writes only: that is the one moment another process of
+    // the same user could open or attach to this copy of the host.
+    // SAFETY: geteuid and prctl with integer arguments.
+    let unprivileged = unsafe { c::geteuid() } != 0;
+    let dumpable = |on: c::c_ulong| {
+        if unprivileged {
+            // SAFETY: prctl with integer arguments.
+            unsafe { c::prctl(c::PR_SET_DUMPABLE, on, 0, 0, 0) };
+        }
+    };
+    dumpable(1);
     for (path, data) in [
         (c"/proc/self/setgroups", &b"deny"[..]),
         (c"/proc/self/uid_map", &plan.uid_map[..]),
         (c"/proc/self/gid_map", &plan.gid_map[..]),
     ] {
         if let Err(e) = write_file(path, data) {
+            dumpable(0);
             fail(report, "mapping the user into its namespace", e);
             return Err(std::io::Error::from_raw_os_error(e));
         }
     }
+    dumpable(0);
     // The init: pid 1 of the new PID namespace.
     let mut status = [0; 2];
     // SAFETY: pipe2 into a stack array.
@@ -699,6 +795,7 @@ pub(super) unsafe fn enter(plan: &Plan, report: RawFd) -> std::io::Result<()> {
         c::close(status[0]);
         c::prctl(c::PR_SET_PDEATHSIG, c::SIGKILL, 0, 0, 0);
     }
+    retitle(c"toolcell-sandbox-init");
     let die = |what: &str, e: c::c_int| -> ! {
         fail(report, what, e);
         // SAFETY: _exit.
