@@ -214,6 +214,17 @@ pub(crate) struct Plan {
     pub(crate) rpc_port: Option<u16>,
 }
 
+/// Package-index settings passed from the host's environment to a kernel
+/// under `network = "packages"`.
+const INDEX_VARS: [&str; 6] = [
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_TRUSTED_HOST",
+    "PIP_CONFIG_FILE",
+    "npm_config_registry",
+    "NPM_CONFIG_REGISTRY",
+];
+
 /// The plan for a kernel in `cwd` with its directory `dir`.
 pub(crate) fn plan(
     policy: &Policy,
@@ -224,9 +235,18 @@ pub(crate) fn plan(
 ) -> Plan {
     let mut writable = vec![cwd.to_path_buf(), dir.to_path_buf()];
     writable.extend(policy.writable.iter().cloned());
+    // `host_env` is the scrubbed one, which drops the index settings: take
+    // them from the host process itself.
+    let mut host_env = host_env.to_vec();
+    for name in INDEX_VARS {
+        if let Some(v) = std::env::var_os(name).filter(|_| !host_env.iter().any(|(k, _)| k == name))
+        {
+            host_env.push((name.into(), v));
+        }
+    }
     let rule = match &policy.network {
         Network::None | Network::Host => None,
-        Network::Packages => Some(Rule::packages(host_env)),
+        Network::Packages => Some(Rule::packages(&host_env)),
         Network::List(list) => Some(Rule::list(list)),
     };
     let proxy_port = if rpc_port == Some(PROXY_PORT) {
@@ -270,6 +290,17 @@ pub(crate) fn plan(
         };
         for k in ["NO_PROXY", "no_proxy"] {
             env.push((k.into(), no_proxy.clone().into()));
+        }
+    }
+    if matches!(policy.network, Network::Packages) {
+        // The indexes the rule lets through are the ones the host's pip
+        // and npm use: the kernel's pip and npm get the same settings
+        // (the scrubbed environment would otherwise drop them, and they
+        // would ask an index the rule refuses).
+        for (k, v) in &host_env {
+            if INDEX_VARS.iter().any(|n| k == n) {
+                env.push((k.clone(), v.clone()));
+            }
         }
     }
     Plan {
