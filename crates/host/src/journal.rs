@@ -83,6 +83,7 @@ use toolcell_redact::Redactor;
 use toolcell_rpc::{CallOutcome, CallRecord};
 
 use toolcell_kernel::result::{ExecuteResult, FilesChanged, Status, Usage};
+use toolcell_kernel::sandbox::SandboxInfo;
 
 /// Largest display file (a figure) whose bytes are kept in the journal (the
 /// largest the host accepts at all, [`toolcell_kernel::figures::MAX_FIGURE_BYTES`]).
@@ -153,6 +154,8 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE display ADD COLUMN data BLOB;",
     // v3: the files a cell changed (the result's `files`, as JSON).
     "ALTER TABLE cells ADD COLUMN files TEXT;",
+    // v4: what the kernel ran in (the result's `kernel.sandbox`, as JSON).
+    "ALTER TABLE cells ADD COLUMN sandbox TEXT;",
 ];
 
 /// The schema version this build writes.
@@ -291,6 +294,9 @@ pub struct CellRecord {
     /// As in the result: the files the cell changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files: Option<FilesChanged>,
+    /// As in the result: what the kernel ran in (`kernel.sandbox`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxInfo>,
 }
 
 /// Unix seconds now.
@@ -334,6 +340,7 @@ impl CellRecord {
             state_kept: None,
             ended: false,
             files: None,
+            sandbox: None,
         }
     }
 
@@ -382,6 +389,7 @@ impl CellRecord {
             state_kept: k.state_kept,
             ended: k.ended.unwrap_or(false),
             files: result.files.clone(),
+            sandbox: k.sandbox.clone(),
         }
     }
 }
@@ -731,9 +739,9 @@ fn insert(conn: &Connection, r: &CellRecord) -> rusqlite::Result<()> {
         "INSERT INTO cells (owner, kernel_id, execution_count, code, status, exit_code, output,
             error, hint, warning, tool_calls_made, cpu_seconds, peak_rss_kb, started_at,
             finished_at, duration_seconds, mode, python, reused, state_reset, state_kept, ended,
-            files)
+            files, sandbox)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-            ?19, ?20, ?21, ?22, ?23)",
+            ?19, ?20, ?21, ?22, ?23, ?24)",
     )?
     .execute(params![
         r.session,
@@ -760,6 +768,9 @@ fn insert(conn: &Connection, r: &CellRecord) -> rusqlite::Result<()> {
         opt_bool(r.state_kept),
         r.ended,
         r.files.as_ref().and_then(|f| serde_json::to_string(f).ok()),
+        r.sandbox
+            .as_ref()
+            .and_then(|f| serde_json::to_string(f).ok()),
     ])?;
     let id = conn.last_insert_rowid();
     let mut call = conn.prepare_cached(
@@ -804,7 +815,8 @@ fn read_rows(conn: &Connection, q: &HistoryQuery) -> rusqlite::Result<Vec<CellRe
     let mut stmt = conn.prepare(
         "SELECT id, owner, kernel_id, execution_count, code, status, exit_code, output, error,
             hint, warning, tool_calls_made, cpu_seconds, peak_rss_kb, started_at, finished_at,
-            duration_seconds, mode, python, reused, state_reset, state_kept, ended, files
+            duration_seconds, mode, python, reused, state_reset, state_kept, ended, files,
+            sandbox
          FROM cells WHERE (?1 IS NULL OR owner = ?1) ORDER BY id DESC LIMIT ?2",
     )?;
     let mut rows: Vec<CellRecord> = stmt
@@ -815,6 +827,7 @@ fn read_rows(conn: &Connection, q: &HistoryQuery) -> rusqlite::Result<Vec<CellRe
             let count: i64 = row.get(3)?;
             let kept: Option<i64> = row.get(21)?;
             let files: Option<String> = row.get(23)?;
+            let sandbox: Option<String> = row.get(24)?;
             Ok(CellRecord {
                 id: Some(row.get(0)?),
                 session: row.get(1)?,
@@ -845,6 +858,7 @@ fn read_rows(conn: &Connection, q: &HistoryQuery) -> rusqlite::Result<Vec<CellRe
                 ended: row.get(22)?,
                 // A value this build cannot read is left out, not an error.
                 files: files.and_then(|f| serde_json::from_str(&f).ok()),
+                sandbox: sandbox.and_then(|f| serde_json::from_str(&f).ok()),
             })
         })?
         .collect::<rusqlite::Result<_>>()?;

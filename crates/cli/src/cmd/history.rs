@@ -17,15 +17,16 @@ use crate::host::{self, Overrides};
                   `mcp` and the daemon (`exec --session`), unless [journal] enabled = false; it \
                   holds only cleaned output (ANSI stripped, secrets redacted) and redacted code.\n\n\
                   The table shows: start time (UTC), session, the cell's number in its kernel, \
-                  status, duration, the files the cell changed (+created ~modified -deleted) \
+                  status, duration, the files the cell changed (+created ~modified -deleted), \
+                  what the kernel ran in (its sandbox's network rule, `off` or `remote`) \
                   and the first line of the code. A --session with no cells in \
                   the journal is an error (exit 1), as in `toolcell export`. --json prints one JSON object \
                   per line (JSON Lines) with every recorded field: session, kernel_id, \
                   execution_count, code, status, exit_code, output, error, hint, warning, \
                   tool_calls [{tool, duration_seconds, outcome}], tool_calls_made, usage, display, \
                   started_at and finished_at (Unix seconds, UTC), duration_seconds, mode, python, \
-                  reused, state_reset, state_kept, ended, and files (as in the result, when the \
-                  cell changed files). It works while a daemon is writing."
+                  reused, state_reset, state_kept, ended, files (as in the result, when the \
+                  cell changed files) and sandbox (the result's kernel.sandbox). It works while a daemon is writing."
 )]
 pub(crate) struct Args {
     /// Only this session.
@@ -122,6 +123,18 @@ fn files_column(r: &CellRecord) -> String {
     parts.join(" ")
 }
 
+/// The sandbox column: the network rule of a sandboxed kernel, `off`,
+/// `remote`, or `-` (no kernel, or a journal from before sandboxes).
+fn sandbox_column(r: &CellRecord) -> &str {
+    use toolcell_kernel::sandbox::SandboxInfo;
+    match &r.sandbox {
+        Some(SandboxInfo::Namespaces { network }) => network,
+        Some(SandboxInfo::Off { .. }) => "off",
+        Some(SandboxInfo::Remote) => "remote",
+        _ => "-",
+    }
+}
+
 fn write_table(out: &mut impl Write, rows: &[CellRecord]) -> std::io::Result<()> {
     let width = rows
         .iter()
@@ -131,8 +144,8 @@ fn write_table(out: &mut impl Write, rows: &[CellRecord]) -> std::io::Result<()>
         .clamp(7, 24);
     writeln!(
         out,
-        "{:<20}  {:<width$}  {:>5}  {:<11}  {:>8}  {:<14}  code",
-        "time (UTC)", "session", "cell", "status", "duration", "files"
+        "{:<20}  {:<width$}  {:>5}  {:<11}  {:>8}  {:<14}  {:<8}  code",
+        "time (UTC)", "session", "cell", "status", "duration", "files", "sandbox"
     )?;
     for r in rows {
         let time = rfc3339(r.started_at);
@@ -146,10 +159,11 @@ fn write_table(out: &mut impl Write, rows: &[CellRecord]) -> std::io::Result<()>
         };
         writeln!(
             out,
-            "{time:<20}  {session:<width$}  {cell:>5}  {:<11}  {:>7.2}s  {:<14}  {}",
+            "{time:<20}  {session:<width$}  {cell:>5}  {:<11}  {:>7.2}s  {:<14}  {:<8}  {}",
             r.status.as_str(),
             r.duration_seconds,
             files_column(r),
+            sandbox_column(r),
             first_line(&r.code, 60)
         )?;
     }
