@@ -28,7 +28,10 @@ const EXIT_USAGE: u8 = 2;
                   to the next. Code in a cell calls the agent's tools (read_file, terminal, \
                   web_extract, ...) as Python functions. Output is ANSI-stripped and has secrets \
                   redacted; time, tool calls, output size and live kernels are bounded.\n\n\
-                  toolcell is not a sandbox: a kernel runs with your user's rights.\n\n\
+                  Each local kernel runs in a sandbox of its own by default: its own processes \
+                  only, the machine read-only but for its working directory and a private /tmp, \
+                  credential stores hidden, and only the package indexes on the network (see \
+                  [sandbox] in `toolcell config`).\n\n\
                   Configuration: --config FILE, else ./toolcell.toml, else the user config dir \
                   (see `toolcell config`)."
 )]

@@ -140,6 +140,79 @@ pub struct ExecuteCodeOptions {
     /// Output over its cap is folded (runs of similar lines, long lines)
     /// before the head/tail cut (`[output] fold`, not `false`).
     pub folds: bool,
+    /// What the kernel can reach (`[sandbox]`; a remote's engine).
+    pub reach: Reach,
+}
+
+/// What the kernel can reach, as the description's last paragraph says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reach {
+    /// No sandbox: the user's rights on this machine.
+    Unsandboxed,
+    /// Its own sandbox, with this network rule.
+    Sandboxed(NetworkReach),
+    /// A remote kernel, isolated by its engine.
+    Remote,
+}
+
+/// A sandbox's network rule, for [`Reach::Sandboxed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NetworkReach {
+    /// Nothing.
+    None,
+    /// The package indexes pip, npm and R are configured with.
+    Packages,
+    /// The host's network.
+    Host,
+    /// These destinations.
+    List(Vec<String>),
+}
+
+impl Default for Reach {
+    fn default() -> Self {
+        Self::Sandboxed(NetworkReach::Packages)
+    }
+}
+
+/// The paragraph on what the code can reach.
+fn reach_paragraph(reach: &Reach, tools: &[Arc<dyn DynTool>]) -> String {
+    let web = tools
+        .iter()
+        .any(|t| matches!(t.name(), "web_extract" | "web_search"));
+    let refused = if web {
+        "other hosts are refused (use web_extract and web_search to read the web)"
+    } else {
+        "other hosts are refused"
+    };
+    match reach {
+        Reach::Unsandboxed => {
+            "\n\nThe code runs with the user's rights on this machine; it is not isolated from it."
+                .to_string()
+        }
+        Reach::Remote => {
+            "\n\nThe code runs on a remote machine or container, isolated by its engine; \
+             host tools act on this host."
+                .to_string()
+        }
+        Reach::Sandboxed(net) => {
+            let network = match net {
+                NetworkReach::None => format!("no network access; {refused}"),
+                NetworkReach::Packages => {
+                    format!("only the package indexes (so package installs work); {refused}")
+                }
+                NetworkReach::Host => "the machine's network".to_string(),
+                NetworkReach::List(list) => format!("only {}; {refused}", list.join(", ")),
+            };
+            format!(
+                "\n\nThe code runs in a sandbox: it sees only its own processes; the machine's \
+                 files are readable, but only the working directory and /tmp (private to the \
+                 kernel) are writable, and credential stores (~/.ssh, ~/.aws, ...) are hidden. \
+                 Network: {network}. Host tools act within the same view."
+            )
+        }
+    }
 }
 
 impl Default for ExecuteCodeOptions {
@@ -156,6 +229,7 @@ impl Default for ExecuteCodeOptions {
             confined: false,
             language: String::new(),
             folds: true,
+            reach: Reach::default(),
         }
     }
 }
@@ -330,9 +404,7 @@ pub fn execute_code_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOp
              directory; writes elsewhere fail with PermissionError (reading is not restricted).",
         );
     }
-    d.push_str(
-        "\n\nThe code runs with the user's rights on this machine; it is not isolated from it.",
-    );
+    d.push_str(&reach_paragraph(&opts.reach, tools));
     d
 }
 
@@ -420,9 +492,7 @@ fn other_language_description(tools: &[Arc<dyn DynTool>], opts: &ExecuteCodeOpti
         }
         OnTimeout::Kill => d.push_str("On timeout the kernel is killed and all state is lost."),
     }
-    d.push_str(
-        "\n\nThe code runs with the user's rights on this machine; it is not isolated from it.",
-    );
+    d.push_str(&reach_paragraph(&opts.reach, tools));
     d
 }
 
@@ -544,20 +614,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_description_never_says_sandbox() {
+    fn the_description_says_what_the_kernel_can_reach() {
         for mode in [Mode::Project, Mode::Strict] {
-            for on_timeout in [OnTimeout::Interrupt, OnTimeout::Kill] {
-                let opts = ExecuteCodeOptions {
-                    mode,
-                    on_timeout,
-                    ..ExecuteCodeOptions::default()
-                };
-                let d = execute_code_description(&[], &opts).to_lowercase();
-                assert!(!d.contains("sandbox"), "{d}");
-                // Without read_file, the description does not send the model to it.
-                assert!(!d.contains("read_file"), "{d}");
-            }
+            let opts = ExecuteCodeOptions {
+                mode,
+                ..ExecuteCodeOptions::default()
+            };
+            let d = execute_code_description(&[], &opts);
+            assert!(d.contains("runs in a sandbox"), "{d}");
+            assert!(d.contains("Network: only the package indexes"), "{d}");
+            // Without the web tools, the description does not send the
+            // model to them, nor to read_file.
+            assert!(!d.contains("web_extract") && !d.contains("read_file"), "{d}");
         }
+        let text = |reach: Reach| {
+            execute_code_description(
+                &[],
+                &ExecuteCodeOptions {
+                    reach,
+                    ..ExecuteCodeOptions::default()
+                },
+            )
+        };
+        let d = text(Reach::Unsandboxed);
+        assert!(d.ends_with("it is not isolated from it."), "{d}");
+        assert!(!d.contains("sandbox"), "{d}");
+        let d = text(Reach::Sandboxed(NetworkReach::List(vec![
+            "example.com".into(),
+            "127.0.0.1:9000".into(),
+        ])));
+        assert!(d.contains("Network: only example.com, 127.0.0.1:9000;"), "{d}");
+        let d = text(Reach::Sandboxed(NetworkReach::None));
+        assert!(d.contains("Network: no network access"), "{d}");
+        let d = text(Reach::Remote);
+        assert!(d.contains("remote machine or container"), "{d}");
     }
 
     #[test]
@@ -583,7 +673,6 @@ mod tests {
         ] {
             assert!(d.contains(needle), "{needle} missing: {d}");
         }
-        assert!(!d.to_lowercase().contains("sandbox"), "{d}");
     }
 
     #[test]

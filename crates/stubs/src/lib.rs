@@ -46,9 +46,9 @@ mod skeleton;
 
 pub use describe::{
     DEFAULT_INTERRUPT_GRACE_SECS, DEFAULT_MAX_STDERR_BYTES, DEFAULT_MAX_STDOUT_BYTES,
-    DEFAULT_MAX_TOOL_CALLS, DEFAULT_TIMEOUT_SECS, ExecuteCodeOptions, Mode, OnTimeout,
-    SchemaFormat, execute_code_description, execute_code_parameters, execute_code_tool,
-    js_signature, r_signature, signature, summary, tool_definition,
+    DEFAULT_MAX_TOOL_CALLS, DEFAULT_TIMEOUT_SECS, ExecuteCodeOptions, Mode, NetworkReach,
+    OnTimeout, Reach, SchemaFormat, execute_code_description, execute_code_parameters,
+    execute_code_tool, js_signature, r_signature, signature, summary, tool_definition,
 };
 pub use toolcell_tools::names::{StubError, Unavailable, top_level_names};
 pub use toolcell_tools::screen::{Screened, screen};

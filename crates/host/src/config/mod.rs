@@ -850,7 +850,26 @@ impl Config {
             confined: self.execution.confine,
             language: self.execution.language.as_str().to_string(),
             folds: self.output.fold != Switch::Off,
+            reach: self.reach(),
         }
+    }
+
+    /// What a kernel of this configuration can reach, for the description.
+    fn reach(&self) -> toolcell_stubs::Reach {
+        use toolcell_kernel::sandbox::{Mode, Network};
+        use toolcell_stubs::{NetworkReach, Reach};
+        if !self.kernels.remote.is_empty() {
+            return Reach::Remote;
+        }
+        if self.sandbox.mode == Mode::Off {
+            return Reach::Unsandboxed;
+        }
+        Reach::Sandboxed(match &self.sandbox.network {
+            Network::None => NetworkReach::None,
+            Network::Packages => NetworkReach::Packages,
+            Network::Host => NetworkReach::Host,
+            Network::List(l) => NetworkReach::List(l.clone()),
+        })
     }
 
     /// The `[web]` settings for the tools crate, the API key read from the
