@@ -32,6 +32,7 @@ mod mcp_servers;
 mod probe_cache;
 mod remote;
 mod repl;
+mod sandbox;
 mod serve;
 mod signals;
 mod soak;

@@ -56,14 +56,30 @@ async fn a_new_session_takes_the_running_pooled_kernel_and_the_pool_refills() {
     let pooled = kernel_ids(&f);
     assert_eq!(pooled.len(), 1, "{pooled:?}");
     let pid_before = pid_of(&f.kernels_root(), &pooled[0]).expect("pooled kernel running");
+    // Which kernel a cell runs in, as the cell knows it: its tool socket
+    // lives in its directory (a pid is 2 in every sandbox).
+    let whoami = "import os\nprint(os.environ['TOOLCELL_RPC'])";
 
-    let r = f.run_as("alice", "import os\nprint(os.getpid())").await;
+    let r = f.run_as("alice", whoami).await;
     assert_success(&r);
     assert_eq!(
         r.kernel.id, pooled[0],
         "the session did not get the pooled kernel"
     );
-    assert_eq!(r.output.trim(), pid_before.to_string());
+    // It was sandboxed before it was handed out: pid 2 of its own PID
+    // namespace, with the default network rule.
+    assert_eq!(
+        r.kernel.sandbox,
+        Some(toolcell_kernel::sandbox::SandboxInfo::Namespaces {
+            network: "packages".into()
+        }),
+        "{}",
+        show(&r)
+    );
+    let ns = f.run_as("alice", "import os\nprint(os.getpid())").await;
+    assert_eq!(ns.output, "2\n", "{}", show(&ns));
+    assert!(r.output.contains(&pooled[0]), "{}", show(&r));
+    assert!(toolcell_sys::process::alive(pid_before));
     assert!(
         !r.kernel.reused,
         "a pooled kernel's first cell is not a reuse"
@@ -79,8 +95,8 @@ async fn a_new_session_takes_the_running_pooled_kernel_and_the_pool_refills() {
     let r = f.run_as("bob", "print('bob')").await;
     assert_eq!(r.kernel.id, replacement, "{}", show(&r));
     // The first session keeps its kernel and its state.
-    let r = f.run_as("alice", "print(os.getpid())").await;
-    assert_eq!(r.output.trim(), pid_before.to_string());
+    let r = f.run_as("alice", whoami).await;
+    assert!(r.output.contains(&pooled[0]), "{}", show(&r));
     assert!(r.kernel.reused);
 }
 
@@ -384,7 +400,7 @@ async fn dropping_the_registry_kills_pooled_kernels() {
     let id = kernel_ids(&f).pop().unwrap();
     let root = f.kernels_root();
     let pid = pid_of(&root, &id).unwrap();
-    let Fixture { reg, tmp } = f;
+    let Fixture { reg, tmp, .. } = f;
     drop(reg);
     assert!(
         eventually(Duration::from_secs(10), || !alive(pid)).await,

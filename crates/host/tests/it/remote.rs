@@ -230,6 +230,13 @@ async fn semantics(f: &Fixture) {
     let r = run(f, req("import os\nx = 41\nprint('pid=%d' % os.getpid())")).await;
     assert_success(&r);
     assert_eq!(r.kernel.remote.as_deref(), Some("far"), "{}", show(&r));
+    // Its engine isolates it, not our sandbox; the result says which.
+    assert_eq!(
+        r.kernel.sandbox,
+        Some(toolcell_kernel::sandbox::SandboxInfo::Remote),
+        "{}",
+        show(&r)
+    );
     assert!(!r.kernel.state_reset);
     assert!(!r.kernel.python.is_empty(), "{}", show(&r));
     let pid = tagged_pid(&r.output, "pid");
