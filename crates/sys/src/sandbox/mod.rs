@@ -248,7 +248,7 @@ impl Prepared {
                     Net::Host => None,
                     Net::Isolated { listen } => Some(listen.clone()),
                 },
-                filter: Arc::new(filter::program()?),
+                filter: compiled_filter()?,
             }),
             host_end: OwnedFd::from(a),
             child_end: OwnedFd::from(b),
@@ -381,4 +381,16 @@ impl ChildSandbox {
         // SAFETY: forwarded: we are between fork and exec.
         unsafe { child::enter(&self.plan, self.report) }
     }
+}
+
+/// The seccomp programs, compiled once per process: they are the same for
+/// every sandbox, and compiling them on every spawn cost time on the
+/// first cell's path.
+fn compiled_filter() -> Result<Arc<Vec<seccompiler::BpfProgram>>, SandboxError> {
+    static COMPILED: std::sync::OnceLock<Result<Arc<Vec<seccompiler::BpfProgram>>, String>> =
+        std::sync::OnceLock::new();
+    COMPILED
+        .get_or_init(|| filter::program().map(Arc::new).map_err(|e| e.to_string()))
+        .clone()
+        .map_err(SandboxError::Filter)
 }
