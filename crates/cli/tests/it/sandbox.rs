@@ -735,3 +735,59 @@ fn r_and_javascript_kernels_are_sandboxed_too() {
         assert_eq!(words[3], "false", "{lang}: wrote under /usr: {r:#}");
     }
 }
+
+#[test]
+fn the_machines_service_sockets_are_out_of_reach() {
+    // A service socket only its owner may use, where system services keep
+    // theirs (Docker's, D-Bus's, systemd's). A read-only mount does not
+    // stop `connect` to a Unix socket: only hiding it does.
+    let path = format!("/run/toolcell-test-{}.sock", tag());
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::thread::spawn(move || {
+        for c in listener.incoming().flatten() {
+            let mut c = c;
+            let _ = c.write_all(b"the host's service answered");
+        }
+    });
+    let env = Env::fast();
+    let code = format!(
+        r#"
+import json, os, socket
+out = {{}}
+try:
+    s = socket.socket(socket.AF_UNIX)
+    s.connect({path:?})
+    out['service'] = s.recv(100).decode()
+except OSError as e:
+    out['service'] = type(e).__name__
+out['run'] = sorted(os.listdir('/run'))
+try:
+    out['resolv'] = open('/etc/resolv.conf').read() == {resolv:?}
+except OSError as e:
+    out['resolv'] = type(e).__name__
+print(json.dumps(out))
+"#,
+        resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()
+    );
+    let v = probe_output(&exec(&env, &[], &code));
+    // Unsandboxed, the same cell reaches it: the probe is sound.
+    let off = probe_output(&exec(&Env::fast_unsandboxed(), &[], &code));
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(off["service"], "the host's service answered", "{off}");
+    assert_eq!(v["service"], "FileNotFoundError", "{v}");
+    assert!(
+        !v["run"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().is_some_and(|n| n.ends_with(".sock"))),
+        "{v}"
+    );
+    // Names still resolve where the rule lets them: resolv.conf (which
+    // systemd keeps in /run) is there.
+    if Path::new("/etc/resolv.conf").exists() {
+        assert_eq!(v["resolv"], true, "{v}");
+    }
+}

@@ -214,6 +214,29 @@ pub(crate) struct Plan {
     pub(crate) rpc_port: Option<u16>,
 }
 
+/// Where the machine's services listen (Docker, D-Bus, systemd, the
+/// user session's agents): hidden in every sandbox. A Unix socket is
+/// reached by its path and a read-only mount does not stop `connect`, so
+/// a socket in sight is a socket in reach; `/run` holds nearly all of
+/// them, and the rest are in directories hidden with the credential
+/// stores.
+const SERVICE_SOCKETS: [&str; 4] = [
+    "/run",
+    "/var/run",
+    "/var/snap/lxd/common/lxd",
+    "/var/lib/lxd",
+];
+
+/// `/etc/resolv.conf`'s target when it lies under a hidden path (systemd
+/// keeps it in `/run`): shown again, read-only, so names still resolve
+/// where the network rule lets the kernel resolve them.
+fn resolv_conf_under(hidden: &[PathBuf]) -> Vec<PathBuf> {
+    match std::fs::canonicalize("/etc/resolv.conf") {
+        Ok(target) if hidden.iter().any(|h| target.starts_with(h)) => vec![target],
+        _ => Vec::new(),
+    }
+}
+
 /// Package-index settings passed from the host's environment to a kernel
 /// under `network = "packages"`.
 const INDEX_VARS: [&str; 6] = [
@@ -235,6 +258,8 @@ pub(crate) fn plan(
 ) -> Plan {
     let mut writable = vec![cwd.to_path_buf(), dir.to_path_buf()];
     writable.extend(policy.writable.iter().cloned());
+    let mut hidden = policy.hidden.clone();
+    hidden.extend(SERVICE_SOCKETS.iter().map(PathBuf::from));
     // `host_env` is the scrubbed one, which drops the index settings: take
     // them from the host process itself.
     let mut host_env = host_env.to_vec();
@@ -306,7 +331,8 @@ pub(crate) fn plan(
     Plan {
         layout: toolcell_sys::sandbox::Layout {
             writable,
-            hidden: policy.hidden.clone(),
+            readable: resolv_conf_under(&hidden),
+            hidden,
             tmp_bytes: policy.tmp_bytes,
             cwd: cwd.to_path_buf(),
             net,

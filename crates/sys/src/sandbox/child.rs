@@ -379,7 +379,7 @@ fn build_view(plan: &Plan) -> Result<(), (&'static str, c::c_int)> {
     for w in &plan.writable {
         sources.push(
             sys_open_tree(w, clone | c::AT_RECURSIVE as c::c_uint)
-                .map_err(|e| ("cloning a writable path", e))?,
+                .map_err(|e| ("cloning a writable or readable path", e))?,
         );
     }
     let mut devices = [0; DEVICES.len()];
@@ -488,6 +488,21 @@ fn build_view(plan: &Plan) -> Result<(), (&'static str, c::c_int)> {
                 // SAFETY: close our handle of the (now attached) tree.
                 unsafe { c::close(null) };
                 r.map_err(|e| ("hiding a file", e))?;
+            }
+            Step::Readable {
+                index,
+                path,
+                parent,
+                dir,
+            } => {
+                if !exists(path) {
+                    mkdir_p(parent).map_err(|e| ("making a readable path's parent", e))?;
+                    let made = if *dir { mkdir_p(path) } else { touch(path) };
+                    made.map_err(|e| ("making a readable path's mount point", e))?;
+                }
+                let fd = *sources.get(*index).ok_or(("a readable path", c::EINVAL))?;
+                sys_move_mount(fd, path).map_err(|e| ("mounting a readable path", e))?;
+                read_only.push(path);
             }
             Step::Writable(i, p) => {
                 if !exists(p) {

@@ -95,6 +95,10 @@ pub struct Layout {
     /// Paths shown empty: a directory as an empty read-only directory, a
     /// file as an empty file. Missing ones are skipped.
     pub hidden: Vec<PathBuf>,
+    /// Paths inside hidden ones shown again, read-only (a file the
+    /// sandbox needs from a hidden directory, such as a `resolv.conf` that
+    /// lives in `/run`). Missing ones are skipped.
+    pub readable: Vec<PathBuf>,
     /// Size of the private `/tmp` in bytes.
     pub tmp_bytes: u64,
     /// The working directory inside (the program `chdir`s there again once
@@ -114,6 +118,15 @@ pub(crate) enum Step {
     /// A writable directory, cloned before anything was covered (index into
     /// the writable sources) and attached here again.
     Writable(usize, CString),
+    /// A path inside a hidden one, cloned before anything was covered
+    /// (index into the same sources as writable paths) and attached here
+    /// again, read-only; its parent is made in the hiding tmpfs first.
+    Readable {
+        index: usize,
+        path: CString,
+        parent: CString,
+        dir: bool,
+    },
     /// The private `/tmp`.
     Tmp,
     /// The minimal `/dev`.
@@ -210,6 +223,26 @@ impl Prepared {
             ordered.push((depth(w), 2, Step::Writable(writable.len(), c.clone())));
             writable.push(c);
         }
+        for r in &layout.readable {
+            let Ok(meta) = std::fs::symlink_metadata(r) else {
+                continue;
+            };
+            let Some(parent) = r.parent().filter(|_| r.is_absolute()) else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                continue;
+            }
+            let c = cstring("readable path", r)?;
+            let step = Step::Readable {
+                index: writable.len(),
+                path: c.clone(),
+                parent: cstring("readable path", parent)?,
+                dir: meta.is_dir(),
+            };
+            ordered.push((depth(r), 4, step));
+            writable.push(c);
+        }
         for h in &layout.hidden {
             let Ok(meta) = std::fs::symlink_metadata(h) else {
                 continue;
@@ -230,7 +263,7 @@ impl Prepared {
         ordered.push((depth(Path::new("/proc")), 1, Step::Proc));
         // Parents first; at one depth the private /tmp, /dev and /proc,
         // then writable paths, then hidden ones (a hidden path inside a
-        // writable one covers it).
+        // writable one covers it), then readable ones.
         ordered.sort_by_key(|(d, kind, _)| (*d, *kind));
         let uid = nix::unistd::geteuid().as_raw();
         let gid = nix::unistd::getegid().as_raw();

@@ -36,6 +36,7 @@ fn layout(cwd: &Path, hidden: Vec<std::path::PathBuf>, net: Net) -> Layout {
     Layout {
         writable: vec![cwd.to_path_buf()],
         hidden,
+        readable: Vec::new(),
         tmp_bytes: 1 << 20,
         cwd: cwd.to_path_buf(),
         net,
@@ -287,4 +288,54 @@ fn a_signal_death_inside_is_the_outer_process_s_death() {
     assert_eq!(ran.status.signal(), Some(nix::libc::SIGXCPU), "{}", ran.out);
     let ran = run(&l, "exit 7");
     assert_eq!(ran.status.code(), Some(7));
+}
+
+#[test]
+fn a_readable_path_inside_a_hidden_one_is_shown_again_read_only() {
+    if sandbox_missing() {
+        return;
+    }
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // Like /run: a hidden directory of services, and one file in it the
+    // sandbox needs (systemd's resolv.conf), deeper than the cut.
+    let run_dir = home.path().join("run");
+    let resolve = run_dir.join("systemd/resolve");
+    std::fs::create_dir_all(&resolve).unwrap();
+    let conf = resolve.join("stub-resolv.conf");
+    std::fs::write(&conf, "nameserver 127.0.0.53\n").unwrap();
+    std::fs::write(run_dir.join("service.pid"), "42").unwrap();
+    let cwd = home.path().join("project");
+    std::fs::create_dir(&cwd).unwrap();
+    let mut l = layout(
+        &cwd,
+        vec![run_dir.clone()],
+        Net::Isolated { listen: vec![] },
+    );
+    l.readable = vec![conf.clone()];
+    let script = format!(
+        "cat {conf}; ls -A {run}; ls -A {resolve}; \
+         echo x >> {conf} 2>/dev/null || echo write-refused; \
+         touch {run}/new 2>/dev/null || echo create-refused",
+        conf = conf.display(),
+        run = run_dir.display(),
+        resolve = resolve.display(),
+    );
+    let ran = run(&l, &script);
+    let out = ran.out;
+    assert!(ran.status.success(), "{out}");
+    assert!(out.starts_with("nameserver 127.0.0.53\n"), "{out}");
+    // Only the path to it is there; the rest of the hidden dir is not.
+    assert!(!out.contains("service.pid"), "{out}");
+    assert!(
+        out.contains("systemd\n") && out.contains("stub-resolv.conf\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("write-refused") && out.contains("create-refused"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&conf).unwrap(),
+        "nameserver 127.0.0.53\n"
+    );
 }
