@@ -176,7 +176,8 @@ fn a_cell_sees_only_its_sandbox_and_reaches_neither_the_host_nor_another_session
 }
 
 #[test]
-fn the_seccomp_filter_refuses_tracing_mounts_namespaces_devices_and_terminal_injection() {
+fn the_seccomp_filter_refuses_tracing_mounts_namespaces_devices_and_terminal_injection_and_sysctls_are_read_only()
+ {
     let env = Env::fast();
     let code = r#"
 import ctypes, errno, json, os, stat, fcntl, termios, platform
@@ -202,12 +203,21 @@ if platform.machine() == 'x86_64':
                      ('keyctl', 250), ('kexec_load', 246)):
         out[name] = rc(libc.syscall(nr, 0, 0, 0, 0, 0))
 out['dev'] = sorted(os.listdir('/dev'))
+# Host sysctls: on a root host the sandbox's uid is the host's root.
+try:
+    v = open('/proc/sys/kernel/core_pattern').read()
+    open('/proc/sys/kernel/core_pattern', 'w').write(v)
+    out['sysctl'] = 'ok'
+except OSError as e:
+    out['sysctl'] = errno.errorcode[e.errno]
 print(json.dumps(out))
 "#;
     let v = probe_output(&exec(&env, &[], code));
     for call in ["ptrace", "unshare", "mount", "mknod", "tiocsti"] {
         assert_eq!(v[call], "EPERM", "{call}: {v}");
     }
+    // The sandbox's /proc is read-only: no host sysctl can be written.
+    assert_eq!(v["sysctl"], "EROFS", "{v}");
     if cfg!(target_arch = "x86_64") {
         for call in [
             "bpf",

@@ -406,11 +406,14 @@ fn build_view(plan: &Plan) -> Result<(), (&'static str, c::c_int)> {
                 .map_err(|e| ("mounting the private /tmp", e))?;
             }
             Step::Proc => {
+                // Read-only: on a root host the sandbox's uid is the host's
+                // root, which the kernel's sysctl files check by uid alone
+                // (`/proc/sys/kernel/core_pattern` would be a way out).
                 mount(
                     c"proc",
                     c"/proc",
                     c"proc",
-                    c::MS_NOSUID | c::MS_NODEV | c::MS_NOEXEC,
+                    c::MS_NOSUID | c::MS_NODEV | c::MS_NOEXEC | c::MS_RDONLY,
                     empty,
                 )
                 .map_err(|e| ("mounting /proc", e))?;
