@@ -420,11 +420,21 @@ fn schema_has_the_shape_of_each_format() {
         for t in default_tools() {
             assert!(d.contains(&t), "{format}: description lacks {t}");
         }
+        // It says what the code can reach: by default, a sandbox whose
+        // network is the package indexes.
         assert!(
-            !d.to_lowercase().contains("sandbox"),
-            "never call it a sandbox"
+            d.contains("The code runs in a sandbox")
+                && d.contains("Network: only the package indexes"),
+            "{format}: {d}"
         );
     }
+    // Unsandboxed, it says so, and never calls it a sandbox.
+    let off = Env::with_config("[sandbox]\nmode = \"off\"\n");
+    let out = off.run(&["schema", "--format", "mcp"]);
+    out.expect_code(0);
+    let d = description(&out.json(), "mcp");
+    assert!(d.contains("it is not isolated from it"), "{d}");
+    assert!(!d.to_lowercase().contains("sandbox"), "{d}");
     // The default format is openai.
     let out = env.run(&["schema"]);
     out.expect_code(0);
