@@ -173,11 +173,15 @@ async fn serve(mut client: TcpStream, rule: &Rule) -> std::io::Result<()> {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    let upstream = match tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        TcpStream::connect((target_host.as_str(), port)),
-    )
-    .await
+    let addrs = match resolve(&target_host, port).await {
+        Ok(a) => a,
+        Err(why) => {
+            return client
+                .write_all(&response(403, &format!("toolcell sandbox: {shown} {why}")))
+                .await;
+        }
+    };
+    let upstream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addrs[..])).await
     {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -233,9 +237,104 @@ async fn serve(mut client: TcpStream, rule: &Rule) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The addresses to connect to for an allowed `host:port`. An address
+/// the rule named is taken as it is; a name is resolved here, and its
+/// loopback, link-local and unspecified addresses are dropped: a name the
+/// rule allows must not lead to the host's own services or a cloud's
+/// metadata endpoint (a name whose DNS an attacker controls can point
+/// anywhere). `localhost` counts as named by address.
+async fn resolve(host: &str, port: u16) -> Result<Vec<std::net::SocketAddr>, String> {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(vec![std::net::SocketAddr::new(ip, port)]);
+    }
+    let found: Vec<std::net::SocketAddr> =
+        match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((host, port))).await {
+            Ok(Ok(a)) => a.collect(),
+            Ok(Err(e)) => return Err(format!("cannot be resolved: {e}")),
+            Err(_) => return Err("was not resolved in time".into()),
+        };
+    if host.eq_ignore_ascii_case("localhost") {
+        return Ok(found);
+    }
+    let outside: Vec<_> = found
+        .iter()
+        .copied()
+        .filter(|a| !is_local(a.ip()))
+        .collect();
+    if outside.is_empty() {
+        return Err(
+            "resolves only to local addresses (loopback, link-local); name the address itself in the rule to allow it"
+                .into(),
+        );
+    }
+    Ok(outside)
+}
+
+/// Loopback, link-local (169.254.0.0/16, fe80::/10, where cloud metadata
+/// lives) or unspecified, IPv4-mapped ones included.
+fn is_local(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback() || v4.is_link_local() || v4.is_unspecified(),
+        std::net::IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_local(std::net::IpAddr::V4(v4));
+            }
+            v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xffc0) == 0xfe80
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_addresses_are_loopback_link_local_and_unspecified() {
+        for local in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "169.254.169.254",
+            "0.0.0.0",
+            "::1",
+            "::",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+        ] {
+            assert!(is_local(local.parse().unwrap()), "{local}");
+        }
+        for outside in ["10.0.0.1", "192.168.1.1", "151.101.0.223", "2a04:4e42::223"] {
+            assert!(!is_local(outside.parse().unwrap()), "{outside}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_name_that_resolves_only_to_loopback_is_refused_and_an_address_is_not() {
+        // The machine's own hostname resolves locally (/etc/hosts), to a
+        // loopback address on many machines; "localhost" is exempt.
+        let e = resolve("localhost.localdomain.invalid", 80).await;
+        assert!(e.is_err(), "{e:?}");
+        assert_eq!(
+            resolve("127.0.0.1", 9000).await.unwrap(),
+            vec!["127.0.0.1:9000".parse().unwrap()]
+        );
+        assert!(resolve("localhost", 80).await.is_ok());
+        // A name that resolves to loopback only (from /etc/hosts here,
+        // when the machine maps one): refused, naming why.
+        if let Ok(hosts) = std::fs::read_to_string("/etc/hosts") {
+            let name = hosts.lines().find_map(|l| {
+                let mut w = l.split_whitespace();
+                let ip: std::net::IpAddr = w.next()?.parse().ok()?;
+                (ip.is_loopback()).then_some(())?;
+                w.find(|n| *n != "localhost" && !n.starts_with('#'))
+                    .map(str::to_string)
+            });
+            if let Some(name) = name {
+                let e = resolve(&name, 80).await.unwrap_err();
+                assert!(e.contains("only to local addresses"), "{name}: {e}");
+            }
+        }
+    }
 
     async fn http_server() -> (u16, tokio::task::JoinHandle<()>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -445,12 +445,14 @@ fn build_view(plan: &Plan) -> Result<(), (&'static str, c::c_int)> {
                 )
                 .map_err(|e| ("mounting /dev/pts", e))?;
                 mkdir_p(c"/dev/shm").map_err(|e| ("making /dev/shm", e))?;
+                // As bounded as the private /tmp (unbounded, it is half
+                // the machine's memory).
                 mount(
                     c"tmpfs",
                     c"/dev/shm",
                     c"tmpfs",
                     c::MS_NOSUID | c::MS_NODEV,
-                    c"mode=1777",
+                    &plan.tmp_opts,
                 )
                 .map_err(|e| ("mounting /dev/shm", e))?;
                 for (link, to) in [
