@@ -21,8 +21,8 @@ function gone(pid, withinMs = 10000) {
   return false;
 }
 
-async function withClient(fn) {
-  const tc = new Toolcell({ config });
+async function withClient(fn, cfg = config) {
+  const tc = new Toolcell({ config: cfg });
   try {
     await fn(tc);
   } finally {
@@ -174,7 +174,9 @@ test("sessions, interrupt and shutdownSession", () =>
 
 test("close ends the server and its kernels", async () => {
   const tc = new Toolcell();
-  const kernel = Number((await tc.execute("import os; print(os.getpid())")).output);
+  await tc.execute("1");
+  // The kernel's pid on this host (inside its sandbox it is 2).
+  const kernel = (await tc.sessions())[0].pid;
   const pid = tc.pid;
   assert.equal(await tc.close(), 0);
   assert.ok(gone(pid) && gone(kernel));
@@ -185,8 +187,8 @@ test("a script that never closes still exits, and ends the server", () => {
   const script = `
 import { Toolcell } from "toolcell";
 const tc = new Toolcell();
-const r = await tc.execute("import os; print(os.getpid())");
-console.log(tc.pid, r.output.trim());
+await tc.execute("1");
+console.log(tc.pid, (await tc.sessions())[0].pid);
 `;
   const out = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
     encoding: "utf8", timeout: 30000, cwd: new URL(".", import.meta.url).pathname,
@@ -202,9 +204,11 @@ test("a server that cannot start says why", async () => {
   assert.equal(await tc.close(), 2);
 });
 
-// A cell that can write into the server's stdout (a root host, or any host before it made itself
-// non-dumpable) can forge lines the client reads: neither a guessed id nor a tool call for a
-// session with no running cell may be taken as the server's.
+// A cell that can write into the server's stdout (a root host without the sandbox, or any host
+// before it made itself non-dumpable) can forge lines the client reads: neither a guessed id nor
+// a tool call for a session with no running cell may be taken as the server's. This attacks the
+// layer under the sandbox, so it runs with the sandbox off; sandboxed, the server is not in the
+// cell's view ("a sandboxed cell cannot reach the server's descriptors").
 // Node gives the server a socket for stdout, which open() through /proc refuses (ENXIO):
 // a root cell takes a copy of the descriptor itself (pidfd_getfd), as an attacker would.
 const FORGE = `
@@ -241,4 +245,13 @@ print('forged')
     assert.equal(r.output, "forged\n");
     assert.deepEqual(ran, [1], "a forged tool/call ran the victim's tool outside any cell");
     assert.equal((await victim).output, "real\n");
+  }, { ...config, sandbox: { mode: "off" } }));
+
+test("a sandboxed cell cannot reach the server's descriptors", () =>
+  withClient(async (tc) => {
+    const r = await tc.execute(FORGE + "print('forged')");
+    // Its parent is the sandbox's init, whose descriptors are closed and
+    // which it may not trace: nothing of the server's is in reach.
+    assert.equal(r.status, "error", r.output);
+    assert.doesNotMatch(r.output, /forged/);
   }));

@@ -9,7 +9,7 @@ from typing import Dict, List, Literal, Optional
 
 import pytest
 
-from toolcell import RPCError, ToolError
+from toolcell import RPCError, Toolcell, ToolError
 
 ORDERS = {"A-1": 120.0, "A-2": 35.5, "A-3": 990.0}
 
@@ -385,8 +385,25 @@ def test_a_result_json_cannot_carry_is_answered_at_once_with_an_error(tc):
     assert lines[4] == "fails: ValueError: bad ? text"
 
 
-# A cell that can write into the server's stdout (a root host, or any host
-# before it made itself non-dumpable) can forge lines the client reads.
+# A cell that can write into the server's stdout (a root host without the
+# sandbox, or any host before it made itself non-dumpable) can forge lines
+# the client reads. These tests attack the layer under the sandbox, so
+# they turn it off; sandboxed, the server is not in the cell's view at all
+# (test_a_sandboxed_cell_cannot_open_the_servers_descriptors).
+UNSANDBOXED = {"execution": {"max_tool_calls": 500, "timeout": 60}, "sandbox": {"mode": "off"}}
+
+
+@pytest.fixture
+def tc_off(tmp_path):
+    with Toolcell(config=UNSANDBOXED, cwd=tmp_path) as client:
+        yield client
+
+
+def test_a_sandboxed_cell_cannot_open_the_servers_descriptors(tc):
+    r = tc.execute(_FORGE + "forge({'jsonrpc': '2.0', 'id': 1, 'result': {}})\nprint('forged')")
+    assert not r.ok and "No such file or directory" in r.output, r.output
+
+
 _FORGE = r'''
 import json, os
 host = os.getppid()
@@ -397,7 +414,8 @@ def forge(msg):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a non-root cell cannot open the non-dumpable server's fds")
-def test_review_01_a_tool_call_forged_for_a_session_with_no_running_cell_is_refused(tc):
+def test_review_01_a_tool_call_forged_for_a_session_with_no_running_cell_is_refused(tc_off):
+    tc = tc_off
     ran = []
 
     @tc.tool(session="victim")
@@ -418,7 +436,8 @@ def test_review_01_a_tool_call_forged_for_a_session_with_no_running_cell_is_refu
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a non-root cell cannot open the non-dumpable server's fds")
-def test_review_01_results_forged_for_guessed_request_ids_never_answer_a_request(tc):
+def test_review_01_results_forged_for_guessed_request_ids_never_answer_a_request(tc_off):
+    tc = tc_off
     # The victim's cell is in flight while the attacker forges results for every small id.
     victim = threading.Thread(target=lambda: out.append(tc.execute("import time; time.sleep(3); print('real')", session="victim")))
     out: list = []

@@ -801,3 +801,64 @@ print(json.dumps(out))
         assert_eq!(v["resolv"], true, "{v}");
     }
 }
+
+#[test]
+fn confine_inside_a_sandbox_keeps_both_layers() {
+    // `extra` is writable for the sandbox; Landlock (confine) still
+    // allows only the kernel's own directories and /tmp. Both outside
+    // /tmp, which is the sandbox's own.
+    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let extra = outside.path().join("extra");
+    std::fs::create_dir(&extra).unwrap();
+    let env = Env::with_config(&format!(
+        "[execution]\ntimeout = 30\nmode = \"strict\"\nconfine = true\n\n\
+         [kernels]\nmax_kernels = 8\n\n[sandbox]\nwritable = [{:?}]\n",
+        extra.display().to_string()
+    ));
+    let code = format!(
+        r#"
+import os, json, errno
+from toolcell_tools import write_file, ToolError
+def w(p):
+    try:
+        with open(p, 'w') as f:
+            f.write('x')
+        return 'written'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+out = {{'cwd': w('here.txt'), 'tmp': w('/tmp/x'), 'extra': w({extra:?}),
+        'home': w({home:?})}}
+try:
+    write_file('tool.txt', 'y')
+    out['tool'] = 'written'
+except ToolError as e:
+    out['tool'] = str(e)
+print(json.dumps(out))
+"#,
+        extra = extra.join("by-cell.txt").display().to_string(),
+        home = outside.path().join("nope.txt").display().to_string(),
+    );
+    let r = exec(&env, &[], &code);
+    assert_eq!(r["kernel"]["sandbox"]["mode"], "namespaces", "{r:#}");
+    let v = probe_output(&r);
+    assert_eq!(v["cwd"], "written", "{v}");
+    assert_eq!(v["tmp"], "written", "{v}");
+    assert_eq!(v["tool"], "written", "{v}");
+    // The sandbox lets `extra` be written; Landlock does not.
+    assert_eq!(v["extra"], "EACCES", "{v}");
+    assert!(
+        matches!(v["home"].as_str(), Some("EROFS" | "EACCES")),
+        "{v}"
+    );
+    assert!(!extra.join("by-cell.txt").exists());
+    assert!(!outside.path().join("nope.txt").exists());
+    // Without confine, the sandbox alone lets `extra` be written.
+    let open = Env::with_config(&format!(
+        "[execution]\ntimeout = 30\nmode = \"strict\"\n\n[sandbox]\nwritable = [{:?}]\n",
+        extra.display().to_string()
+    ));
+    let v = probe_output(&exec(&open, &[], &code));
+    assert_eq!(v["extra"], "written", "{v}");
+    assert_eq!(v["home"], "EROFS", "{v}");
+    assert!(extra.join("by-cell.txt").exists());
+}

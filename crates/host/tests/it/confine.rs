@@ -39,7 +39,8 @@ impl Confined {
             mode: Mode::Strict,
             confine: true,
             // Landlock and its seccomp filter alone, as the layer under the
-            // sandbox (sandbox::confine_inside_a_sandbox covers both).
+            // sandbox (crates/cli/tests/it/sandbox.rs::confine_inside_a_sandbox_keeps_both_layers
+            // covers both).
             sandbox: toolcell_kernel::sandbox::Policy::off(),
             ..RegistryOptions::default()
         })
