@@ -625,7 +625,10 @@ mod tests {
             assert!(d.contains("Network: only the package indexes"), "{d}");
             // Without the web tools, the description does not send the
             // model to them, nor to read_file.
-            assert!(!d.contains("web_extract") && !d.contains("read_file"), "{d}");
+            assert!(
+                !d.contains("web_extract") && !d.contains("read_file"),
+                "{d}"
+            );
         }
         let text = |reach: Reach| {
             execute_code_description(
@@ -643,7 +646,10 @@ mod tests {
             "example.com".into(),
             "127.0.0.1:9000".into(),
         ])));
-        assert!(d.contains("Network: only example.com, 127.0.0.1:9000;"), "{d}");
+        assert!(
+            d.contains("Network: only example.com, 127.0.0.1:9000;"),
+            "{d}"
+        );
         let d = text(Reach::Sandboxed(NetworkReach::None));
         assert!(d.contains("Network: no network access"), "{d}");
         let d = text(Reach::Remote);
