@@ -104,9 +104,12 @@ impl Kernel {
         let first = if spec.remote.is_none() && spec.sandbox.mode == crate::sandbox::Mode::Auto {
             let retry = spec.clone();
             match Self::spawn_inner(spec).await {
-                Err(SpawnError::Sandbox { reason }) => {
+                Err(SpawnError::Sandbox { reason }) if machine_refusal(&reason) => {
                     // `auto`: the machine refused; run unsandboxed and say
                     // so in every result (one warning per host process).
+                    // Anything else (a report that came late on a loaded
+                    // machine, a path that vanished) is this kernel's
+                    // error, never a reason to drop the sandbox.
                     remember_unavailable(&reason);
                     let mut spec = retry;
                     spec.sandbox.mode = crate::sandbox::Mode::Off;
@@ -854,19 +857,27 @@ fn unavailable() -> Option<String> {
     UNAVAILABLE.lock().ok().and_then(|g| g.clone())
 }
 
-/// Remembers a refusal that is the machine's, not this kernel's: the
-/// namespaces, the user mapping or `/proc` refused.
-fn remember_unavailable(reason: &str) {
-    let machine = [
-        "creating namespaces",
+/// Whether a sandbox failure is the machine's, not this kernel's: the
+/// namespaces, the user mapping, the mount API or `/proc` refused.
+fn machine_refusal(reason: &str) -> bool {
+    [
+        "creating a user namespace",
+        "creating the user and other namespaces",
         "mapping the user",
         "mounting /proc",
         "making / private",
+        "making the filesystem read-only",
     ]
     .iter()
-    .any(|m| reason.starts_with(m));
+    .any(|m| reason.starts_with(m))
+        || reason.contains("Not supported by this kernel")
+}
+
+/// Remembers a machine's refusal (`mode = "auto"`): later kernels run
+/// unsandboxed without trying again, and the warning is logged once.
+fn remember_unavailable(reason: &str) {
     tracing::warn!(%reason, "kernels run unsandboxed: the machine refused a sandbox");
-    if machine && let Ok(mut g) = UNAVAILABLE.lock() {
+    if let Ok(mut g) = UNAVAILABLE.lock() {
         *g = Some(reason.to_string());
     }
 }
@@ -883,4 +894,29 @@ fn write_runner_files(
     write_in(dir_handle, stub_name, stub).map_err(io_err(format!("writing {stub_name}")))?;
     write_in(dir_handle, runner_name, runner_source)
         .map_err(io_err(format!("writing {runner_name}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::machine_refusal;
+
+    #[test]
+    fn only_the_machines_refusals_drop_the_sandbox_under_auto() {
+        for machine in [
+            "creating a user namespace (unshare): this user may not (sysctl kernel.unprivileged_userns_clone, or on Ubuntu kernel.apparmor_restrict_unprivileged_userns): Operation not permitted (errno 1)",
+            "creating a user namespace (unshare): the machine's limit is reached (sysctl user.max_user_namespaces): No space left (errno 28)",
+            "mapping the user into its namespace: Permission denied (errno 13)",
+            "making the filesystem read-only: Not supported by this kernel (errno 38)",
+            "cloning a writable path: Not supported by this kernel (errno 38)",
+        ] {
+            assert!(machine_refusal(machine), "{machine}");
+        }
+        for kernel in [
+            "the sandbox did not report within 10s",
+            "cloning a writable or readable path: No such file or directory (errno 2)",
+            "the sandbox's report did not name its program",
+        ] {
+            assert!(!machine_refusal(kernel), "{kernel}");
+        }
+    }
 }

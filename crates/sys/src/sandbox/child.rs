@@ -624,29 +624,48 @@ fn check_inside(isolated: bool) -> Result<(), (&'static str, c::c_int)> {
     Ok(())
 }
 
-/// Sends `ok` and the listeners' descriptors.
-fn report_ok(report: RawFd, fds: &[RawFd]) -> Result<(), c::c_int> {
+/// Sends `ok`, the listeners' descriptors and, as credentials, the
+/// program's pid: the kernel gives the host that pid in the host's own
+/// PID namespace, however soon the program ends (the init may send
+/// another process's pid: it holds `CAP_SYS_ADMIN` over its namespace).
+fn report_ok(report: RawFd, fds: &[RawFd], program: c::pid_t) -> Result<(), c::c_int> {
     let msg = b"ok";
     let mut iov = c::iovec {
         iov_base: msg.as_ptr().cast_mut().cast(),
         iov_len: msg.len(),
     };
-    // Room for 8 descriptors, aligned for cmsghdr.
-    let mut space = [0u64; 16];
+    // Room for 8 descriptors and one ucred, aligned for cmsghdr.
+    let mut space = [0u64; 24];
     // SAFETY: a msghdr over stack buffers sized by CMSG_SPACE.
     unsafe {
         let mut hdr: c::msghdr = std::mem::zeroed();
         hdr.msg_iov = &raw mut iov;
         hdr.msg_iovlen = 1;
+        hdr.msg_control = space.as_mut_ptr().cast();
+        let cred_bytes = std::mem::size_of::<c::ucred>() as u32;
         let n = fds.len().min(8);
+        let fd_bytes = u32::try_from(n * std::mem::size_of::<RawFd>()).unwrap_or(0);
+        hdr.msg_controllen = c::CMSG_SPACE(cred_bytes) as usize
+            + if n > 0 {
+                c::CMSG_SPACE(fd_bytes) as usize
+            } else {
+                0
+            };
+        let cm = c::CMSG_FIRSTHDR(&raw const hdr);
+        (*cm).cmsg_level = c::SOL_SOCKET;
+        (*cm).cmsg_type = c::SCM_CREDENTIALS;
+        (*cm).cmsg_len = c::CMSG_LEN(cred_bytes) as usize;
+        let cred = c::ucred {
+            pid: program,
+            uid: c::getuid(),
+            gid: c::getgid(),
+        };
+        std::ptr::write_unaligned(c::CMSG_DATA(cm).cast::<c::ucred>(), cred);
         if n > 0 {
-            let bytes = u32::try_from(n * std::mem::size_of::<RawFd>()).unwrap_or(0);
-            hdr.msg_control = space.as_mut_ptr().cast();
-            hdr.msg_controllen = c::CMSG_SPACE(bytes) as usize;
-            let cm = c::CMSG_FIRSTHDR(&raw const hdr);
+            let cm = c::CMSG_NXTHDR(&raw const hdr, cm);
             (*cm).cmsg_level = c::SOL_SOCKET;
             (*cm).cmsg_type = c::SCM_RIGHTS;
-            (*cm).cmsg_len = c::CMSG_LEN(bytes) as usize;
+            (*cm).cmsg_len = c::CMSG_LEN(fd_bytes) as usize;
             std::ptr::copy_nonoverlapping(fds.as_ptr(), c::CMSG_DATA(cm).cast::<RawFd>(), n);
         }
         if c::sendmsg(report, &raw const hdr, 0) < 0 {
@@ -845,7 +864,7 @@ pub(super) unsafe fn enter(plan: &Plan, report: RawFd) -> std::io::Result<()> {
         -1 => die("starting the program", errno()),
         0 => {}
         program => {
-            if let Err(e) = report_ok(report, &listeners) {
+            if let Err(e) = report_ok(report, &listeners, program) {
                 die("reporting to the host", e);
             }
             init(program, status[1]);

@@ -171,7 +171,8 @@ pub struct ChildSandbox {
 pub struct Started {
     /// The sandboxed program (pid 2 inside).
     pub pid: u32,
-    /// The init (pid 1 inside).
+    /// The init (pid 1 inside); 0 when it had already ended by the time
+    /// the host looked (the program ended at once).
     pub init: u32,
     /// One per port of [`Net::Isolated`].
     pub listeners: Vec<std::net::TcpListener>,
@@ -268,6 +269,10 @@ impl Prepared {
         let uid = nix::unistd::geteuid().as_raw();
         let gid = nix::unistd::getegid().as_raw();
         let (a, b) = std::os::unix::net::UnixDatagram::pair().map_err(SandboxError::Socket)?;
+        // The report's credentials name the program's pid, translated into
+        // ours by the kernel.
+        nix::sys::socket::setsockopt(&a, nix::sys::socket::sockopt::PassCred, &true)
+            .map_err(|e| SandboxError::Socket(e.into()))?;
         Ok(Self {
             plan: Arc::new(Plan {
                 writable,
@@ -306,7 +311,7 @@ impl Prepared {
     /// "no report" when the sandbox died without one.
     pub fn started(self, outer: Option<u32>, timeout: Duration) -> Result<Started, SandboxError> {
         drop(self.child_end);
-        let (text, fds) = receive(&self.host_end, timeout)?;
+        let (text, fds, program) = receive(&self.host_end, timeout)?;
         let text = String::from_utf8_lossy(&text).trim().to_string();
         if let Some(reason) = text.strip_prefix("fail ") {
             return Err(SandboxError::Refused(reason.to_string()));
@@ -317,10 +322,12 @@ impl Prepared {
             ));
         }
         let outer = outer.ok_or_else(|| SandboxError::Refused("the sandbox has no pid".into()))?;
-        let init = only_child(outer)
-            .ok_or_else(|| SandboxError::Refused("the sandbox's init is gone".into()))?;
-        let pid = only_child(init)
-            .ok_or_else(|| SandboxError::Refused("the sandboxed program is gone".into()))?;
+        // The program may already have ended (and the init with it): its
+        // pid came with the report; the init's is only for the record.
+        let pid = program.ok_or_else(|| {
+            SandboxError::Refused("the sandbox's report did not name its program".into())
+        })?;
+        let init = only_child(outer).unwrap_or(0);
         let listeners = fds
             .into_iter()
             .map(std::net::TcpListener::from)
@@ -336,7 +343,7 @@ impl Prepared {
     /// process could not create the namespaces).
     pub fn failure(self) -> Option<String> {
         drop(self.child_end);
-        let (text, _) = receive(&self.host_end, Duration::from_millis(50)).ok()?;
+        let (text, _, _) = receive(&self.host_end, Duration::from_millis(50)).ok()?;
         String::from_utf8_lossy(&text)
             .trim()
             .strip_prefix("fail ")
@@ -350,8 +357,12 @@ fn only_child(pid: u32) -> Option<u32> {
     text.split_whitespace().next()?.parse().ok()
 }
 
+/// What a report brought: its text, the descriptors that came with it,
+/// and the pid its credentials named (in this process's PID namespace).
+type Report = (Vec<u8>, Vec<OwnedFd>, Option<u32>);
+
 /// Reads one report datagram and the descriptors that came with it.
-fn receive(sock: &OwnedFd, timeout: Duration) -> Result<(Vec<u8>, Vec<OwnedFd>), SandboxError> {
+fn receive(sock: &OwnedFd, timeout: Duration) -> Result<Report, SandboxError> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     use std::os::fd::AsFd;
@@ -371,7 +382,7 @@ fn receive(sock: &OwnedFd, timeout: Duration) -> Result<(Vec<u8>, Vec<OwnedFd>),
         }
     }
     let mut buf = vec![0u8; 1024];
-    let mut cmsg = nix::cmsg_space!([RawFd; 8]);
+    let mut cmsg = nix::cmsg_space!([RawFd; 8], nix::libc::ucred);
     let mut iov = [std::io::IoSliceMut::new(&mut buf)];
     let msg = recvmsg::<()>(
         sock.as_raw_fd(),
@@ -381,21 +392,28 @@ fn receive(sock: &OwnedFd, timeout: Duration) -> Result<(Vec<u8>, Vec<OwnedFd>),
     )
     .map_err(|e| SandboxError::Refused(format!("reading its report: {e}")))?;
     let mut fds = Vec::new();
+    let mut pid = None;
     if let Ok(cmsgs) = msg.cmsgs() {
         for c in cmsgs {
-            if let ControlMessageOwned::ScmRights(list) = c {
-                // SAFETY: the kernel just installed these descriptors in
-                // this process for us; nothing else owns them.
-                fds.extend(
-                    list.into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
+            match c {
+                ControlMessageOwned::ScmRights(list) => {
+                    // SAFETY: the kernel just installed these descriptors
+                    // in this process for us; nothing else owns them.
+                    fds.extend(
+                        list.into_iter()
+                            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                    );
+                }
+                ControlMessageOwned::ScmCredentials(cred) => {
+                    pid = u32::try_from(cred.pid()).ok().filter(|&p| p > 0);
+                }
+                _ => {}
             }
         }
     }
     let n = msg.bytes;
     buf.truncate(n);
-    Ok((buf, fds))
+    Ok((buf, fds, pid))
 }
 
 impl ChildSandbox {
