@@ -28,6 +28,36 @@
 //! `terminal` tool), and [`View`] answers, for tools that act on the host's
 //! files for a sandboxed caller, whether the caller could read or write a
 //! path itself.
+//!
+//! ```no_run
+//! use std::os::unix::process::CommandExt;
+//! use std::path::PathBuf;
+//! use std::time::Duration;
+//! use toolcell_sys::sandbox::{Layout, Net, Prepared};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let project = PathBuf::from("/home/me/project");
+//! let prepared = Prepared::new(&Layout {
+//!     writable: vec![project.clone()],
+//!     hidden: vec![PathBuf::from("/home/me/.ssh")],
+//!     readable: Vec::new(),
+//!     tmp_bytes: 64 << 20,
+//!     cwd: project.clone(),
+//!     net: Net::Isolated { listen: Vec::new() },
+//! })?;
+//! let child = prepared.child();
+//! let mut cmd = std::process::Command::new("python3");
+//! cmd.args(["-c", "import os; print(os.getpid())"]).current_dir(&project);
+//! // SAFETY: `enter` is made to run between fork and exec.
+//! unsafe { cmd.pre_exec(move || child.enter()) };
+//! let mut running = cmd.spawn()?;
+//! let started = prepared.started(Some(running.id()), Duration::from_secs(10))?;
+//! // `started.pid` is the program on this host; inside it is 2.
+//! running.wait()?;
+//! # let _ = started;
+//! # Ok(())
+//! # }
+//! ```
 
 mod child;
 mod filter;
