@@ -807,7 +807,7 @@ fn confine_inside_a_sandbox_keeps_both_layers() {
     // `extra` is writable for the sandbox; Landlock (confine) still
     // allows only the kernel's own directories and /tmp. Both outside
     // /tmp, which is the sandbox's own.
-    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let outside = tempfile::tempdir_in(common::outside_tmp()).unwrap();
     let extra = outside.path().join("extra");
     std::fs::create_dir(&extra).unwrap();
     let env = Env::with_config(&format!(
