@@ -527,7 +527,7 @@ fn what_a_python_cell_read_is_listed_once_each_in_first_read_order() {
     env.write("data/orders.csv", "id,total\n1,120\n2,35.5\n");
     env.write("notes.txt", "n\n");
     // Not under /tmp: a sandboxed kernel's /tmp is its own.
-    let outside = tempfile::NamedTempFile::new_in(crate::common::outside_tmp()).unwrap();
+    let outside = tempfile::NamedTempFile::new_in(crate::outside_tmp::outside_tmp()).unwrap();
     std::fs::write(outside.path(), "elsewhere\n").unwrap();
     let outside = outside.path().to_str().unwrap().to_string();
     let r = exec_json(

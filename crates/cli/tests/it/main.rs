@@ -10,6 +10,8 @@
 )]
 
 mod common;
+#[path = "../../../sys/tests/it/outside_tmp.rs"]
+mod outside_tmp;
 
 mod client_tools;
 mod commands;

@@ -400,6 +400,14 @@ fn net_probe(env: &Env, port: u16, other: u16) -> Value {
     v
 }
 
+/// An environment whose `[sandbox] network` is `rule` (TOML).
+fn with_network(rule: &str) -> Env {
+    Env::with_config(&format!(
+        "{}\n[sandbox]\nnetwork = {rule}\n",
+        common::FAST_CONFIG
+    ))
+}
+
 #[track_caller]
 fn refused_quickly(v: &Value, key: &str, rule: &str) {
     let text = v[key][0].as_str().unwrap();
@@ -429,10 +437,7 @@ fn the_network_rule_decides_what_a_cell_reaches() {
 
     // A list: what it names is reached (through the proxy; a direct
     // connection still is not), the rest refused at once.
-    let env = Env::with_config(&format!(
-        "{}\n[sandbox]\nnetwork = [\"127.0.0.1:{port}\"]\n",
-        common::FAST_CONFIG
-    ));
+    let env = with_network(&format!("[\"127.0.0.1:{port}\"]"));
     let v = net_probe(&env, port, other);
     assert_eq!(
         v["sandbox"],
@@ -444,10 +449,7 @@ fn the_network_rule_decides_what_a_cell_reaches() {
     refused_quickly(&v, "outside", "network = [");
 
     // "none": nothing at all, and no waiting for it.
-    let env = Env::with_config(&format!(
-        "{}\n[sandbox]\nnetwork = \"none\"\n",
-        common::FAST_CONFIG
-    ));
+    let env = with_network("\"none\"");
     let v = net_probe(&env, port, other);
     assert_eq!(
         v["sandbox"],
@@ -459,10 +461,7 @@ fn the_network_rule_decides_what_a_cell_reaches() {
     }
 
     // "host": the machine's network, the host's loopback included.
-    let env = Env::with_config(&format!(
-        "{}\n[sandbox]\nnetwork = \"host\"\n",
-        common::FAST_CONFIG
-    ));
+    let env = with_network("\"host\"");
     let v = net_probe(&env, port, other);
     assert_eq!(
         v["sandbox"],
@@ -807,7 +806,7 @@ fn confine_inside_a_sandbox_keeps_both_layers() {
     // `extra` is writable for the sandbox; Landlock (confine) still
     // allows only the kernel's own directories and /tmp. Both outside
     // /tmp, which is the sandbox's own.
-    let outside = tempfile::tempdir_in(common::outside_tmp()).unwrap();
+    let outside = tempfile::tempdir_in(crate::outside_tmp::outside_tmp()).unwrap();
     let extra = outside.path().join("extra");
     std::fs::create_dir(&extra).unwrap();
     let env = Env::with_config(&format!(

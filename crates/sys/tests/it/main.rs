@@ -7,4 +7,5 @@
     clippy::print_stderr
 )]
 
+mod outside_tmp;
 mod sandbox;

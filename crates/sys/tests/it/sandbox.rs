@@ -26,23 +26,6 @@ fn sandbox_missing() -> bool {
     !ok
 }
 
-/// A directory for files a sandboxed kernel must see as the host's: not
-/// under `/tmp`, which is the sandbox's own. Cargo's target tmp dir,
-/// unless the target dir lives under `/tmp` (`CARGO_TARGET_DIR=/tmp/…`),
-/// then `/var/tmp` or `$HOME/.cache`.
-fn outside_tmp() -> std::path::PathBuf {
-    let home_cache = std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache"));
-    [
-        Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))),
-        Some(std::path::PathBuf::from("/var/tmp")),
-        home_cache,
-    ]
-    .into_iter()
-    .flatten()
-    .find(|d| !d.starts_with("/tmp") && std::fs::create_dir_all(d).is_ok())
-    .expect("a writable directory outside /tmp (set CARGO_TARGET_DIR or HOME)")
-}
-
 struct Ran {
     out: String,
     status: std::process::ExitStatus,
@@ -97,7 +80,7 @@ fn a_sandboxed_shell_sees_only_its_own_processes_and_files() {
         return;
     }
     // Not under /tmp: the sandbox's /tmp is its own.
-    let home = tempfile::tempdir_in(outside_tmp()).unwrap();
+    let home = tempfile::tempdir_in(crate::outside_tmp::outside_tmp()).unwrap();
     let secret = home.path().join(".ssh");
     std::fs::create_dir(&secret).unwrap();
     std::fs::write(secret.join("id_rsa"), "PRIVATE").unwrap();
@@ -312,7 +295,7 @@ fn a_readable_path_inside_a_hidden_one_is_shown_again_read_only() {
     if sandbox_missing() {
         return;
     }
-    let home = tempfile::tempdir_in(outside_tmp()).unwrap();
+    let home = tempfile::tempdir_in(crate::outside_tmp::outside_tmp()).unwrap();
     // Like /run: a hidden directory of services, and one file in it the
     // sandbox needs (systemd's resolv.conf), deeper than the cut.
     let run_dir = home.path().join("run");

@@ -334,9 +334,10 @@ pub(crate) fn missing(what: &str) {
     eprintln!("SKIPPED: {what}");
 }
 
-/// Live processes inside a PID namespace of their own (sandboxed) whose
-/// environment mentions `marker`, as the host numbers them.
-pub(crate) fn sandboxed_processes(marker: &str) -> Vec<u32> {
+/// Live processes in a PID namespace of their own (sandboxed) whose
+/// environment mentions `marker`: each one's host pid and its pid in its
+/// innermost namespace.
+fn sandboxed_with(marker: &str) -> Vec<(u32, u32)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
@@ -351,41 +352,6 @@ pub(crate) fn sandboxed_processes(marker: &str) -> Vec<u32> {
         let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
             continue;
         };
-        let nested = status
-            .lines()
-            .find(|l| l.starts_with("NSpid:"))
-            .is_some_and(|l| l[6..].split_whitespace().count() > 1);
-        if nested && alive(p) {
-            out.push(p);
-        }
-    }
-    out
-}
-
-/// What [`Fixture::host_pid`] answers for a sandboxed process that is no
-/// longer there: no process has pid 0, so [`alive`] says no.
-pub(crate) const GONE: u32 = 0;
-
-/// The host pid of the live kernel process whose environment mentions
-/// `marker` and which its sandbox knows as `pid`; `None` when there is none.
-pub(crate) fn host_pid_in(marker: &str, pid: u32) -> Option<u32> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(environ) = std::fs::read(e.path().join("environ")) else {
-            continue;
-        };
-        if !String::from_utf8_lossy(&environ).contains(marker) {
-            continue;
-        }
-        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
-            continue;
-        };
-        if status.lines().any(|l| l.starts_with("State:\tZ")) {
-            continue;
-        }
         let ns: Vec<u32> = status
             .lines()
             .find(|l| l.starts_with("NSpid:"))
@@ -396,10 +362,33 @@ pub(crate) fn host_pid_in(marker: &str, pid: u32) -> Option<u32> {
                     .collect()
             })
             .unwrap_or_default();
-        if ns.len() > 1 && ns[ns.len() - 1] == pid {
-            found.push(p);
+        if let [_, .., inner] = ns.as_slice()
+            && alive(p)
+        {
+            out.push((p, *inner));
         }
     }
+    out
+}
+
+/// Live processes inside a PID namespace of their own (sandboxed) whose
+/// environment mentions `marker`, as the host numbers them.
+pub(crate) fn sandboxed_processes(marker: &str) -> Vec<u32> {
+    sandboxed_with(marker).into_iter().map(|(p, _)| p).collect()
+}
+
+/// What [`Fixture::host_pid`] answers for a sandboxed process that is no
+/// longer there: no process has pid 0, so [`alive`] says no.
+pub(crate) const GONE: u32 = 0;
+
+/// The host pid of the live kernel process whose environment mentions
+/// `marker` and which its sandbox knows as `pid`; `None` when there is none.
+pub(crate) fn host_pid_in(marker: &str, pid: u32) -> Option<u32> {
+    let found: Vec<u32> = sandboxed_with(marker)
+        .into_iter()
+        .filter(|&(_, inner)| inner == pid)
+        .map(|(p, _)| p)
+        .collect();
     match found.as_slice() {
         [one] => Some(*one),
         [] => None,
