@@ -125,11 +125,9 @@ fn bench(c: &mut Criterion) {
             for _ in 0..iters {
                 m += 1;
                 let owner = format!("p{m}");
-                let deadline = Instant::now() + Duration::from_secs(60);
-                while pool.reg.pool_ready() == 0 {
-                    assert!(Instant::now() < deadline, "the warm pool never refilled");
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                toolcell_benches::wait_until("the warm pool never refilled", || {
+                    pool.reg.pool_ready() > 0
+                });
                 let t = Instant::now();
                 pool.run(ExecuteRequest::new("1").owner(owner.clone()));
                 total += t.elapsed();
@@ -175,11 +173,9 @@ fn bench(c: &mut Criterion) {
         for (k, e) in [&pool, &pool_out].into_iter().enumerate() {
             // Both pools full and quiet: neither's refill runs beside the
             // other's timed cell.
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while pool.reg.pool_ready() == 0 || pool_out.reg.pool_ready() == 0 {
-                assert!(Instant::now() < deadline, "the warm pool never refilled");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            toolcell_benches::wait_until("the warm pools never refilled", || {
+                pool.reg.pool_ready() > 0 && pool_out.reg.pool_ready() > 0
+            });
             std::thread::sleep(Duration::from_millis(20));
             pooled[k].push(e.first_cell(&format!("q{i}")));
         }

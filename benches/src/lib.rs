@@ -90,3 +90,14 @@ pub fn missing(what: &str) {
     );
     eprintln!("SKIPPED: {what}");
 }
+
+/// Waits (up to a minute, polling every millisecond) until `ready` holds,
+/// e.g. until a registry's warm pool holds a kernel again; panics past
+/// that with `what`.
+pub fn wait_until(what: &str, ready: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !ready() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
