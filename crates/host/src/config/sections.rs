@@ -177,7 +177,7 @@ section! {
         network: toolcell_kernel::sandbox::Network = toolcell_kernel::sandbox::Network::Packages, NetworkRule;
         /// Paths a sandboxed kernel may write besides its working directory, its own directory and its private `/tmp`. Each must exist; `~/` is the home directory; a relative path is taken from the config file's directory.
         writable: Vec<String> = Vec::new(), List::Paths;
-        /// Paths a sandboxed kernel sees empty, besides the credential stores (`~/.ssh`, `~/.aws`, …) and toolcell's own directories. Each must exist.
+        /// Paths a sandboxed kernel sees empty, besides the credential stores (`~/.ssh`, `~/.aws`, …), toolcell's own directories and `/run` (the machine's service sockets). Each must exist.
         hidden: Vec<String> = Vec::new(), List::Paths;
         /// Size of a sandboxed kernel's private `/tmp`, in bytes or a size string such as `"512MiB"`.
         tmp_bytes: u64 = toolcell_kernel::sandbox::DEFAULT_TMP_BYTES, Size::TMP;
