@@ -212,15 +212,18 @@ def _flush_std():
                 pass
 
 
-def _send(fd, obj, flush=True):
-    if flush:
-        _flush_std()
+def _frame(obj):
+    """A frame's header and body, ready to write."""
     text = _dumps(obj)
     try:
         body = text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: keep the frame valid UTF-8
         body = text.encode("utf-8", "replace")
-    header = b"%s%d\n" % (_MARK, len(body))
+    return b"%s%d\n" % (_MARK, len(body)), body
+
+
+def _write_frame(fd, frame):
+    header, body = frame
     with _frame_lock:
         if len(header) + len(body) <= _PIPE_BUF:
             _write_all(fd, header + body)
@@ -231,6 +234,12 @@ def _send(fd, obj, flush=True):
             # marker prefix once the pipe has been quiet for a moment.
             _write_all(fd, header)
             _write_all(fd, body)
+
+
+def _send(fd, obj, flush=True):
+    if flush:
+        _flush_std()
+    _write_frame(fd, _frame(obj))
 
 
 def _raw_stderr(message):
@@ -1744,14 +1753,22 @@ def _handle_execute(req):
         if _direct:
             _async(False)
         result = _internal_error_result(rid, count, err)
+    # Both frames are made before either is written, so they reach the
+    # host back to back: its reader, woken by the first, finds the second
+    # there too (one wake-up for the end of a cell, not two).
+    _flush_std()
     try:
-        _send(_ERR_FD, {"type": "end", "id": rid})
+        framed = _frame(result)
+    except BaseException as err:
+        framed = _frame(_internal_error_result(rid, count, err))
+    try:
+        _write_frame(_ERR_FD, _frame({"type": "end", "id": rid}))
     except (BrokenPipeError, ConnectionResetError):
         raise  # the host is gone: the main loop dies
     except OSError:
         pass  # a cell broke the stderr frame channel; the host copes without `end`
     try:
-        _send(_OUT_FD, result, False)  # flushed just above
+        _write_frame(_OUT_FD, framed)
     except (BrokenPipeError, ConnectionResetError):
         raise
     except OSError as e:

@@ -502,14 +502,14 @@ impl Kernel {
             if Instant::now() >= settle {
                 break;
             }
-            if self.pipes_pending() == 0 && self.pumps_busy.load(Ordering::SeqCst) == 0 {
-                // Nothing in the pipes or in a reader's hands; one yield
-                // lets a reader that just returned from read() count itself.
-                tokio::task::yield_now().await;
-                if self.pumps_busy.load(Ordering::SeqCst) == 0 && self.events.is_empty() {
-                    break;
-                }
-                continue;
+            // Nothing in the pipes, in the reader's hands (it counts itself
+            // busy before it reads) or in the channel: settled, with no
+            // yield (a yield costs a trip through the scheduler per cell).
+            if self.pipes_pending() == 0
+                && self.pumps_busy.load(Ordering::SeqCst) == 0
+                && self.events.is_empty()
+            {
+                break;
             }
             if let Ok(Some(ev)) =
                 tokio::time::timeout(Duration::from_millis(2), self.events.recv()).await

@@ -102,16 +102,17 @@ pub(super) async fn pump(
         // Read every side until neither has anything (a chunk per side per
         // round, so one busy pipe cannot starve the other or hold a batch).
         let mut read_any = false;
+        // From before a read until what it read is in the channel, the pump
+        // is busy: a cell about to start waits for it (see
+        // `Kernel::settle_between`), which sees the bytes in the pipe, in
+        // the pump's hands or in the channel, never in none of them.
+        busy.store(1, Ordering::SeqCst);
         for side in &mut sides {
             let Some(fd) = &side.fd else { continue };
             match read_now(fd, &mut buf) {
                 Got::Nothing => {}
                 Got::Bytes(n) => {
                     read_any = true;
-                    // Read from the pipe but not yet in the channel: a cell
-                    // about to start waits for this to reach zero (see
-                    // `Kernel::execute`).
-                    busy.fetch_add(1, Ordering::SeqCst);
                     let mut raw: Vec<u8> = Vec::new();
                     for ev in side.dec.feed(&buf[..n]) {
                         match ev {
@@ -147,7 +148,6 @@ pub(super) async fn pump(
                 }
                 Got::Eof => {
                     read_any = true;
-                    busy.fetch_add(1, Ordering::SeqCst);
                     side.close(&mut batch);
                 }
             }
@@ -163,6 +163,7 @@ pub(super) async fn pump(
             busy.store(0, Ordering::SeqCst);
             continue;
         }
+        busy.store(0, Ordering::SeqCst);
         let release_at = sides.iter().filter_map(|s| s.release_at).min();
         let [a, b] = &mut sides;
         tokio::select! {
