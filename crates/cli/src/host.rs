@@ -306,10 +306,17 @@ fn reopen_fifo(fd: i32, write: bool) -> Option<std::fs::File> {
         .ok()
 }
 
-/// A multi-threaded tokio runtime for a command.
+/// The tokio runtime of a command: one worker thread.
+///
+/// A cell is a chain of waits on other processes (client, kernel), not
+/// work to share out: with a second worker every task woken or spawned
+/// also woke that worker to steal it, a futex wake-up and a switch between
+/// CPUs per step of every cell, for nothing to run in parallel. Blocking
+/// work goes to the blocking pool as before (`spawn_blocking`, and
+/// `block_in_place`, which a multi-threaded runtime keeps working).
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .enable_all()
         .build()
         .context("starting the async runtime")
