@@ -97,8 +97,8 @@ const BATCH: usize = 256;
 
 /// How long the writer lets rows gather after the first of a batch, so a
 /// busy host commits once per batch instead of once per cell (a cell's
-/// result is never delayed by it; [`Journal::flush`] may wait this long).
-const GROUP_WAIT: Duration = Duration::from_millis(4);
+/// result is never delayed by it, and [`Journal::flush`] cuts it short).
+const GROUP_WAIT: Duration = Duration::from_millis(20);
 
 /// How long a connection waits for another one's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -419,6 +419,9 @@ struct Counts {
     queued: u64,
     /// Rows the writer finished with (written or failed).
     done: u64,
+    /// Someone waits for the queue ([`Journal::flush`], the last handle
+    /// going): the writer writes at once instead of gathering a batch.
+    urgent: bool,
 }
 
 #[derive(Debug, Default)]
@@ -449,7 +452,9 @@ impl Drop for Shared {
         // The last handle: give the writer a moment to finish the queue, so
         // a short-lived host (a one-shot `exec`) does not exit with rows
         // still queued. The sender is dropped right after, which ends it.
-        let counts = self.progress.lock();
+        let mut counts = self.progress.lock();
+        counts.urgent = true;
+        self.progress.changed.notify_all();
         let _ = self
             .progress
             .changed
@@ -544,8 +549,12 @@ impl Journal {
     /// `timeout`. Returns whether it got there.
     pub fn flush(&self, timeout: Duration) -> bool {
         let progress = &self.shared.progress;
-        let counts = progress.lock();
+        let mut counts = progress.lock();
         let target = counts.queued;
+        if counts.done < target {
+            counts.urgent = true;
+            progress.changed.notify_all();
+        }
         let (counts, _) = progress
             .changed
             .wait_timeout_while(counts, timeout, |c| c.done < target)
@@ -696,9 +705,16 @@ impl Writer {
     fn run(mut self, rx: Receiver<CellRecord>) {
         while let Ok(first) = rx.recv() {
             // Group commit: rows that arrive within GROUP_WAIT share one
-            // transaction. A sleep, not a timed receive: each send would
-            // wake a timed receive, and the point is one wake-up per batch.
-            std::thread::sleep(GROUP_WAIT);
+            // transaction. A wait that only a flush ends early, not a timed
+            // receive: each send would wake a timed receive, and the point
+            // is one wake-up per batch.
+            {
+                let counts = self.progress.lock();
+                let _ = self
+                    .progress
+                    .changed
+                    .wait_timeout_while(counts, GROUP_WAIT, |c| !c.urgent);
+            }
             let mut batch = vec![first];
             while batch.len() < BATCH {
                 match rx.try_recv() {
@@ -716,6 +732,9 @@ impl Writer {
             }
             let mut counts = self.progress.lock();
             counts.done += n;
+            if counts.done >= counts.queued {
+                counts.urgent = false;
+            }
             drop(counts);
             self.progress.changed.notify_all();
         }
