@@ -107,6 +107,11 @@ fn response(id: &Value, result: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
 }
 
+/// [`response`] of a result already serialized (`result` is JSON text).
+fn response_text(id: &Value, result: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#)
+}
+
 fn error(id: &Value, code: i64, message: impl Into<String>) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
         .to_string()
@@ -411,7 +416,12 @@ impl Service {
                                     .into(),
                             );
                         }
-                        serde_json::to_value(&r).map_err(|e| bad(e.to_string()))
+                        // Straight to text: the result is the biggest
+                        // answer there is, sent once per cell.
+                        match serde_json::to_string(&r) {
+                            Ok(body) => return id.map(|i| response_text(&i, &body)),
+                            Err(e) => Err(bad(e.to_string())),
+                        }
                     }
                 }
             }
