@@ -71,7 +71,7 @@ use std::time::Duration;
 mod code;
 mod disk;
 
-pub(crate) use code::runner_code;
+pub(crate) use code::{runner_code, stub_code};
 
 use toolcell_stubs::Mode;
 

@@ -72,13 +72,18 @@ fn a_shim_is_probed_once_until_its_context_changes() {
 
 /// The `runner-*.code` files in the env's cache directory.
 fn code_files(env: &Env) -> Vec<std::path::PathBuf> {
+    cached_files(env, "runner-")
+}
+
+/// The `<prefix>*.code` files in the env's cache directory.
+fn cached_files(env: &Env, prefix: &str) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(env.path().join("cache/toolcell"))
         .map(|rd| {
             rd.flatten()
                 .map(|e| e.path())
                 .filter(|p| {
                     let n = p.file_name().unwrap().to_string_lossy().into_owned();
-                    n.starts_with("runner-") && n.ends_with(".code")
+                    n.starts_with(prefix) && n.ends_with(".code")
                 })
                 .collect()
         })
@@ -148,5 +153,62 @@ fn the_runner_is_compiled_once_and_a_bad_cache_file_is_only_slower() {
     ] {
         std::fs::write(&files[0], &bad).unwrap();
         assert_eq!(exec_out(&env, "print(6 * 7)"), "42\n");
+    }
+}
+
+/// Where the stub module of the kernel running the cell came from, and
+/// whether its tools work: the kernel directory's compiled stub (written
+/// by the host from its cache) or the source.
+const STUB: &str = "import os, toolcell_tools as t\n\
+d = os.path.dirname(t.__file__)\n\
+print(os.path.exists(os.path.join(d, 'toolcell_tools.code')))\n\
+print(t.read_file.__code__.co_filename == os.path.join(d, 'toolcell_tools.py'))\n\
+print(read_file('f.txt')['content'].strip())";
+
+#[test]
+fn the_stub_module_is_compiled_once_per_tool_set_and_a_bad_file_is_only_slower() {
+    let env = Env::new();
+    std::fs::write(env.path().join("f.txt"), "hello\n").unwrap();
+    let run = |code: &str| {
+        let out = env.cmd().args(["exec", code]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The first kernel compiles the stub itself; the host has the
+    // interpreter compile it for the next ones in the background.
+    assert_eq!(run(STUB), "False\nTrue\nhello\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while cached_files(&env, "stubs-").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compiled stub was written"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let files = cached_files(&env, "stubs-");
+    assert_eq!(files.len(), 1, "{files:?}");
+    // The next kernel loads it: tools work, and its functions name the
+    // stub file of their own kernel directory (tracebacks, getsource).
+    assert_eq!(run(STUB), "True\nTrue\nhello\n");
+    let src = run(
+        "import inspect, toolcell_tools as t\nprint(inspect.getsource(t.read_file).split('(')[0])",
+    );
+    assert_eq!(src.trim(), "def read_file");
+    // A damaged file only means compiling the source again.
+    let good = std::fs::read(&files[0]).unwrap();
+    for bad in [
+        b"\xff\xff\xff\xffgarbage".to_vec(),
+        [&good[..4], b"garbage".as_slice()].concat(),
+        good[..good.len() / 2].to_vec(),
+    ] {
+        std::fs::write(&files[0], &bad).unwrap();
+        assert_eq!(
+            run("print(read_file('f.txt')['content'].strip())"),
+            "hello\n"
+        );
     }
 }

@@ -36,10 +36,11 @@ use super::disk::{DiskCache, identity};
 const MAX_CODE: u64 = 8 << 20;
 
 /// What the compile helper runs: source on stdin, `argv[1]` the directory,
-/// `argv[2]` the file name; written to a temporary file, then renamed.
+/// `argv[2]` the file name, `argv[3]` the name the code is compiled under;
+/// written to a temporary file, then renamed.
 const COMPILE: &str = "import sys,os,marshal\n\
 d,n=sys.argv[1],sys.argv[2]\n\
-c=compile(sys.stdin.buffer.read(),'<toolcell runner>','exec')\n\
+c=compile(sys.stdin.buffer.read(),sys.argv[3],'exec')\n\
 b=sys.modules['_frozen_importlib_external'].MAGIC_NUMBER+marshal.dumps(c)\n\
 t=os.path.join(d,'%s.%d.tmp'%(n,os.getpid()))\n\
 f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|getattr(os,'O_NOFOLLOW',0)|getattr(os,'O_CLOEXEC',0),0o600)\n\
@@ -49,30 +50,102 @@ os.replace(t,os.path.join(d,n))\n";
 /// Keys whose compile helper this process started (one per key).
 static STARTED: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
 
+/// Stub modules' code files kept at most (one per set of tools a session
+/// had); the oldest go first.
+const MAX_STUB_FILES: usize = 32;
+
+/// What is compiled: the runner, or a stub module.
+#[derive(Clone, Copy)]
+enum Kind {
+    Runner,
+    Stubs,
+}
+
+impl Kind {
+    /// The file name prefix, and the name the code is compiled under.
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Kind::Runner => ("runner", "<toolcell runner>"),
+            Kind::Stubs => ("stubs", "toolcell_tools.py"),
+        }
+    }
+}
+
 /// The cache file name for `source` run by `interpreter`.
-fn file_name(interpreter: &Path, source: &str) -> Option<(u64, String)> {
+fn file_name(kind: Kind, interpreter: &Path, source: &str) -> Option<(u64, String)> {
     let id = identity(interpreter)?;
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    "toolcell runner code v1".hash(&mut h);
+    let prefix = kind.names().0;
+    format!("toolcell {prefix} code v1").hash(&mut h);
     source.hash(&mut h);
     id.hash(&mut h);
     let key = h.finish();
-    Some((key, format!("runner-{key:016x}.code")))
+    Some((key, format!("{prefix}-{key:016x}.code")))
 }
 
 /// The compiled runner for `interpreter`, opened for the child's fd 5, or
 /// `None` (then the bootstrap compiles the source). On a miss the compile
 /// is started in the background, once per process, for the next start.
 pub(crate) fn runner_code(interpreter: &Path, source: &str) -> Option<OwnedFd> {
+    cached(Kind::Runner, interpreter, source)
+}
+
+/// The stub module `source` compiled by `interpreter` (its magic number and
+/// marshalled code), for the kernel directory's `toolcell_tools.code`, or
+/// `None` (the runner imports the source). A miss starts the compile, as
+/// for the runner; a session's own set of tools is one more file, and the
+/// oldest beyond [`MAX_STUB_FILES`] are removed.
+pub(crate) fn stub_code(interpreter: &Path, source: &str) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let fd = cached(Kind::Stubs, interpreter, source)?;
+    let mut data = Vec::new();
+    std::fs::File::from(fd)
+        .take(MAX_CODE)
+        .read_to_end(&mut data)
+        .ok()?;
+    Some(data)
+}
+
+fn cached(kind: Kind, interpreter: &Path, source: &str) -> Option<OwnedFd> {
     let cache = DiskCache::for_user()?;
-    let (key, name) = file_name(interpreter, source)?;
+    let (key, name) = file_name(kind, interpreter, source)?;
     let dir = PrivateDir::ensure(cache.dir()).ok()?;
     match open_code(&dir, &name) {
         Some(fd) => Some(fd),
         None => {
-            start_compile(&dir, key, &name, interpreter, source);
+            if matches!(kind, Kind::Stubs) {
+                prune(&dir, "stubs-", MAX_STUB_FILES - 1);
+            }
+            start_compile(&dir, key, &name, interpreter, source, kind.names().1);
             None
         }
+    }
+}
+
+/// Removes the oldest `<prefix>*.code` files of `dir` until `keep` remain.
+fn prune(dir: &PrivateDir, prefix: &str, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(dir.path()) else {
+        return;
+    };
+    let mut files: Vec<(std::time::SystemTime, std::ffi::OsString)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with(prefix) && n.ends_with(".code")
+        })
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.file_name())))
+        .collect();
+    if files.len() <= keep {
+        return;
+    }
+    files.sort();
+    for (_, name) in &files[..files.len() - keep] {
+        let _ = nix::unistd::unlinkat(
+            dir.fd(),
+            name.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
     }
 }
 
@@ -92,7 +165,14 @@ fn open_code(dir: &PrivateDir, name: &str) -> Option<OwnedFd> {
     (regular && size > 4 && size <= MAX_CODE).then_some(fd)
 }
 
-fn start_compile(dir: &PrivateDir, key: u64, name: &str, interpreter: &Path, source: &str) {
+fn start_compile(
+    dir: &PrivateDir,
+    key: u64,
+    name: &str,
+    interpreter: &Path,
+    source: &str,
+    compiled_as: &str,
+) {
     {
         let mut started = STARTED
             .lock()
@@ -105,6 +185,7 @@ fn start_compile(dir: &PrivateDir, key: u64, name: &str, interpreter: &Path, sou
         .args(["-I", "-S", "-c", COMPILE])
         .arg(dir.path())
         .arg(name)
+        .arg(compiled_as)
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -154,12 +235,36 @@ mod tests {
         let b = tmp.path().join("python-b");
         std::fs::write(&a, "a").unwrap();
         std::fs::write(&b, "bb").unwrap();
-        let (_, n1) = file_name(&a, "print(1)").unwrap();
-        assert_eq!(file_name(&a, "print(1)").unwrap().1, n1);
-        assert_ne!(file_name(&a, "print(2)").unwrap().1, n1);
-        assert_ne!(file_name(&b, "print(1)").unwrap().1, n1);
+        let (_, n1) = file_name(Kind::Runner, &a, "print(1)").unwrap();
+        assert_eq!(file_name(Kind::Runner, &a, "print(1)").unwrap().1, n1);
+        assert_ne!(file_name(Kind::Runner, &a, "print(2)").unwrap().1, n1);
+        assert_ne!(file_name(Kind::Runner, &b, "print(1)").unwrap().1, n1);
         assert!(n1.starts_with("runner-") && n1.ends_with(".code"));
-        assert!(file_name(&tmp.path().join("missing"), "x").is_none());
+        let (_, s1) = file_name(Kind::Stubs, &a, "print(1)").unwrap();
+        assert!(s1.starts_with("stubs-") && s1[6..] != n1[7..]);
+        assert!(file_name(Kind::Runner, &tmp.path().join("missing"), "x").is_none());
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_stub_files_and_nothing_else_is_touched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = PrivateDir::ensure(&tmp.path().join("c")).unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for i in 0..5u64 {
+            let p = dir.path().join(format!("stubs-{i}.code"));
+            std::fs::write(&p, b"x").unwrap();
+            let f = std::fs::File::options().write(true).open(&p).unwrap();
+            f.set_modified(old + std::time::Duration::from_secs(i))
+                .unwrap();
+        }
+        std::fs::write(dir.path().join("runner-1.code"), b"x").unwrap();
+        prune(&dir, "stubs-", 2);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["runner-1.code", "stubs-3.code", "stubs-4.code"]);
     }
 
     #[test]
