@@ -695,16 +695,17 @@ def _next_direct():
         _drain(False)
 
 
-def _watch_hangup():
-    """The watcher thread: the host closing the request pipe is its death."""
+def _watch_hangup(p):
+    """The watcher thread: the host closing the request pipe is its death.
+
+    `p` is a poll object on the request fd, made by the main thread before
+    any cell ran: a cell that fills the descriptor table must not leave
+    this thread unable to import or open what it needs (it would die, and
+    take the kernel with it)."""
     # Signals stay unblocked here, as in the reader thread: a cell that
     # blocks SIGINT or SIGIO in the main thread still gets them through
     # this one (Python runs the handlers in the main thread all the same).
     try:
-        import select
-
-        p = select.poll()
-        p.register(_REQ_FD, 0)  # POLLHUP and POLLERR are always reported
         while True:
             try:
                 if p.poll():
@@ -728,7 +729,11 @@ def _start_direct():
     _signal_fn(_signal.SIGIO, _on_sigio)
     fcntl.fcntl(_REQ_FD, fcntl.F_SETOWN, _PID)
     _fl_idle = fcntl.fcntl(_REQ_FD, fcntl.F_GETFL) & ~os.O_ASYNC
-    _thread.start_new_thread(_watch_hangup, ())
+    import select
+
+    p = select.poll()
+    p.register(_REQ_FD, 0)  # POLLHUP and POLLERR are always reported
+    _thread.start_new_thread(_watch_hangup, (p,))
 
 
 def _async(on):
