@@ -416,6 +416,19 @@ impl Service {
                                     .into(),
                             );
                         }
+                        // The daemon answers one-shot commands: a
+                        // `toolcell history` right after `exec --session`
+                        // must find the cell, so its row is written first
+                        // (the flush cuts the journal's batch wait short).
+                        if self.daemon.is_some()
+                            && let Some(j) = &self.registry.options().journal
+                        {
+                            let j = j.clone();
+                            let _ = tokio::task::spawn_blocking(move || {
+                                j.flush(Duration::from_secs(2))
+                            })
+                            .await;
+                        }
                         // Straight to text: the result is the biggest
                         // answer there is, sent once per cell.
                         match serde_json::to_string(&r) {
