@@ -16,6 +16,7 @@
 //! - [`lineage`]: the processes forked from a kernel, recorded at their fork
 //!   from the kernel's process-event connector (root hosts), so one that
 //!   left every other trace is still found.
+//! - [`pidfd`]: a handle on a process that a recycled pid cannot fool.
 //! - [`procfs`]: what `/proc/<pid>/stat` says (alive, parent, start time),
 //!   read in one place.
 //! - [`sandbox`]: a process tree in namespaces of its own, with a
@@ -38,6 +39,7 @@
 //!     cgroup: None,
 //!     started: process::start_time(child.id()),
 //!     lineage: None,
+//!     namespace: None,
 //! };
 //! tree.signal(nix::sys::signal::Signal::SIGKILL);
 //! child.wait().unwrap();
@@ -45,6 +47,7 @@
 
 pub mod cgroup;
 pub mod lineage;
+pub mod pidfd;
 pub mod private_dir;
 pub mod process;
 pub mod procfs;

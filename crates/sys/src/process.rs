@@ -107,6 +107,12 @@ pub struct Tree {
     /// process-event listener saw them ([`crate::lineage`]): found even
     /// after leaving the cgroup, the process group and the environment.
     pub lineage: Option<std::sync::Arc<crate::lineage::Lineage>>,
+    /// The init of the PID namespace the whole tree lives in (a sandboxed
+    /// kernel's): nothing in a PID namespace can leave it, and when its
+    /// init ends the kernel kills every process left in it before the
+    /// init's end is seen. So SIGKILL to this init ends the tree, and its
+    /// end means the tree is gone: neither needs a walk of `/proc`.
+    pub namespace: Option<std::sync::Arc<crate::pidfd::Pidfd>>,
 }
 
 impl Tree {
@@ -173,6 +179,10 @@ impl Tree {
         for &s in signals {
             self.signal_group(s);
         }
+        if self.namespace.is_some() && signals == [Signal::SIGKILL] {
+            // The namespace's init took it: everything in it dies.
+            return;
+        }
         for pid in self.members() {
             if let Ok(p) = i32::try_from(pid) {
                 for &s in signals {
@@ -189,6 +199,11 @@ impl Tree {
         {
             let _ = std::fs::write(cg.join("cgroup.kill"), b"1");
         }
+        if signal == Signal::SIGKILL
+            && let Some(init) = &self.namespace
+        {
+            init.signal(signal);
+        }
         if let Some(g) = self.pgid.and_then(|g| i32::try_from(g).ok()) {
             let _ = killpg(Pid::from_raw(g), signal);
         }
@@ -196,6 +211,9 @@ impl Tree {
 
     /// Whether any member is still alive.
     pub fn any_alive(&self) -> bool {
+        if self.namespace.as_ref().is_some_and(|init| init.exited()) {
+            return false;
+        }
         self.members().into_iter().any(alive)
     }
 
@@ -206,9 +224,8 @@ impl Tree {
         // One walk first: when nothing is left (the common case after a
         // SIGKILL or a clean exit) there is nothing to signal, and nothing
         // alive could have forked since; a shutdown walked `/proc` four
-        // times before.
-        let members = self.members();
-        if !members.iter().any(|&p| alive(p)) {
+        // times before. A namespace whose init ended is empty: no walk.
+        if !self.any_alive() {
             // Still the group and the cgroup (no walk): a member that
             // cleared its environment and was re-parented is in neither
             // list.
@@ -242,6 +259,41 @@ pub fn forbid_inspection() -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Puts this thread, and so every thread and process started from it
+/// afterwards, under `SCHED_BATCH` when it runs under the default policy
+/// (`SCHED_OTHER`); returns whether it did. Any other policy (a real-time
+/// one, or `SCHED_IDLE` someone chose) is left alone, and so is the nice
+/// value.
+///
+/// Why: a host and its kernel hand the CPU back and forth at every cell
+/// and tool call. Under `SCHED_OTHER` every wake-up of the host preempts
+/// the kernel mid-way (and the kernel, the host), so a cell's end costs
+/// extra switches and leaves the kernel runnable on the CPU when the host
+/// answers, which sends the waiting client to another, idle CPU. A batch
+/// task is not woken into preempting: the kernel finishes its writes and
+/// sleeps, then the host runs. On a loaded machine this took a warm
+/// cell's p99 from ~4.2 ms to ~0.5 ms (BENCHMARKS.md, issue 38). Time
+/// slices, fairness and nice values are unchanged. For hosts that own
+/// their process (the `toolcell` binary); an embedder decides for its own.
+///
+/// # Errors
+/// The `sched_setscheduler` failed.
+pub fn prefer_batch_scheduling() -> std::io::Result<bool> {
+    use nix::libc as c;
+    // SAFETY: sched_getscheduler/sched_setscheduler on the calling thread
+    // (pid 0) with a parameter struct that lives across the call.
+    unsafe {
+        if c::sched_getscheduler(0) != c::SCHED_OTHER {
+            return Ok(false);
+        }
+        let param = c::sched_param { sched_priority: 0 };
+        if c::sched_setscheduler(0, c::SCHED_BATCH, &raw const param) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(true)
 }
 
 static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -348,6 +400,7 @@ pub fn kill_adopted(keep: &[u32]) -> usize {
             cgroup: None,
             started: None,
             lineage: None,
+            namespace: None,
         }
         .signal(Signal::SIGKILL);
     }
@@ -362,6 +415,36 @@ pub fn kill_adopted(keep: &[u32]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_scheduling_is_inherited_and_leaves_other_policies_alone() {
+        // On a thread of its own: the policy is per thread.
+        std::thread::spawn(|| {
+            assert!(prefer_batch_scheduling().unwrap());
+            // SAFETY: a query of the calling thread.
+            assert_eq!(
+                unsafe { nix::libc::sched_getscheduler(0) },
+                nix::libc::SCHED_BATCH
+            );
+            // Already batch: nothing to do.
+            assert!(!prefer_batch_scheduling().unwrap());
+            // What it starts inherits it (field 41 of `stat`: the policy).
+            let mut child = std::process::Command::new("sleep")
+                .arg("5")
+                .spawn()
+                .unwrap();
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+            let policy = stat[stat.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .nth(38)
+                .map(str::to_owned);
+            let _ = child.kill();
+            let _ = child.wait();
+            assert_eq!(policy.as_deref(), Some("3"), "{stat}");
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn finds_a_setsid_grandchild() {
@@ -389,6 +472,7 @@ mod tests {
             cgroup: None,
             started: None,
             lineage: None,
+            namespace: None,
         }
         .signal(Signal::SIGKILL);
         let _ = child.wait();
@@ -434,6 +518,7 @@ mod tests {
             cgroup: None,
             started: start_time(root.id()),
             lineage: None,
+            namespace: None,
         };
         // The subshell that started it exits just after the echo; `setsid`
         // may still be exec'ing `sleep` (its environment is unreadable for

@@ -149,6 +149,7 @@ impl Kernel {
             cgroup: self.cgroup.as_ref().map(|c| c.dir().to_path_buf()),
             started: self.started,
             lineage: self.lineage.clone(),
+            namespace: self.namespace.clone(),
         }
     }
 

@@ -379,6 +379,8 @@ pub struct Kernel {
     /// sees process events (root hosts): found and killed with the kernel
     /// even after leaving its cgroup.
     lineage: Option<Arc<toolcell_sys::lineage::Lineage>>,
+    /// A sandboxed kernel's PID-namespace init ([`toolcell_sys::process::Tree::namespace`]).
+    namespace: Option<Arc<toolcell_sys::pidfd::Pidfd>>,
     /// The fingerprint of the outside tools the stub module was last made
     /// for (0: none, the module written at spawn).
     stubs_for: u64,

@@ -64,6 +64,8 @@ pub(super) struct Launched {
     pub(super) server: Server,
     pub(super) cgroup: Option<toolcell_sys::cgroup::KernelCgroup>,
     pub(super) lineage: Option<Arc<toolcell_sys::lineage::Lineage>>,
+    /// The sandbox's init, whose end is the end of the whole tree.
+    pub(super) namespace: Option<Arc<toolcell_sys::pidfd::Pidfd>>,
     /// `TOOLCELL_RPC` (local) or `TOOLCELL_REMOTE_KERNEL` (remote): every
     /// descendant's environment carries it (see [`Kernel::tree`]).
     pub(super) marker: String,
@@ -177,6 +179,7 @@ impl Kernel {
             server,
             cgroup,
             lineage,
+            namespace,
             marker,
             payload,
             sandbox,
@@ -235,6 +238,7 @@ impl Kernel {
             spec,
             cgroup,
             lineage,
+            namespace,
             stubs_for: 0,
             pending_stubs: None,
             extra: None,
@@ -346,6 +350,7 @@ impl Kernel {
             server,
             cgroup: None,
             lineage: None,
+            namespace: None,
             marker,
             payload: crate::remote::payload(spec.language.runner().1, stub),
             sandbox: crate::sandbox::SandboxInfo::Remote,
@@ -496,7 +501,7 @@ impl Kernel {
                 .clone()
                 .unwrap_or_else(|| "sandbox.mode = \"off\"".into()),
         };
-        let (mut proxy, mut handle) = (None, None);
+        let (mut proxy, mut handle, mut namespace) = (None, None, None);
         let pid = match (prepared, plan) {
             (Some(prepared), Some(plan)) => {
                 let report = tokio::task::spawn_blocking(move || {
@@ -516,6 +521,7 @@ impl Kernel {
                         });
                     }
                 };
+                namespace = started.namespace.map(Arc::new);
                 let mut listeners = started.listeners.into_iter();
                 if let Some(rule) = plan.rule.clone()
                     && let Some(l) = listeners.next()
@@ -598,6 +604,7 @@ impl Kernel {
             server,
             cgroup,
             lineage,
+            namespace,
             marker,
             payload: if inband {
                 crate::remote::payload(runner_source, stub)

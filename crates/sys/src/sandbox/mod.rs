@@ -204,6 +204,10 @@ pub struct Started {
     /// The init (pid 1 inside); 0 when it had already ended by the time
     /// the host looked (the program ended at once).
     pub init: u32,
+    /// A handle on the init, opened while it still was the outer
+    /// process's child (so never a recycled pid): its end is the end of
+    /// everything in the namespace. `None` when it had already ended.
+    pub namespace: Option<crate::pidfd::Pidfd>,
     /// One per port of [`Net::Isolated`].
     pub listeners: Vec<std::net::TcpListener>,
 }
@@ -358,6 +362,9 @@ impl Prepared {
             SandboxError::Refused("the sandbox's report did not name its program".into())
         })?;
         let init = only_child(outer).unwrap_or(0);
+        // The outer process forks nothing but the init: if the init is
+        // still its child after the open, the handle is the init's.
+        let namespace = crate::pidfd::Pidfd::open(init).filter(|_| only_child(outer) == Some(init));
         let listeners = fds
             .into_iter()
             .map(std::net::TcpListener::from)
@@ -365,6 +372,7 @@ impl Prepared {
         Ok(Started {
             pid,
             init,
+            namespace,
             listeners,
         })
     }

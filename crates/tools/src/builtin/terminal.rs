@@ -147,6 +147,7 @@ impl Tool for Terminal {
             cgroup: None,
             started: process::start_time(pid),
             lineage: toolcell_sys::lineage::Lineage::adopt(pid).map(Arc::new),
+            namespace: None,
         };
 
         let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
