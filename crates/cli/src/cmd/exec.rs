@@ -214,7 +214,9 @@ pub(crate) fn report(
         writeln!(out)?;
         return Ok(ExitCode::from(result.cli_exit_code()));
     }
-    let mut err = std::io::stderr().lock();
+    // Buffered: the status line is many small writes (stderr is
+    // unbuffered); it goes out in one when `err` is dropped.
+    let mut err = std::io::BufWriter::new(std::io::stderr().lock());
     if !streamed {
         std::io::stdout()
             .lock()
