@@ -603,3 +603,38 @@ fn sigint_to_a_one_shot_exec_reports_the_interrupted_cell_and_exits_130() {
         env.python_pids()
     );
 }
+
+/// The host runs itself and its kernels under `SCHED_BATCH` (fewer
+/// preemptions between host and kernel at every cell), unless
+/// `TOOLCELL_BATCH=off`; a kernel can still change its own policy.
+#[test]
+fn kernels_run_under_batch_scheduling_unless_turned_off() {
+    let env = Env::fast();
+    let code = "import os\nprint(os.sched_getscheduler(0) == os.SCHED_BATCH)";
+    let out = env.run(&["exec", code]);
+    out.expect_code(0);
+    assert_eq!(out.stdout, "True\n", "{}", out.stderr);
+
+    let out = common::finish(
+        env.cmd()
+            .args(["exec", code])
+            .env("TOOLCELL_BATCH", "off")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+        common::COMMAND_LIMIT,
+    );
+    out.expect_code(0);
+    assert_eq!(out.stdout, "False\n", "{}", out.stderr);
+
+    // Not a cage: a cell may take the default policy back.
+    let out = env.run(&[
+        "exec",
+        "import os\nos.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))\n\
+         print(os.sched_getscheduler(0) == os.SCHED_OTHER)",
+    ]);
+    out.expect_code(0);
+    assert_eq!(out.stdout, "True\n", "{}", out.stderr);
+}
