@@ -188,7 +188,8 @@
 //!
 //! Only a candidate line runs the regexes of the rules its hits enabled;
 //! everything between candidates is copied in bulk, and a text without
-//! candidates is returned borrowed. All patterns are compiled once per process.
+//! candidates is returned borrowed. Each pattern is compiled once per
+//! process, the first time a line needs it.
 //!
 //! The stripper's ground state runs on 64-byte blocks (AVX2, detected at run
 //! time): each block is classified once into bitmasks (bytes needing

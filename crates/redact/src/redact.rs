@@ -109,26 +109,6 @@ impl Default for Redactor {
     }
 }
 
-/// Compiles the rules' regexes ([`COMPILED`], ~5 ms) on a thread of their
-/// own, once per process. A host builds its redactor before it starts its
-/// first kernel, and the first redaction comes with that kernel's output,
-/// tens of milliseconds later: compiling meanwhile takes the 5 ms off every
-/// cold start. A redaction that comes sooner waits for the compile (the
-/// `Lazy` blocks it), as it would have waited in [`Redactor::new`].
-fn compile_in_background() {
-    static STARTED: std::sync::Once = std::sync::Once::new();
-    STARTED.call_once(|| {
-        let spawned = std::thread::Builder::new()
-            .name("toolcell-redact-compile".into())
-            .spawn(|| {
-                once_cell::sync::Lazy::force(&COMPILED);
-            });
-        if spawned.is_err() {
-            once_cell::sync::Lazy::force(&COMPILED);
-        }
-    });
-}
-
 static BUILTIN: once_cell::sync::Lazy<Option<Redactor>> =
     once_cell::sync::Lazy::new(|| Redactor::new(Vec::<String>::new()).ok());
 
@@ -204,7 +184,6 @@ impl Redactor {
                     .build(&exact_values)?,
             )
         };
-        compile_in_background();
         Ok(Self {
             inner: Arc::new(Inner {
                 scans,
