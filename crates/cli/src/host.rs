@@ -372,6 +372,7 @@ pub(crate) fn exit_on_signals_after(
         SIGNAL_EXIT.store(code, std::sync::atomic::Ordering::SeqCst);
         registry.shutdown_all().await;
         toolcell_sys::process::kill_adopted(&[]);
+        toolcell_sys::cgroup::remove_host_cgroup();
         flush_journal(&registry);
         std::process::exit(i32::from(code));
     });

@@ -125,6 +125,7 @@ fn main() -> ExitCode {
     };
     // Whatever cells started that escaped their kernels' trees ends with us.
     toolcell_sys::process::kill_adopted(&[]);
+    toolcell_sys::cgroup::remove_host_cgroup();
     match result {
         Ok(code) => code,
         // The reader of stdout went away (`toolcell schema | head`): what

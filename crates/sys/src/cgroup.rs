@@ -113,6 +113,22 @@ impl HostCgroup {
     }
 }
 
+/// Removes this host's cgroup when it made one, after killing what is
+/// left in its kernels' cgroups (normally nothing: each kernel's goes with
+/// it). Call it as the host ends; otherwise the next host to start sweeps
+/// it up. No kernel can get a cgroup afterwards.
+pub fn remove_host_cgroup() {
+    let Some(Some(host)) = HOST.get() else {
+        return;
+    };
+    if let Ok(kids) = std::fs::read_dir(&host.dir) {
+        for k in kids.flatten().filter(|k| k.path().is_dir()) {
+            kill_and_remove(&k.path(), Duration::from_millis(200));
+        }
+    }
+    let _ = std::fs::remove_dir(&host.dir);
+}
+
 /// Kills and removes `toolcell-<pid>` cgroups whose host is gone.
 fn sweep_stale(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else {

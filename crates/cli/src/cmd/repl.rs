@@ -155,6 +155,7 @@ fn exit_on_termination(registry: Arc<Registry>, tty: Option<nix::sys::termios::T
         }
         registry.shutdown_all().await;
         toolcell_sys::process::kill_adopted(&[]);
+        toolcell_sys::cgroup::remove_host_cgroup();
         std::process::exit(code);
     });
 }

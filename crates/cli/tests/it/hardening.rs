@@ -62,6 +62,42 @@ fn an_env_cleared_setsid_process_does_not_outlive_exec_with_cgroups() {
     escape_outlives_exec(true);
 }
 
+/// The host's own cgroup (`toolcell-<pid>`, the parent of its kernels')
+/// goes when the host ends, not at the next host's start.
+#[test]
+fn exec_removes_its_cgroup_when_it_ends() {
+    let Some(mount) = root_with_cgroups("exec_removes_its_cgroup_when_it_ends") else {
+        return;
+    };
+    // The exec starts in this test's cgroup and makes its own beneath it.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let rel = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap()
+        .to_string();
+    let base = std::path::Path::new(&mount).join(rel.trim_start_matches('/'));
+    let env = Env::fast();
+    let child = env
+        .cmd()
+        .args(["exec", "import time; time.sleep(1); print('done')"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = base.join(format!("toolcell-{}", child.id()));
+    assert!(
+        eventually(Duration::from_secs(10), || dir.is_dir()),
+        "no host cgroup at {} while exec ran",
+        dir.display()
+    );
+    let out = finish(child, Duration::from_secs(60));
+    out.expect_code(0);
+    assert_eq!(out.stdout, "done\n");
+    assert!(!dir.exists(), "{} outlived the exec", dir.display());
+}
+
 #[test]
 fn an_env_cleared_setsid_process_does_not_outlive_exec_without_cgroups() {
     escape_outlives_exec(false);
