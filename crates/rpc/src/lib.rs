@@ -121,6 +121,7 @@ pub mod fuzzing;
 mod handler;
 mod lines;
 mod server;
+mod spin;
 pub mod testing;
 mod token;
 mod wire;

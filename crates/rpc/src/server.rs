@@ -517,6 +517,7 @@ impl Server {
             Arc::clone(&self.core),
             self.shutdown.clone(),
             None,
+            None,
         );
     }
 }
@@ -587,6 +588,7 @@ fn spawn_connection<S>(
     core: Arc<Core>,
     shutdown: CancellationToken,
     slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    spin: Option<std::os::fd::RawFd>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -595,7 +597,7 @@ fn spawn_connection<S>(
         let _slot = slot;
         tokio::select! {
             () = shutdown.cancelled() => {}
-            r = serve_connection(stream, &core) => {
+            r = serve_connection(stream, &core, spin) => {
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "RPC connection ended with an error");
                 }
@@ -689,12 +691,14 @@ async fn accept_unix(
             refuse_busy(&stream);
             continue;
         };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
         spawn_connection(
             &runtime,
             stream,
             Arc::clone(&core),
             shutdown.clone(),
             Some(slot),
+            Some(fd),
         );
     }
 }
@@ -768,7 +772,14 @@ async fn accept_tcp(listener: TcpListener, core: Arc<Core>, shutdown: Cancellati
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::debug!(error = %e, "TCP_NODELAY failed");
                 }
-                spawn_connection(&runtime, stream, Arc::clone(&core), shutdown.clone(), None);
+                spawn_connection(
+                    &runtime,
+                    stream,
+                    Arc::clone(&core),
+                    shutdown.clone(),
+                    None,
+                    None,
+                );
             }
             Err(e) => {
                 tracing::warn!(error = %e, "accept on RPC port failed");
@@ -778,13 +789,21 @@ async fn accept_tcp(listener: TcpListener, core: Arc<Core>, shutdown: Cancellati
     }
 }
 
-/// Answers the lines of one connection in order until EOF.
-pub(crate) async fn serve_connection<S>(mut stream: S, core: &Core) -> io::Result<()>
+/// Answers the lines of one connection in order until EOF. With `spin`
+/// (the connection's descriptor, a local one), it waits for the next
+/// request awake for a moment after each reply ([`crate::spin::Spin`]).
+pub(crate) async fn serve_connection<S>(
+    mut stream: S,
+    core: &Core,
+    spin: Option<std::os::fd::RawFd>,
+) -> io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut lines = LineBuf::new(core.max_line);
     let mut out = Vec::with_capacity(512);
+    let mut spinner = crate::spin::Spin::default();
+    let mut answered = false;
     loop {
         loop {
             out.clear();
@@ -801,9 +820,15 @@ where
                 Next::NeedMore => break,
             }
             stream.write_all(&out).await?;
+            answered = true;
             if out.capacity() > 1024 * 1024 {
                 out = Vec::with_capacity(512);
             }
+        }
+        if let Some(fd) = spin
+            && std::mem::take(&mut answered)
+        {
+            spinner.wait(fd);
         }
         let n = stream.read_buf(lines.prepare_read()).await?;
         if n == 0 {
