@@ -828,7 +828,7 @@ where
         if let Some(fd) = spin
             && std::mem::take(&mut answered)
         {
-            spinner.wait(fd);
+            spinner.wait(fd).await;
         }
         let n = stream.read_buf(lines.prepare_read()).await?;
         if n == 0 {
