@@ -413,13 +413,13 @@ async fn cells_return_while_the_journal_cannot_write() {
     let j = journal.clone();
     let f = Fixture::with(move |o| o.journal = Some(j));
     // The writer is stuck on the lock; every cell still gets its result.
-    // Each cell outlasts the writer's group-commit wait (4 ms), so its
+    // Each cell outlasts the writer's group-commit wait (20 ms), so its
     // first batch holds one row: one more fits the queue, the rest drop.
     for i in 0..4 {
         let r = f
             .run_as(
                 "stuck",
-                &format!("import time; time.sleep(0.02); print({i})"),
+                &format!("import time; time.sleep(0.06); print({i})"),
             )
             .await;
         assert_success(&r);
