@@ -7,11 +7,11 @@
 //! reply the connection looks at its socket without blocking, yielding the
 //! CPU between looks (the peer may need this very CPU) and letting the
 //! runtime's other tasks run (other connections, other kernels: the wait
-//! never holds the worker), for up to [`BUDGET`]. When the looks keep missing (a cell that went on to
-//! compute), or a yield finds the CPU wanted by someone else (a busy
-//! machine, where no CPU idles and spinning only takes time from others),
-//! it stops looking for a while, longer each time. The stub in the kernel
-//! does the same while it waits for a reply.
+//! never holds the worker), for up to [`BUDGET`]. When the looks keep
+//! missing (a cell that went on to compute), or a yield finds the CPU
+//! wanted by someone else (a busy machine, where no CPU idles and spinning
+//! only takes time from others), it stops looking for a while, longer each
+//! time. The stub in the kernel does the same while it waits for a reply.
 
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
