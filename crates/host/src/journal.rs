@@ -24,7 +24,9 @@
 //!   is full (a disk slower than the cells) the row is dropped and counted
 //!   ([`Journal::dropped`]); the cell's result is never delayed. The writer
 //!   wakes once per batch: it lets rows gather for a few milliseconds after
-//!   the first, then writes them in one transaction (group commit).
+//!   the first, then writes them in a few short transactions (group
+//!   commit), offering the CPU between rows so that it never holds a
+//!   kernel or client off a CPU for a whole batch.
 //! - **It can be read while written.** The database is in WAL mode;
 //!   [`Journal::history`] opens it read-only, so `toolcell history` works
 //!   while a daemon or `serve` is recording.
@@ -94,6 +96,16 @@ pub const DEFAULT_QUEUE: usize = 1024;
 
 /// Rows the writer puts in one transaction, at most.
 const BATCH: usize = 256;
+
+/// Rows per transaction within a batch. The writer inherits the host's
+/// SCHED_BATCH, which a waking process never preempts: a kernel or client
+/// the scheduler places on the writer's CPU waits until the writer gives
+/// the CPU up. So the writer offers it after every row (~4 µs) and every
+/// commit, and commits a batch (~100 rows after 20 ms of a busy `serve`)
+/// in pieces, each short: one ~0.5 ms burst per batch was the p99 of a
+/// warm cell on a quiet machine (issue 38). Each extra commit costs ~10 µs
+/// (a fraction of a µs per cell); a yield with nobody waiting returns at once.
+const ROWS_PER_COMMIT: usize = 16;
 
 /// How long the writer lets rows gather after the first of a batch, so a
 /// busy host commits once per batch instead of once per cell (a cell's
@@ -728,12 +740,16 @@ impl Writer {
                 }
             }
             let n = batch.len() as u64;
-            if let Err(e) = self.write(&batch) {
-                self.failed.fetch_add(n, Ordering::Relaxed);
-                tracing::warn!(
-                    "journal {}: {n} cells could not be written: {e}",
-                    self.path.display()
-                );
+            for rows in batch.chunks(ROWS_PER_COMMIT) {
+                if let Err(e) = self.write(rows) {
+                    let lost = rows.len() as u64;
+                    self.failed.fetch_add(lost, Ordering::Relaxed);
+                    tracing::warn!(
+                        "journal {}: {lost} cells could not be written: {e}",
+                        self.path.display()
+                    );
+                }
+                std::thread::yield_now();
             }
             let mut counts = self.progress.lock();
             counts.done += n;
@@ -745,10 +761,11 @@ impl Writer {
         }
     }
 
-    fn write(&mut self, batch: &[CellRecord]) -> rusqlite::Result<()> {
+    fn write(&mut self, rows: &[CellRecord]) -> rusqlite::Result<()> {
         let tx = self.conn.transaction()?;
-        for r in batch {
+        for r in rows {
             insert(&tx, r)?;
+            std::thread::yield_now();
         }
         tx.commit()
     }
