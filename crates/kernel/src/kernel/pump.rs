@@ -77,6 +77,17 @@ pub(super) fn read_now(fd: &tokio::io::unix::AsyncFd<OwnedFd>, buf: &mut [u8]) -
     }
 }
 
+/// Clears `fd`'s read readiness if the runtime has it marked ready, without
+/// waiting (the caller reads `fd` next).
+fn clear_if_ready(fd: Option<&tokio::io::unix::AsyncFd<OwnedFd>>) {
+    let Some(fd) = fd else { return };
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    if let std::task::Poll::Ready(Ok(mut g)) = fd.poll_read_ready(&mut cx) {
+        g.clear_ready();
+    }
+}
+
 /// Reads a kernel's stdout and stderr pipes, decodes their frames, and sends
 /// the events to the kernel's channel, until both pipes reach EOF.
 ///
@@ -102,6 +113,10 @@ pub(super) async fn pump(
         // Read every side until neither has anything (a chunk per side per
         // round, so one busy pipe cannot starve the other or hold a batch).
         let mut read_any = false;
+        // A short read empties a pipe: what comes after it raises a new
+        // readiness event. When every side was emptied, wait for that
+        // instead of reading each once more to be told EAGAIN.
+        let mut drained = true;
         // From before a read until what it read is in the channel, the pump
         // is busy: a cell about to start waits for it (see
         // `Kernel::settle_between`), which sees the bytes in the pipe, in
@@ -113,6 +128,7 @@ pub(super) async fn pump(
                 Got::Nothing => {}
                 Got::Bytes(n) => {
                     read_any = true;
+                    drained &= n < buf.len();
                     let mut raw: Vec<u8> = Vec::new();
                     for ev in side.dec.feed(&buf[..n]) {
                         match ev {
@@ -161,19 +177,25 @@ pub(super) async fn pump(
             }
             // Every chunk read this round is in the channel now.
             busy.store(0, Ordering::SeqCst);
-            continue;
+            if !drained {
+                continue;
+            }
         }
         busy.store(0, Ordering::SeqCst);
         let release_at = sides.iter().filter_map(|s| s.release_at).min();
         let [a, b] = &mut sides;
         tokio::select! {
             // Readiness is cleared before the next round reads, so data
-            // arriving after that read wakes us again.
+            // arriving after that read wakes us again; the other side's
+            // too, as the round reads both (its event for what the last
+            // round read would wake us once more for nothing).
             r = async { a.fd.as_ref()?.readable().await.ok() }, if a.fd.is_some() => {
                 if let Some(mut g) = r { g.clear_ready(); } else { a.close(&mut batch); }
+                clear_if_ready(b.fd.as_ref());
             }
             r = async { b.fd.as_ref()?.readable().await.ok() }, if b.fd.is_some() => {
                 if let Some(mut g) = r { g.clear_ready(); } else { b.close(&mut batch); }
+                clear_if_ready(a.fd.as_ref());
             }
             () = async {
                 if let Some(t) = release_at { tokio::time::sleep_until(t).await }
