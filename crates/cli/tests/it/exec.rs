@@ -165,6 +165,27 @@ fn system_exit_codes() {
 }
 
 #[test]
+fn a_kernel_that_vanishes_mid_cell_is_reported_not_a_host_panic() {
+    // `os._exit` closes the runner's stdout and stderr at once: the host's
+    // reader sees both ends in one round (a wait with no pipe left to wait
+    // on once panicked there).
+    let env = Env::fast();
+    for _ in 0..5 {
+        let out = env.run(&[
+            "exec",
+            "--json",
+            "print('bye', flush=True)\nimport os; os._exit(5)",
+        ]);
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+        out.expect_code(1);
+        let r = out.json();
+        assert_eq!(r["status"], "error", "{r}");
+        assert!(r["output"].as_str().unwrap().contains("bye"), "{r}");
+        assert!(r["error"].as_str().unwrap().contains("kernel"), "{r}");
+    }
+}
+
+#[test]
 fn timeout_exits_124_and_the_flag_overrides_the_config() {
     let env = Env::fast(); // config says 30 s
     let t0 = Instant::now();

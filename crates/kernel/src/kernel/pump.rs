@@ -164,6 +164,9 @@ pub(super) async fn pump(
                 }
                 Got::Eof => {
                     read_any = true;
+                    // Round again: the loop ends when both sides are closed
+                    // (the wait below needs one open).
+                    drained = false;
                     side.close(&mut batch);
                 }
             }
@@ -212,6 +215,9 @@ pub(super) async fn pump(
                     }
                 }
             }
+            // Not reached: the loop runs while a side is open, and an open
+            // side's branch is enabled.
+            else => break,
         }
     }
 }

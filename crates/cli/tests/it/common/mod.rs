@@ -342,6 +342,13 @@ pub(crate) fn finish(mut child: Child, limit: Duration) -> Out {
     let Some(status) = status else {
         panic!("toolcell ran longer than {limit:?}; stdout:\n{stdout}\nstderr:\n{stderr}");
     };
+    // Whatever a test feeds it, toolcell answers; it never panics (a
+    // panicking task can still end in a plausible result, so every run
+    // checks).
+    assert!(
+        !(stderr.contains("thread '") && stderr.contains("' panicked at ")),
+        "toolcell panicked; stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     Out {
         code: status.code(),
         stdout,
@@ -601,6 +608,14 @@ impl Drop for Serve {
         self.stdin = None;
         if wait_limit(&mut self.child, Duration::from_secs(10)).is_none() {
             let _ = self.child.kill();
+        }
+        // As `finish`: the server never panics, whatever it was sent.
+        let stderr = self.stderr();
+        if !std::thread::panicking()
+            && stderr.contains("thread '")
+            && stderr.contains("' panicked at ")
+        {
+            panic!("the server panicked; stderr:\n{stderr}");
         }
     }
 }
