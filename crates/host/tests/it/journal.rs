@@ -238,17 +238,17 @@ fn a_full_queue_drops_and_counts_rows_and_never_blocks() {
 #[test]
 fn a_batch_of_many_commits_lands_whole_and_in_order() {
     // The writer commits a batch in short pieces (so a waiting kernel gets
-    // the CPU between them): 100 rows recorded at once span several.
+    // the CPU between them): 200 rows recorded at once span several.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j.db");
     let journal = Journal::open(&path).unwrap();
-    for i in 0..100 {
+    for i in 0..200 {
         journal.record(CellRecord::new("b", format!("cell {i}")));
     }
     assert!(journal.flush(FLUSH));
     let rows = Journal::history(&path, &HistoryQuery::session("b")).unwrap();
     let codes: Vec<String> = rows.into_iter().map(|r| r.code).collect();
-    let want: Vec<String> = (0..100).map(|i| format!("cell {i}")).collect();
+    let want: Vec<String> = (0..200).map(|i| format!("cell {i}")).collect();
     assert_eq!(codes, want);
     assert_eq!((journal.dropped(), journal.failed()), (0, 0));
 }
