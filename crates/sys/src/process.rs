@@ -273,10 +273,13 @@ pub fn forbid_inspection() -> std::io::Result<()> {
 /// extra switches and leaves the kernel runnable on the CPU when the host
 /// answers, which sends the waiting client to another, idle CPU. A batch
 /// task is not woken into preempting: the kernel finishes its writes and
-/// sleeps, then the host runs. On a loaded machine this took a warm
-/// cell's p99 from ~4.2 ms to ~0.5 ms (BENCHMARKS.md, issue 38). Time
-/// slices, fairness and nice values are unchanged. For hosts that own
-/// their process (the `toolcell` binary); an embedder decides for its own.
+/// sleeps, then the host runs (BENCHMARKS.md, issue 38: fewer switches
+/// and less CPU per cell). The price: when another process holds the CPU
+/// a batch task wakes on, it waits for the scheduler's tick instead of
+/// preempting it, so on a busy machine a cell now and then takes a few
+/// ticks longer. Time slices, fairness and nice values are unchanged. For
+/// hosts that own their process (the `toolcell` binary); an embedder
+/// decides for its own.
 ///
 /// # Errors
 /// The `sched_setscheduler` failed.
