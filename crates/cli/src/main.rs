@@ -91,11 +91,13 @@ fn main() -> ExitCode {
         }
     };
     host::init_logging();
-    // Before any thread or child starts: they all inherit it.
+    // Kernels run under SCHED_BATCH; this process keeps its policy.
     if std::env::var("TOOLCELL_BATCH").is_ok_and(|v| v == "off" || v == "0") {
-        tracing::debug!("TOOLCELL_BATCH=off: keeping the scheduling policy we were started with");
-    } else if let Err(e) = toolcell_sys::process::prefer_batch_scheduling() {
-        tracing::warn!("cannot switch to SCHED_BATCH: {e}");
+        tracing::debug!(
+            "TOOLCELL_BATCH=off: kernels keep the scheduling policy we were started with"
+        );
+    } else {
+        toolcell_sys::process::prefer_batch_scheduling_for_kernels();
     }
     // Nothing of our uid but a privileged process may open our /proc
     // entries: our stdin and stdout (the client's protocol), our

@@ -97,12 +97,13 @@ pub const DEFAULT_QUEUE: usize = 1024;
 /// Rows the writer puts in one transaction, at most.
 const BATCH: usize = 256;
 
-/// How the writer shares the CPU. It inherits the host's SCHED_BATCH,
-/// which a waking process never preempts: a kernel or client the
-/// scheduler places on the writer's CPU waits until the writer gives the
-/// CPU up. One batch (~100 rows after 20 ms of a busy `serve`, ~0.5 ms of
-/// work with its commit) in one go was the p99 of a warm cell on a quiet
-/// machine (issue 38). So the writer offers the CPU after every
+/// How the writer shares the CPU. A kernel the scheduler wakes on the
+/// writer's CPU waits until the writer gives it up: kernels run under
+/// SCHED_BATCH, and a batch task that wakes never preempts (a client may
+/// wait too, when its deadline is not earlier). One batch (~100 rows after
+/// 20 ms of a busy `serve`, ~0.5 ms of work with its commit) in one go was
+/// the p99 of a warm cell on a quiet machine (issue 38). So the writer
+/// offers the CPU after every
 /// [`SLICE`] of work, and commits a batch [`ROWS_PER_COMMIT`] rows at a
 /// time (a commit cannot be cut; one per batch left the p99 1.2× worse).
 /// Offering after every row, and commits of 16, doubled the writer's CPU

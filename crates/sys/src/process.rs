@@ -261,42 +261,48 @@ pub fn forbid_inspection() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Puts this thread, and so every thread and process started from it
-/// afterwards, under `SCHED_BATCH` when it runs under the default policy
-/// (`SCHED_OTHER`); returns whether it did. Any other policy (a real-time
-/// one, or `SCHED_IDLE` someone chose) is left alone, and so is the nice
-/// value.
+static BATCH_KERNELS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Asks that the kernels this process starts from now on run under
+/// `SCHED_BATCH` ([`apply_kernel_scheduling`], which the kernel spawn calls
+/// between fork and exec); this process itself keeps its policy.
 ///
 /// Why: a host and its kernel hand the CPU back and forth at every cell
-/// and tool call. Under `SCHED_OTHER` every wake-up of the host preempts
-/// the kernel mid-way (and the kernel, the host), so a cell's end costs
-/// extra switches and leaves the kernel runnable on the CPU when the host
-/// answers, which sends the waiting client to another, idle CPU. A batch
-/// task is not woken into preempting: the kernel finishes its writes and
-/// sleeps, then the host runs (BENCHMARKS.md, issue 38: fewer switches
-/// and less CPU per cell). The price: when another process holds the CPU
-/// a batch task wakes on, it waits for the scheduler's tick instead of
-/// preempting it, so on a busy machine a cell now and then takes a few
-/// ticks longer. Time slices, fairness and nice values are unchanged. For
-/// hosts that own their process (the `toolcell` binary); an embedder
+/// and tool call. A kernel under `SCHED_OTHER` that the host's request
+/// wakes preempts the host before it has gone back to its wait: switches
+/// and CPU for nothing. A batch kernel is not woken into preempting. The
+/// host stays under the default policy: on a busy machine a batch task
+/// that wakes where another program runs waits for the scheduler's tick
+/// (a few ms) instead of preempting it, and with the host batch too each
+/// hop of a cell could wait one (BENCHMARKS.md, issue 38: a loaded p99 of
+/// ~12 ms, three ticks, against ~4 ms with only the kernels batch, quiet
+/// figures the same). Time slices, fairness and nice values are unchanged.
+/// For hosts that own their process (the `toolcell` binary); an embedder
 /// decides for its own.
-///
-/// # Errors
-/// The `sched_setscheduler` failed.
-pub fn prefer_batch_scheduling() -> std::io::Result<bool> {
+pub fn prefer_batch_scheduling_for_kernels() {
+    BATCH_KERNELS.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Between fork and exec of a kernel: switches the child to `SCHED_BATCH`
+/// when [`prefer_batch_scheduling_for_kernels`] was called and the child
+/// runs under the default policy (`SCHED_OTHER`); any other policy (a
+/// real-time one, or `SCHED_IDLE` someone chose) is left alone, and so is
+/// the nice value. Best effort, and async-signal-safe (an atomic load and
+/// two syscalls). Returns whether it switched.
+pub fn apply_kernel_scheduling() -> bool {
     use nix::libc as c;
+    if !BATCH_KERNELS.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
     // SAFETY: sched_getscheduler/sched_setscheduler on the calling thread
     // (pid 0) with a parameter struct that lives across the call.
     unsafe {
         if c::sched_getscheduler(0) != c::SCHED_OTHER {
-            return Ok(false);
+            return false;
         }
         let param = c::sched_param { sched_priority: 0 };
-        if c::sched_setscheduler(0, c::SCHED_BATCH, &raw const param) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        c::sched_setscheduler(0, c::SCHED_BATCH, &raw const param) == 0
     }
-    Ok(true)
 }
 
 static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -419,31 +425,69 @@ pub fn kill_adopted(keep: &[u32]) -> usize {
 mod tests {
     use super::*;
 
+    /// The policy (field 41 of `stat`) of process `pid`.
+    fn policy_of(pid: u32) -> Option<String> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat[stat.rfind(')')? + 1..]
+            .split_whitespace()
+            .nth(38)
+            .map(str::to_owned)
+    }
+
+    /// Starts `sleep` with [`apply_kernel_scheduling`] between fork and
+    /// exec; returns its policy and whether the call switched it.
+    fn spawn_policy() -> (Option<String>, bool) {
+        use std::os::unix::process::CommandExt;
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("5");
+        let w_fd = std::os::fd::AsRawFd::as_raw_fd(&w);
+        // SAFETY: apply_kernel_scheduling and write(2) are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                let switched = [u8::from(apply_kernel_scheduling())];
+                nix::libc::write(w_fd, switched.as_ptr().cast(), 1);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
+        drop(w);
+        let mut byte = [0u8; 1];
+        std::io::Read::read_exact(&mut std::fs::File::from(r), &mut byte).unwrap();
+        let policy = policy_of(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        (policy, byte[0] == 1)
+    }
+
     #[test]
-    fn batch_scheduling_is_inherited_and_leaves_other_policies_alone() {
-        // On a thread of its own: the policy is per thread.
+    fn kernels_get_batch_scheduling_when_asked_and_the_host_keeps_its_own() {
+        // On a thread of its own: the policy is per thread, and a test may
+        // run beside others in this process.
         std::thread::spawn(|| {
-            assert!(prefer_batch_scheduling().unwrap());
+            // Not asked yet: the child keeps the default policy.
+            if !BATCH_KERNELS.load(std::sync::atomic::Ordering::SeqCst) {
+                assert_eq!(spawn_policy(), (Some("0".into()), false));
+            }
+            prefer_batch_scheduling_for_kernels();
+            assert_eq!(spawn_policy(), (Some("3".into()), true));
+            // The calling thread is untouched.
             // SAFETY: a query of the calling thread.
             assert_eq!(
                 unsafe { nix::libc::sched_getscheduler(0) },
-                nix::libc::SCHED_BATCH
+                nix::libc::SCHED_OTHER
             );
-            // Already batch: nothing to do.
-            assert!(!prefer_batch_scheduling().unwrap());
-            // What it starts inherits it (field 41 of `stat`: the policy).
-            let mut child = std::process::Command::new("sleep")
-                .arg("5")
-                .spawn()
-                .unwrap();
-            let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
-            let policy = stat[stat.rfind(')').unwrap() + 1..]
-                .split_whitespace()
-                .nth(38)
-                .map(str::to_owned);
-            let _ = child.kill();
-            let _ = child.wait();
-            assert_eq!(policy.as_deref(), Some("3"), "{stat}");
+            // Another policy someone chose is left alone (SCHED_IDLE can be
+            // set, not left, without privilege: this thread ends here).
+            let param = nix::libc::sched_param { sched_priority: 0 };
+            // SAFETY: on the calling thread, with a live parameter struct.
+            assert_eq!(
+                unsafe {
+                    nix::libc::sched_setscheduler(0, nix::libc::SCHED_IDLE, &raw const param)
+                },
+                0
+            );
+            assert_eq!(spawn_policy(), (Some("5".into()), false));
         })
         .join()
         .unwrap();

@@ -625,16 +625,48 @@ fn sigint_to_a_one_shot_exec_reports_the_interrupted_cell_and_exits_130() {
     );
 }
 
-/// The host runs itself and its kernels under `SCHED_BATCH` (fewer
-/// preemptions between host and kernel at every cell), unless
-/// `TOOLCELL_BATCH=off`; a kernel can still change its own policy.
+/// Kernels run under `SCHED_BATCH` (fewer preemptions between host and
+/// kernel at every cell), unless `TOOLCELL_BATCH=off`; the host itself
+/// keeps the default policy (a batch host waited for the scheduler's tick
+/// at every hop of a cell on a busy machine); a kernel can still change
+/// its own policy.
 #[test]
 fn kernels_run_under_batch_scheduling_unless_turned_off() {
+    use std::io::BufRead;
     let env = Env::fast();
     let code = "import os\nprint(os.sched_getscheduler(0) == os.SCHED_BATCH)";
     let out = env.run(&["exec", code]);
     out.expect_code(0);
     assert_eq!(out.stdout, "True\n", "{}", out.stderr);
+
+    // The host's own policy (field 41 of its `stat`), while its cell runs.
+    let mut child = env
+        .cmd()
+        .args([
+            "exec",
+            "import time\nprint('running', flush=True)\ntime.sleep(30)",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "running\n");
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+    let policy = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(38)
+        .map(str::to_owned);
+    common::signal(
+        i32::try_from(child.id()).unwrap(),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    child.stdout = Some(stdout.into_inner());
+    common::finish(child, common::COMMAND_LIMIT).expect_code(143);
+    assert_eq!(policy.as_deref(), Some("0"), "{stat}");
 
     let out = common::finish(
         env.cmd()

@@ -320,9 +320,10 @@ impl Kernel {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        // SAFETY: setsid is async-signal-safe.
+        // SAFETY: sched_setscheduler and setsid are async-signal-safe.
         unsafe {
             cmd.pre_exec(|| {
+                toolcell_sys::process::apply_kernel_scheduling();
                 nix::unistd::setsid().map_err(std::io::Error::from)?;
                 Ok(())
             });
@@ -803,11 +804,13 @@ fn install_child_setup(
     fds: Option<(i32, i32)>,
     code_fd: Option<i32>,
 ) {
-    // SAFETY: only async-signal-safe calls (dup2, fcntl, setsid,
-    // setrlimit, sigaction, prctl, landlock_restrict_self, seccomp, and
-    // the sandbox's unshare, mount and fork) run between fork and exec.
+    // SAFETY: only async-signal-safe calls (sched_setscheduler, dup2,
+    // fcntl, setsid, setrlimit, sigaction, prctl, landlock_restrict_self,
+    // seccomp, and the sandbox's unshare, mount and fork) run between fork
+    // and exec.
     unsafe {
         cmd.pre_exec(move || {
+            toolcell_sys::process::apply_kernel_scheduling();
             limits.apply_in_child()?;
             // Returns in the sandboxed runner (pid 2 of its namespace).
             if let Some(s) = &sandbox {
