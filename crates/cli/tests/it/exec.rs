@@ -582,10 +582,9 @@ fn a_cell_that_never_started_has_a_status_line_without_a_kernel() {
     );
 }
 
-#[test]
-fn sigint_to_a_one_shot_exec_reports_the_interrupted_cell_and_exits_130() {
+/// A one-shot `exec` whose cell has printed `running` and sleeps 30 s.
+fn exec_a_running_cell(env: &Env) -> std::process::Child {
     use std::io::BufRead;
-    let env = Env::fast();
     let mut child = env
         .cmd()
         .args([
@@ -601,12 +600,20 @@ fn sigint_to_a_one_shot_exec_reports_the_interrupted_cell_and_exits_130() {
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
     assert_eq!(line, "running\n");
+    assert!(stdout.buffer().is_empty(), "{:?}", stdout.buffer());
+    child.stdout = Some(stdout.into_inner());
+    child
+}
+
+#[test]
+fn sigint_to_a_one_shot_exec_reports_the_interrupted_cell_and_exits_130() {
+    let env = Env::fast();
+    let child = exec_a_running_cell(&env);
     let t0 = Instant::now();
     common::signal(
         i32::try_from(child.id()).unwrap(),
         nix::sys::signal::Signal::SIGINT,
     );
-    child.stdout = Some(stdout.into_inner());
     let out = common::finish(child, common::COMMAND_LIMIT);
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     out.expect_code(130);
@@ -632,7 +639,6 @@ fn sigint_to_a_one_shot_exec_reports_the_interrupted_cell_and_exits_130() {
 /// its own policy.
 #[test]
 fn kernels_run_under_batch_scheduling_unless_turned_off() {
-    use std::io::BufRead;
     let env = Env::fast();
     let code = "import os\nprint(os.sched_getscheduler(0) == os.SCHED_BATCH)";
     let out = env.run(&["exec", code]);
@@ -640,21 +646,7 @@ fn kernels_run_under_batch_scheduling_unless_turned_off() {
     assert_eq!(out.stdout, "True\n", "{}", out.stderr);
 
     // The host's own policy (field 41 of its `stat`), while its cell runs.
-    let mut child = env
-        .cmd()
-        .args([
-            "exec",
-            "import time\nprint('running', flush=True)\ntime.sleep(30)",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line, "running\n");
+    let child = exec_a_running_cell(&env);
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
     let policy = stat[stat.rfind(')').unwrap() + 1..]
         .split_whitespace()
@@ -664,7 +656,6 @@ fn kernels_run_under_batch_scheduling_unless_turned_off() {
         i32::try_from(child.id()).unwrap(),
         nix::sys::signal::Signal::SIGTERM,
     );
-    child.stdout = Some(stdout.into_inner());
     common::finish(child, common::COMMAND_LIMIT).expect_code(143);
     assert_eq!(policy.as_deref(), Some("0"), "{stat}");
 
